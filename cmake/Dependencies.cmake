@@ -1,0 +1,18 @@
+# Every dependency comes from a Debian package (installed by tools/setup.sh);
+# nothing is vendored or downloaded at build time.
+find_package(Threads REQUIRED)
+find_package(cppzmq 4.9 REQUIRED)          # cppzmq-dev, pulls libzmq3-dev
+find_package(Protobuf 3.21 REQUIRED)       # libprotobuf-dev, protobuf-compiler
+find_package(spdlog 1.10 REQUIRED)         # libspdlog-dev (with libfmt-dev)
+find_package(fmt REQUIRED)
+find_package(CLI11 2.1 REQUIRED)           # libcli11-dev
+find_package(ZLIB REQUIRED)                # zlib1g-dev
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)  # libopenblas-dev
+
+if(DCTRAIN_BUILD_TESTS)
+  find_package(GTest REQUIRED)             # libgtest-dev, libgmock-dev
+endif()
+if(DCTRAIN_BUILD_BENCH)
+  find_package(benchmark REQUIRED)         # libbenchmark-dev
+endif()

@@ -1,0 +1,33 @@
+# Compile options for project code (generated code gets none of the -Werror).
+add_library(dctrain_options INTERFACE)
+target_compile_options(dctrain_options INTERFACE -Wall -Wextra -Wpedantic -Wshadow
+                       -Wnon-virtual-dtor -Wcast-align -Woverloaded-virtual)
+if(DCTRAIN_WERROR)
+  target_compile_options(dctrain_options INTERFACE -Werror)
+endif()
+# Floating point stays IEEE: no -ffast-math, and no contraction of a*b+c into
+# FMA, so an optimizer update is the same bit pattern on every x86-64 host.
+target_compile_options(dctrain_options INTERFACE -ffp-contract=off)
+
+if(DCTRAIN_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+# Helper: a project library in folder DIR with public headers under the
+# repository root (so includes read "model/param_table.h").
+function(dctrain_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(${name} ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE dctrain_options ${ARG_PRIVATE_DEPS})
+endfunction()
+
+function(dctrain_program name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE dctrain_options ${ARG_DEPS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
+  install(TARGETS ${name} RUNTIME DESTINATION bin)
+endfunction()

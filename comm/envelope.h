@@ -1,0 +1,18 @@
+// The header frame every message starts with: protocol version, step, sender.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "proto/wire.pb.h"
+
+namespace dctrain {
+
+// An envelope stamped with this build's protocol version.
+v1::Envelope make_envelope(uint64_t step, std::string sender);
+
+// Why `envelope` cannot be accepted by this build, or nothing when it can.
+std::optional<std::string> version_problem(const v1::Envelope& envelope);
+
+}  // namespace dctrain

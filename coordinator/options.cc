@@ -1,0 +1,27 @@
+#include "coordinator/options.h"
+
+#include "common/cli.h"
+
+namespace dctrain {
+
+void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
+  add_common_options(app, "dctrain-coordinator", options.log_level);
+  app.add_option("--config", options.config_path, "Run config file (Protobuf text format)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--bind", options.bind, "Address to bind for workers, tcp://HOST:PORT")
+      ->capture_default_str();
+  app.add_option("--out", options.out_dir, "Run folder for config, metrics, summary and logs")
+      ->capture_default_str();
+  app.add_option("--resume", options.resume_dir, "Continue from the last checkpoint in this run folder")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--workers", options.workers, "Workers to wait for (0: the config's value)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--tau", options.tau,
+                 "Step compute threshold: seconds, 'inf' or 'auto' (empty: the config's value)");
+  app.add_option("--steps", options.steps, "Stop after this many steps (0: the config's limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+}
+
+}  // namespace dctrain

@@ -1,0 +1,25 @@
+// The coordinator's command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace dctrain {
+
+struct CoordinatorOptions {
+  std::string config_path;              // run config, Protobuf text format
+  std::string bind = "tcp://*:5555";    // ROUTER address workers connect to
+  std::string out_dir = "runs/latest";  // run folder: config, metrics, summary, logs
+  std::string resume_dir;               // continue from this run folder's checkpoint
+  int workers = 0;                      // 0: take the config's value
+  std::string tau;                      // "": config's; seconds, "inf" or "auto"
+  int64_t steps = 0;                    // 0: config's max steps
+  std::string log_level = "info";
+};
+
+// Registers every flag, bound to `options`, with its default shown by --help.
+void add_coordinator_options(CLI::App& app, CoordinatorOptions& options);
+
+}  // namespace dctrain

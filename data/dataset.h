@@ -1,0 +1,35 @@
+// The dataset interface: any sample, by global id, identically on every worker.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "data/batch.h"
+
+namespace dctrain {
+
+// What a random choice about a sample may depend on. Augmentation and masking
+// draw from hash_key({seed, epoch, id, ...}) so that a sample processed by
+// another worker, or requeued to a later step, is bit-identical.
+struct SampleContext {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  bool train = true;  // false: the held-out split, no augmentation, fixed masks
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // Short description for logs, e.g. "cifar10 (4000 train records)".
+  virtual std::string describe() const = 0;
+  // Number of samples addressable by id, [0, size()).
+  virtual uint64_t size() const = 0;
+  // Writes the samples `ids`, in order, into `out` (resizing its buffers).
+  virtual void fill(std::span<const uint64_t> ids, const SampleContext& context,
+                    Batch& out) const = 0;
+
+  Batch make_batch(std::span<const uint64_t> ids, const SampleContext& context) const;
+};
+
+}  // namespace dctrain

@@ -1,0 +1,73 @@
+// The two programs answer --help and --version as a user expects.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "common/version.h"
+
+namespace dctrain {
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string output;
+};
+
+Result run(const std::string& command) {
+  Result result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  result.status = pclose(pipe);
+  return result;
+}
+
+const std::string kBin = DCTRAIN_BIN_DIR;
+
+void expect_contains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "missing '" << part << "' in:\n" << text;
+}
+
+TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
+  const Result r = run(kBin + "/dctrain-coordinator --help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* flag : {"--config", "--bind", "--out", "--resume", "--workers", "--tau", "--steps",
+                           "--log-level", "--version", "--help"}) {
+    expect_contains(r.output, flag);
+  }
+  expect_contains(r.output, "tcp://*:5555");
+  expect_contains(r.output, "runs/latest");
+}
+
+TEST(Programs, WorkerHelpListsEveryFlagWithDefaults) {
+  const Result r = run(kBin + "/dctrain-worker --help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* flag : {"--connect", "--data-dir", "--threads", "--name", "--log-level",
+                           "--version", "--help"}) {
+    expect_contains(r.output, flag);
+  }
+  expect_contains(r.output, "tcp://127.0.0.1:5555");
+}
+
+TEST(Programs, VersionNamesReleaseAndProtocol) {
+  for (const char* program : {"dctrain-coordinator", "dctrain-worker"}) {
+    const Result r = run(kBin + "/" + program + " --version");
+    EXPECT_EQ(r.status, 0);
+    expect_contains(r.output, std::string(program) + " " + kVersion);
+    expect_contains(r.output, "protocol " + std::to_string(kProtocolVersion));
+  }
+}
+
+TEST(Programs, BadFlagIsAClearErrorNotACrash) {
+  const Result r = run(kBin + "/dctrain-worker --threads 0");
+  EXPECT_NE(r.status, 0);
+  expect_contains(r.output, "--threads");
+}
+
+}  // namespace
+}  // namespace dctrain

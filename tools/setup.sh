@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what dctrain needs from Debian's packages (only what is missing),
+# then configures and builds it. Idempotent: on a ready machine it only runs
+# an incremental build.
+#
+#   tools/setup.sh                 install + Release build in build/release
+#   tools/setup.sh --preset NAME   another CMake preset (e.g. debug-asan)
+#   tools/setup.sh --deps-only     install packages, build nothing
+set -euo pipefail
+
+preset=release
+build=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --preset) preset="$2"; shift 2 ;;
+    --deps-only) build=0; shift ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Build tools and the libraries named in cmake/Dependencies.cmake, plus
+# gnuplot for reports and iproute2 for the multi-host test.
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libzmq3-dev cppzmq-dev libopenblas-dev libprotobuf-dev protobuf-compiler
+  libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  gnuplot-nox iproute2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all ${#packages[@]} packages present"
+fi
+
+[ "$build" -eq 1 ] || exit 0
+
+cd "$root"
+cmake --preset "$preset" >/dev/null
+cmake --build --preset "$preset" -- -j"$(nproc)"
+echo "setup: built build/$preset (programs in build/$preset/bin)"

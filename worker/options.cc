@@ -1,0 +1,20 @@
+#include "worker/options.h"
+
+#include "common/cli.h"
+
+namespace dctrain {
+
+void add_worker_options(CLI::App& app, WorkerOptions& options) {
+  add_common_options(app, "dctrain-worker", options.log_level);
+  app.add_option("--connect", options.connect, "Coordinator address, tcp://HOST:PORT")
+      ->capture_default_str();
+  app.add_option("--data-dir", options.data_dir,
+                 "Data root (mnist/, cifar-10-batches-bin/, text/, ...); empty: synthetic data")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--threads", options.threads, "Compute threads for this worker")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--name", options.name, "Worker name in logs and metrics (empty: host:pid)");
+}
+
+}  // namespace dctrain

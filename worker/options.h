@@ -1,0 +1,22 @@
+// The worker's command line. Everything else (model, data, optimizer, delays)
+// comes from the coordinator in the welcome message.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace dctrain {
+
+struct WorkerOptions {
+  std::string connect = "tcp://127.0.0.1:5555";  // the coordinator's address
+  std::string data_dir;                          // data root; empty: synthetic data
+  int threads = 1;                               // compute threads
+  std::string name;                              // empty: host:pid
+  std::string log_level = "info";
+};
+
+// Registers every flag, bound to `options`, with its default shown by --help.
+void add_worker_options(CLI::App& app, WorkerOptions& options);
+
+}  // namespace dctrain
