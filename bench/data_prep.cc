@@ -9,13 +9,12 @@
 // peak, so the printed ratio is an upper bound on the real one.
 #include <cblas.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "common/random.h"
 #include "data/dataset_factory.h"
@@ -36,8 +35,8 @@ double sgemm_flops_per_second() {
   constexpr int n = 1024;
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
   auto once = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
   };
   once();
   double best = 1e30;
@@ -57,7 +56,8 @@ double median_fill_seconds(const dctrain::Dataset& dataset, int batch, int repea
   for (int r = 0; r < repeats; ++r) {
     dctrain::Rng rng({17, static_cast<uint64_t>(r)});
     for (auto& id : ids) id = rng.below(dataset.size());
-    const dctrain::SampleContext context{.seed = 1, .epoch = static_cast<uint64_t>(r), .train = train};
+    const dctrain::SampleContext context{
+        .seed = 1, .epoch = static_cast<uint64_t>(r), .train = train};
     const auto t0 = Clock::now();
     dataset.fill(ids, context, out);
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
@@ -74,9 +74,11 @@ int main(int argc, char** argv) {
   int repeats = 2000;
   app.add_option("--data-root", data_root,
                  "data root laid out like ../shared/data (CIFAR-10 and tinyshakespeare + BERT "
-                 "vocab); empty: the synthetic datasets")->capture_default_str();
+                 "vocab); empty: the synthetic datasets")
+      ->capture_default_str();
   app.add_option("--repeats", repeats, "micro-batches timed per dataset")
-      ->check(CLI::Range(10, 1000000))->capture_default_str();
+      ->check(CLI::Range(10, 1000000))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -91,9 +93,9 @@ int main(int argc, char** argv) {
       // Synthetic 3x32x32 images given CIFAR's transform, so the crop and flip run.
       dctrain::SyntheticImageOptions options;
       options.samples = 4000;
-      images = std::make_unique<dctrain::ImageDataset>(
-          "synthetic-images with cifar10 augmentation", dctrain::generate_synthetic_images(options),
-          10, dctrain::cifar10_transform(true));
+      images = std::make_unique<dctrain::ImageDataset>("synthetic-images with cifar10 augmentation",
+                                                       dctrain::generate_synthetic_images(options),
+                                                       10, dctrain::cifar10_transform(true));
       dctrain::DatasetSpec spec;
       spec.kind = "synthetic-text";
       text = dctrain::make_dataset(spec, "");
@@ -115,10 +117,12 @@ int main(int argc, char** argv) {
                 image_compute * 1e3, 100.0 * image_prep / image_compute);
     std::printf("%-34s %12.4f %22.1f %9.3f%%\n", "bert-tiny, 8 x 128 tokens, masked",
                 text_prep * 1e3, text_compute * 1e3, 100.0 * text_prep / text_compute);
-    std::printf("\nprep: median over %d micro-batches of random ids, one thread. compute: the "
-                "model's training FLOPs\n(resnet20 243.3 MFLOP/image, bert-tiny 6.25 MFLOP/token) "
-                "at the sgemm speed above, a lower bound\nof real compute, so each ratio is an "
-                "upper bound. Target: under 5%%.\n", repeats);
+    std::printf(
+        "\nprep: median over %d micro-batches of random ids, one thread. compute: the "
+        "model's training FLOPs\n(resnet20 243.3 MFLOP/image, bert-tiny 6.25 MFLOP/token) "
+        "at the sgemm speed above, a lower bound\nof real compute, so each ratio is an "
+        "upper bound. Target: under 5%%.\n",
+        repeats);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_data_prep: %s\n", e.what());
     return 1;

@@ -1,12 +1,12 @@
 #include "data/synthetic.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <set>
 #include <stdexcept>
-
-#include <fmt/core.h>
 
 #include "common/random.h"
 #include "data/io.h"
@@ -37,9 +37,8 @@ std::vector<float> class_pattern(const SyntheticImageOptions& o, int label) {
       for (int y = 0; y < h; ++y) {
         for (int x = 0; x < w; ++x) {
           const double d2 = (y - cy) * (y - cy) + (x - cx) * (x - cx);
-          pattern[(static_cast<size_t>(c) * h + y) * w + x] +=
-              static_cast<float>(amplitude[static_cast<size_t>(c)] *
-                                 std::exp(-d2 / (2.0 * radius * radius)));
+          pattern[(static_cast<size_t>(c) * h + y) * w + x] += static_cast<float>(
+              amplitude[static_cast<size_t>(c)] * std::exp(-d2 / (2.0 * radius * radius)));
         }
       }
     }
@@ -52,9 +51,10 @@ std::vector<float> class_pattern(const SyntheticImageOptions& o, int label) {
 ImageSet generate_synthetic_images(const SyntheticImageOptions& o) {
   if (o.channels < 1 || o.height < 4 || o.width < 4 || o.classes < 2 || o.classes > 256 ||
       o.samples == 0) {
-    throw DataError(fmt::format("synthetic-images: invalid shape {}x{}x{}, {} classes, {} samples "
-                                "— use at least 1x4x4, 2 to 256 classes, 1 sample",
-                                o.channels, o.height, o.width, o.classes, o.samples));
+    throw DataError(
+        fmt::format("synthetic-images: invalid shape {}x{}x{}, {} classes, {} samples "
+                    "— use at least 1x4x4, 2 to 256 classes, 1 sample",
+                    o.channels, o.height, o.width, o.classes, o.samples));
   }
   std::vector<std::vector<float>> patterns;
   for (int k = 0; k < o.classes; ++k) patterns.push_back(class_pattern(o, k));

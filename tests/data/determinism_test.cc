@@ -38,20 +38,24 @@ std::vector<Case> cases() {
   images.samples = 200;
   images.seed = 3;
   list.push_back({"augmented-images",
-                  std::make_unique<ImageDataset>("augmented", generate_synthetic_images(images),
-                                                 10, cifar10_transform(true)),
-                  {.seed = 11, .epoch = 2, .train = true}, 200});
+                  std::make_unique<ImageDataset>("augmented", generate_synthetic_images(images), 10,
+                                                 cifar10_transform(true)),
+                  {.seed = 11, .epoch = 2, .train = true},
+                  200});
   DatasetSpec text;
   text.kind = "synthetic-text";
   text.seed = 5;
   text.samples = 20000;
-  list.push_back({"masked-text", make_dataset(text, kRoot), {.seed = 11, .epoch = 4, .train = true}, 64});
+  list.push_back(
+      {"masked-text", make_dataset(text, kRoot), {.seed = 11, .epoch = 4, .train = true}, 64});
   text.split = Split::kEval;
-  list.push_back({"eval-text", make_dataset(text, kRoot), {.seed = 11, .epoch = 9, .train = false}, 16});
+  list.push_back(
+      {"eval-text", make_dataset(text, kRoot), {.seed = 11, .epoch = 9, .train = false}, 16});
   if (std::filesystem::exists(kRoot / "cifar-10-partial")) {
     DatasetSpec cifar;
     cifar.kind = "cifar10";
-    list.push_back({"cifar10", make_dataset(cifar, kRoot), {.seed = 1, .epoch = 3, .train = true}, 96});
+    list.push_back(
+        {"cifar10", make_dataset(cifar, kRoot), {.seed = 1, .epoch = 3, .train = true}, 96});
   }
   return list;
 }

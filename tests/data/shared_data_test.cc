@@ -67,7 +67,8 @@ TEST(SharedData, CifarPartial) {
   for (int c = 0; c < 3; ++c) {
     double sum = 0.0;
     for (uint64_t n = 0; n < images.size(); ++n)
-      for (int k = 0; k < 1024; ++k) sum += images.pixels[n * 3072 + static_cast<size_t>(c) * 1024 + static_cast<size_t>(k)];
+      for (int k = 0; k < 1024; ++k)
+        sum += images.pixels[n * 3072 + static_cast<size_t>(c) * 1024 + static_cast<size_t>(k)];
     EXPECT_NEAR(sum / (4000.0 * 1024.0 * 255.0), expected[c], 0.01) << "channel " << c;
   }
 }

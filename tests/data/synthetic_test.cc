@@ -1,6 +1,8 @@
 // The generated datasets: deterministic from their seed, and learnable. The
 // accuracies of simple fixed predictors quoted in data/README.md come from
 // here (printed), with lower bounds asserted.
+#include "data/synthetic.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 
 #include "data/dataset_factory.h"
 #include "data/image_dataset.h"
-#include "data/synthetic.h"
 #include "data/text_mlm.h"
 #include "tests/data/data_test_util.h"
 
@@ -52,7 +53,8 @@ double nearest_centroid_accuracy(const Dataset& train, const Dataset& eval) {
   for (int n = 0; n < t.size; ++n) {
     const auto k = static_cast<size_t>(t.labels[static_cast<size_t>(n)]);
     count[k] += 1.0;
-    for (size_t d = 0; d < dims; ++d) centroid[k * dims + d] += t.images[static_cast<size_t>(n) * dims + d];
+    for (size_t d = 0; d < dims; ++d)
+      centroid[k * dims + d] += t.images[static_cast<size_t>(n) * dims + d];
   }
   for (size_t k = 0; k < count.size(); ++k)
     for (size_t d = 0; d < dims; ++d) centroid[k * dims + d] /= std::max(count[k], 1.0);
@@ -64,7 +66,8 @@ double nearest_centroid_accuracy(const Dataset& train, const Dataset& eval) {
     for (int k = 0; k < shape.classes; ++k) {
       double distance = 0.0;
       for (size_t d = 0; d < dims; ++d) {
-        const double diff = e.images[static_cast<size_t>(n) * dims + d] - centroid[static_cast<size_t>(k) * dims + d];
+        const double diff = e.images[static_cast<size_t>(n) * dims + d] -
+                            centroid[static_cast<size_t>(k) * dims + d];
         distance += diff * diff;
       }
       if (distance < best) {
@@ -131,7 +134,8 @@ TEST(SyntheticText, NeighboursPredictMaskedTokensFarAboveTheUnigramRate) {
     ++unigram[static_cast<size_t>(stream[i])];
     if (i > 0) ++bigram[{stream[i - 1], stream[i]}];
   }
-  const auto top = static_cast<int32_t>(std::max_element(unigram.begin(), unigram.end()) - unigram.begin());
+  const auto top =
+      static_cast<int32_t>(std::max_element(unigram.begin(), unigram.end()) - unigram.begin());
   std::vector<int32_t> successor(static_cast<size_t>(vocab), top);
   std::vector<int> best(static_cast<size_t>(vocab), 0);
   for (const auto& [pair, n] : bigram) {
@@ -152,8 +156,10 @@ TEST(SyntheticText, NeighboursPredictMaskedTokensFarAboveTheUnigramRate) {
   }
   const double unigram_accuracy = static_cast<double>(unigram_hits) / masked;
   const double bigram_accuracy = static_cast<double>(bigram_hits) / masked;
-  std::printf("synthetic-text eval masked-token accuracy: unigram %.3f, left-bigram %.3f "
-              "(%d masked positions)\n", unigram_accuracy, bigram_accuracy, masked);
+  std::printf(
+      "synthetic-text eval masked-token accuracy: unigram %.3f, left-bigram %.3f "
+      "(%d masked positions)\n",
+      unigram_accuracy, bigram_accuracy, masked);
   EXPECT_GT(bigram_accuracy, 0.15);
   EXPECT_GT(bigram_accuracy, 4 * unigram_accuracy);
 }
