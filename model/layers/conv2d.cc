@@ -74,11 +74,10 @@ void im2col(T* col, const T* x, const Conv2dShape& s) {
   }
 }
 
-// x (in_c, in_h, in_w) = the adjoint of im2col applied to col (overwrites x).
+// x (in_c, in_h, in_w) += the adjoint of im2col applied to col.
 template <typename T>
-void col2im(T* x, const T* col, const Conv2dShape& s) {
+void col2im_add(T* x, const T* col, const Conv2dShape& s) {
   const int oh = s.out_height(), ow = s.out_width();
-  std::fill(x, x + s.in_size(), T(0));
   for (int c = 0; c < s.in_channels; ++c) {
     T* xc = x + int64_t{c} * s.in_height * s.in_width;
     for (int ky = 0; ky < s.kernel_h; ++ky) {
@@ -127,7 +126,7 @@ void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv
 
 template <typename T>
 void conv2d_backward(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
-                     const Conv2dShape& s) {
+                     const Conv2dShape& s, bool accumulate_dx) {
   const int p = s.out_height() * s.out_width();
   const int k = s.in_channels * s.kernel_h * s.kernel_w;
   for (int i = 0; i < s.n; ++i) {
@@ -151,10 +150,12 @@ void conv2d_backward(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const
     if (dx == nullptr) continue;
     T* dxi = dx + i * s.in_size();
     if (s.pointwise()) {
-      blas::gemm<T>(Trans::kYes, Trans::kNo, k, p, s.out_channels, T(1), w, dyi, T(0), dxi);
+      blas::gemm<T>(Trans::kYes, Trans::kNo, k, p, s.out_channels, T(1), w, dyi,
+                    accumulate_dx ? T(1) : T(0), dxi);
     } else {
       blas::gemm<T>(Trans::kYes, Trans::kNo, k, p, s.out_channels, T(1), w, dyi, T(0), col);
-      col2im(dxi, col, s);
+      if (!accumulate_dx) std::fill(dxi, dxi + s.in_size(), T(0));
+      col2im_add(dxi, col, s);
     }
   }
 }
@@ -220,7 +221,7 @@ void conv2d_backward_reference(T* dx, T* dw, T* db, const T* dy, const T* x, con
 #define DCTRAIN_CONV2D(T)                                                                         \
   template void conv2d_forward<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&);      \
   template void conv2d_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,                  \
-                                   const Conv2dShape&);                                           \
+                                   const Conv2dShape&, bool);                                     \
   template void conv2d_forward_reference<T>(T*, const T*, const T*, const T*, const Conv2dShape&); \
   template void conv2d_backward_reference<T>(T*, T*, T*, const T*, const T*, const T*,            \
                                              const Conv2dShape&);

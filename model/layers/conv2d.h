@@ -48,9 +48,11 @@ void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv
 // dx (n, in_c, in_h, in_w) = d/dx (skipped when null); dw (out_c, in_c, kh, kw) += d/dw;
 // db (out_c) += sum of dy over samples and positions (skipped when null).
 // dy (n, out_c, out_h, out_w); col: scratch of s.col_size() floats.
+// accumulate_dx: ADD into dx instead of overwriting it, for an input that
+// also feeds another branch (a residual block's input) at no extra cost.
 template <typename T>
 void conv2d_backward(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
-                     const Conv2dShape& s);
+                     const Conv2dShape& s, bool accumulate_dx = false);
 
 // Direct-loop references with the same contracts (no scratch).
 template <typename T>

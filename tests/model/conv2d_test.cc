@@ -120,3 +120,22 @@ TEST(Conv2d, RejectsAKernelLargerThanThePaddedInput) {
 
 }  // namespace
 }  // namespace dctrain
+
+namespace dctrain {
+namespace {
+
+TEST(Conv2d, BackwardCanAccumulateTheInputGradient) {
+  for (const Conv2dShape& s : shapes()) {
+    const auto x = random_vector(s.n * s.in_size(), 12), w = random_vector(s.weight_size(), 13);
+    const auto dy = random_vector(s.n * s.out_size(), 14), prior = random_vector(x.size(), 15);
+    std::vector<double> col(std::max<int64_t>(1, s.col_size())), dw(w.size(), 0.0);
+    std::vector<double> dx(x.size()), dx_acc = prior;
+    conv2d_backward<double>(dx.data(), dw.data(), nullptr, col.data(), dy.data(), x.data(), w.data(), s);
+    conv2d_backward<double>(dx_acc.data(), dw.data(), nullptr, col.data(), dy.data(), x.data(),
+                            w.data(), s, /*accumulate_dx=*/true);
+    for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx_acc[i], prior[i] + dx[i], 1e-12);
+  }
+}
+
+}  // namespace
+}  // namespace dctrain
