@@ -1,0 +1,55 @@
+// Image classifiers built from the layers in model/layers: ResNet-20 for
+// CIFAR-10, the small MNIST CNN and an MLP.
+//
+// A classifier is a straight list of operations over numbered activations
+// (N, C, H, W). ReLU and the residual shortcut run in place on their
+// activation; everything else writes a new one. Training runs every
+// operation's forward, the fused softmax cross-entropy, then every backward in
+// reverse, each operation spread over samples (or channels, for BatchNorm) on
+// the model's thread pool with single-threaded BLAS inside.
+//
+// Memory: activations are kept for backward (one buffer each, sized for the
+// largest micro-batch seen); gradients of activations share a few buffers,
+// assigned once at build time from their lifetimes in the backward pass. All
+// of it is allocated when a batch size is first seen (or grows), never
+// inside a step.
+//
+// Determinism: every weight gradient is summed per fixed chunk of samples
+// (the chunking depends on the batch size only, never on the thread count)
+// and the chunk partials are added in chunk order, so results are
+// bit-identical for any number of threads.
+//
+// BatchNorm: training normalises with the micro-batch's statistics and ADDS
+// samples * mean and samples * unbiased variance into statistics(); running
+// estimates change only in apply_statistics(), which folds the step's
+// averaged statistics in with momentum 0.1. With one micro-batch per step this
+// is exactly PyTorch's update (running stats updated once per forward); with
+// several micro-batches it is one update per step from the sample-weighted
+// mean of the micro-batches' statistics, where PyTorch would apply the
+// momentum once per micro-batch.
+#pragma once
+
+#include <memory>
+
+#include "model/model.h"
+
+namespace dctrain {
+
+// He et al. 2016 CIFAR ResNet-20: conv 3x3 16, 3 stages x 3 basic blocks of
+// 16/32/64 channels, option-A shortcuts, global average pool, linear to
+// num_classes. Parameter and buffer names follow the common PyTorch CIFAR
+// ResNet code ("layer2.0.conv1.weight", "bn1.running_mean", "linear.bias").
+// Kaiming-normal (fan-in, gain sqrt 2) conv and linear weights, PyTorch's
+// default uniform linear bias, BatchNorm weight 1 and bias 0.
+std::unique_ptr<Model> make_resnet20(const ModelSpec& spec);
+
+// conv 5x5 32 pad 2, ReLU, max-pool 2; conv 5x5 64 pad 2, ReLU, max-pool 2;
+// linear 128, ReLU; linear num_classes (454,922 parameters on 1x28x28).
+// Names conv1, conv2, fc1, fc2; PyTorch's default initialisation.
+std::unique_ptr<Model> make_mnist_cnn(const ModelSpec& spec);
+
+// Flattened image -> linear 256, ReLU -> linear num_classes (fc1, fc2);
+// PyTorch's default initialisation.
+std::unique_ptr<Model> make_mlp(const ModelSpec& spec);
+
+}  // namespace dctrain
