@@ -56,7 +56,8 @@ Batch make_batch() {
   for (int s = 0; s < kBatch; ++s) {
     int32_t* tokens = b.tokens.data() + static_cast<size_t>(s) * kSeq;
     int32_t* labels = b.labels.data() + static_cast<size_t>(s) * kSeq;
-    for (int p = 0; p < kSeq; ++p) tokens[p] = 1000 + static_cast<int32_t>(rng.below(kVocab - 1000));
+    for (int p = 0; p < kSeq; ++p)
+      tokens[p] = 1000 + static_cast<int32_t>(rng.below(kVocab - 1000));
     tokens[0] = 101;
     tokens[kSeq - 1] = 102;
     std::vector<int> spots(kSeq - 2);
@@ -72,7 +73,8 @@ Batch make_batch() {
 }
 
 double tokens_per_second(int threads, int steps, const Batch& batch) {
-  dctrain::BertTiny model({.name = "bert-tiny", .seed = 1, .threads = threads, .vocab_size = kVocab});
+  dctrain::BertTiny model(
+      {.name = "bert-tiny", .seed = 1, .threads = threads, .vocab_size = kVocab});
   auto adamw = dctrain::make_optimizer({.name = "adamw", .weight_decay = 0.01}, model.table());
   auto step = [&] {
     model.gradients().zero();
@@ -97,9 +99,10 @@ double tokens_per_second(int threads, int steps, const Batch& batch) {
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const Batch batch = make_batch();
-  std::printf("bert-tiny MLM training, %d x %d tokens, vocab %d, %d masked per sequence, dropout "
-              "0.1, AdamW; best of %d steps (machine shared: figures are noisy)\n",
-              kBatch, kSeq, kVocab, kMasked, steps);
+  std::printf(
+      "bert-tiny MLM training, %d x %d tokens, vocab %d, %d masked per sequence, dropout "
+      "0.1, AdamW; best of %d steps (machine shared: figures are noisy)\n",
+      kBatch, kSeq, kVocab, kMasked, steps);
   for (int threads : {1, 2}) {
     const double peak = sgemm_gflops(threads);
     const double tps = tokens_per_second(threads, steps, batch);

@@ -314,9 +314,9 @@ MicroBatchResult BertTiny::run(const Batch& batch, bool train) {
   Workspace& w = *ws_;
   current_ = &batch;
   pool_->parallel_for(w.chunks(), [&](int64_t chunk, int thread) {
-    forward_chunk(static_cast<int>(chunk), thread, train);
+    forward_chunk(static_cast<int>(chunk), thread);
   });
-  MicroBatchResult result = head(batch, train);
+  MicroBatchResult result = head(train);
   if (train) {
     pool_->parallel_for(w.chunks(), [&](int64_t chunk, int thread) {
       backward_chunk(static_cast<int>(chunk), thread);
@@ -363,8 +363,7 @@ void add_into(float* y, const float* x, size_t count) {
 
 }  // namespace
 
-void BertTiny::forward_chunk(int chunk, int thread, bool train) {
-  (void)train;
+void BertTiny::forward_chunk(int chunk, int thread) {
   Workspace& w = *ws_;
   const Indices& ix = *index_;
   const Batch& b = *current_;
@@ -422,7 +421,6 @@ void BertTiny::forward_chunk(int chunk, int thread, bool train) {
 void BertTiny::backward_chunk(int chunk, int thread) {
   Workspace& w = *ws_;
   const Indices& ix = *index_;
-  const Batch& b = *current_;
   const int h = config_.hidden, f = config_.ffn, t = w.t;
   const int s0 = chunk * kSequencesPerChunk, cn = std::min(kSequencesPerChunk, w.n - s0);
   const size_t r0 = static_cast<size_t>(s0) * t, rc = static_cast<size_t>(cn) * t;
@@ -481,11 +479,9 @@ void BertTiny::backward_chunk(int chunk, int thread) {
                       grad(ix.embedding_norm.bias), dcur, w.embedded_mean.data() + r0,
                       w.embedded_rstd.data() + r0, w.embedded.data() + r0 * h,
                       param(ix.embedding_norm.weight), rows, h);
-  (void)b;
 }
 
-MicroBatchResult BertTiny::head(const Batch& batch, bool train) {
-  (void)batch;
+MicroBatchResult BertTiny::head(bool train) {
   Workspace& w = *ws_;
   const Indices& ix = *index_;
   const int h = config_.hidden, vocab = config_.vocab_size, m = w.masked;

@@ -76,9 +76,9 @@ class BertTiny final : public Model {
   MicroBatchResult run(const Batch& batch, bool train);
   void validate(const Batch& batch) const;
   void prepare(const Batch& batch, bool train);
-  void forward_chunk(int chunk, int thread, bool train);
+  void forward_chunk(int chunk, int thread);
   void backward_chunk(int chunk, int thread);
-  MicroBatchResult head(const Batch& batch, bool train);
+  MicroBatchResult head(bool train);
   void initialise(uint64_t seed);
 
   BertTinyConfig config_;
