@@ -96,6 +96,11 @@ class ImageClassifier final : public Model {
 
   std::string name() const override { return name_; }
 
+  std::span<const float> logits() const {
+    const Activation& a = activations_.back();
+    return std::span<const float>(a.data).first(static_cast<size_t>(last_n_ * a.dims.size()));
+  }
+
   // ---- building ----------------------------------------------------------
 
   static constexpr int kInput = 0;
@@ -382,6 +387,7 @@ class ImageClassifier final : public Model {
       }
     }
     input_ = batch.images.data();
+    last_n_ = n;
     return n;
   }
 
@@ -598,6 +604,7 @@ class ImageClassifier final : public Model {
 
   // Workspace.
   int capacity_ = 0;                             // largest batch seen
+  int last_n_ = 0;                               // samples of the last batch
   const float* input_ = nullptr;                 // the batch's images (N, C, H, W)
   std::vector<std::vector<float>> grad_slots_;  // (capacity, largest activation) each
   std::vector<float> col_;                       // (threads, max_col) im2col scratch
@@ -605,6 +612,14 @@ class ImageClassifier final : public Model {
 };
 
 }  // namespace
+
+std::span<const float> classifier_logits(const Model& model) {
+  const auto* classifier = dynamic_cast<const ImageClassifier*>(&model);
+  if (classifier == nullptr) {
+    throw std::invalid_argument("classifier_logits: " + model.name() + " is not an image classifier");
+  }
+  return classifier->logits();
+}
 
 std::unique_ptr<Model> make_resnet20(const ModelSpec& spec) {
   auto m = std::make_unique<ImageClassifier>("resnet20", spec);

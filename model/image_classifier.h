@@ -30,6 +30,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "model/model.h"
 
@@ -51,5 +52,10 @@ std::unique_ptr<Model> make_mnist_cnn(const ModelSpec& spec);
 // Flattened image -> linear 256, ReLU -> linear num_classes (fc1, fc2);
 // PyTorch's default initialisation.
 std::unique_ptr<Model> make_mlp(const ModelSpec& spec);
+
+// The logits (N, classes) of a classifier's last train_micro_batch() or
+// evaluate(), valid until its next call. Throws std::invalid_argument for a
+// model that is not one of the classifiers above.
+std::span<const float> classifier_logits(const Model& model);
 
 }  // namespace dctrain
