@@ -22,7 +22,7 @@ namespace {
 using blas::Trans;
 
 // Head work items: masked rows per logits block, words per vocabulary slice.
-constexpr int kHeadRows = 32;
+constexpr int kHeadRows = 64;
 constexpr int kVocabSlice = 2048;
 
 // Dropout sites per sequence: the embeddings, then per layer the attention
