@@ -1,6 +1,7 @@
 #include "model/image_classifier.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -54,8 +55,27 @@ struct InitRule {
 
 enum class OpKind { kConv, kBatchNorm, kRelu, kShortcut, kMaxPool, kAvgPool, kLinear };
 
+const char* kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kConv: return "conv";
+    case OpKind::kBatchNorm: return "batchnorm";
+    case OpKind::kRelu: return "relu";
+    case OpKind::kShortcut: return "shortcut";
+    case OpKind::kMaxPool: return "maxpool";
+    case OpKind::kAvgPool: return "avgpool";
+    case OpKind::kLinear: return "linear";
+  }
+  return "?";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 struct Op {
   OpKind kind = OpKind::kRelu;
+  std::string label;  // parameter prefix, or the producing layer's for in-place ops
+  double forward_seconds = 0.0, backward_seconds = 0.0;  // summed over calls
   int in = -1;   // activation read (the shortcut's source)
   int out = -1;  // activation written (in place for ReLU and the shortcut)
   bool write_dx = true;        // false when `in` is the model's input
@@ -96,6 +116,15 @@ class ImageClassifier final : public Model {
 
   std::string name() const override { return name_; }
 
+  std::vector<LayerTiming> timings() const {
+    std::vector<LayerTiming> out;
+    for (const Op& op : ops_) {
+      out.push_back({op.label, kind_name(op.kind), op.forward_seconds, op.backward_seconds});
+    }
+    out.push_back({"loss", "softmax_cross_entropy", loss_seconds_, 0.0});
+    return out;
+  }
+
   std::span<const float> logits() const {
     const Activation& a = activations_.back();
     return std::span<const float>(a.data).first(static_cast<size_t>(last_n_ * a.dims.size()));
@@ -110,6 +139,7 @@ class ImageClassifier final : public Model {
            bool bias, Init weight_init) {
     Op op;
     op.kind = OpKind::kConv;
+    op.label = prefix;
     op.in = in;
     const Dims d = dims(in);
     op.conv.n = 1;
@@ -130,6 +160,7 @@ class ImageClassifier final : public Model {
   int batch_norm(const std::string& prefix, int in) {
     Op op;
     op.kind = OpKind::kBatchNorm;
+    op.label = prefix;
     op.in = in;
     const int c = dims(in).c;
     op.weight = add_param(prefix + ".weight", {c}, Init::kOnes, 0);
@@ -144,6 +175,7 @@ class ImageClassifier final : public Model {
   void relu(int a) {
     Op op;
     op.kind = OpKind::kRelu;
+    op.label = producer_label(a);
     op.in = op.out = a;
     ops_.push_back(std::move(op));
   }
@@ -153,6 +185,7 @@ class ImageClassifier final : public Model {
   void shortcut(int target, int source) {
     Op op;
     op.kind = OpKind::kShortcut;
+    op.label = producer_label(target);
     op.in = source;
     op.out = target;
     const Dims s = dims(source), t = dims(target);
@@ -176,6 +209,7 @@ class ImageClassifier final : public Model {
   int max_pool(int in, int window) {
     Op op;
     op.kind = OpKind::kMaxPool;
+    op.label = producer_label(in);
     op.in = in;
     const Dims d = dims(in);
     op.pool.n = 1;
@@ -189,13 +223,20 @@ class ImageClassifier final : public Model {
   int global_avg_pool(int in) {
     Op op;
     op.kind = OpKind::kAvgPool;
+    op.label = producer_label(in);
     op.in = in;
     return push(std::move(op), {dims(in).c, 1, 1});
+  }
+
+  std::string producer_label(int a) const {
+    const int p = activations_[static_cast<size_t>(a)].producer;
+    return p < 0 ? "input" : ops_[static_cast<size_t>(p)].label;
   }
 
   int linear(const std::string& prefix, int in, int out_features, Init weight_init) {
     Op op;
     op.kind = OpKind::kLinear;
+    op.label = prefix;
     op.in = in;
     op.in_features = static_cast<int>(dims(in).size());
     op.out_features = out_features;
@@ -236,8 +277,10 @@ class ImageClassifier final : public Model {
     const int n = prepare(batch);
     forward(n, /*train=*/true);
     const int logits = static_cast<int>(activations_.size()) - 1;
+    const auto t0 = std::chrono::steady_clock::now();
     const CrossEntropyResult ce = softmax_cross_entropy<float>(
         grad(logits), act(logits), batch.labels.data(), n, dims(logits).c);
+    loss_seconds_ += seconds_since(t0);
     backward(n);
     return {ce.loss_sum, ce.scored, n, ce.correct};
   }
@@ -411,6 +454,7 @@ class ImageClassifier final : public Model {
 
   void forward(int n, bool train) {
     for (Op& op : ops_) {
+      const auto t0 = std::chrono::steady_clock::now();
       const float* x = input_act(op.in);
       const Dims in = dims(op.in), out = dims(op.out);
       float* y = act(op.out);
@@ -497,12 +541,14 @@ class ImageClassifier final : public Model {
           break;
         }
       }
+      op.forward_seconds += seconds_since(t0);
     }
   }
 
   void backward(int n) {
     for (auto it = ops_.rbegin(); it != ops_.rend(); ++it) {
       Op& op = *it;
+      const auto t0 = std::chrono::steady_clock::now();
       const float* x = input_act(op.in);
       const Dims in = dims(op.in), out = dims(op.out);
       float* dy = grad(op.out);
@@ -590,6 +636,7 @@ class ImageClassifier final : public Model {
           break;
         }
       }
+      op.backward_seconds += seconds_since(t0);
     }
   }
 
@@ -605,6 +652,7 @@ class ImageClassifier final : public Model {
   // Workspace.
   int capacity_ = 0;                             // largest batch seen
   int last_n_ = 0;                               // samples of the last batch
+  double loss_seconds_ = 0.0;
   const float* input_ = nullptr;                 // the batch's images (N, C, H, W)
   std::vector<std::vector<float>> grad_slots_;  // (capacity, largest activation) each
   std::vector<float> col_;                       // (threads, max_col) im2col scratch
@@ -619,6 +667,14 @@ std::span<const float> classifier_logits(const Model& model) {
     throw std::invalid_argument("classifier_logits: " + model.name() + " is not an image classifier");
   }
   return classifier->logits();
+}
+
+std::vector<LayerTiming> classifier_timings(const Model& model) {
+  const auto* classifier = dynamic_cast<const ImageClassifier*>(&model);
+  if (classifier == nullptr) {
+    throw std::invalid_argument("classifier_timings: " + model.name() + " is not an image classifier");
+  }
+  return classifier->timings();
 }
 
 std::unique_ptr<Model> make_resnet20(const ModelSpec& spec) {

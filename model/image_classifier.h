@@ -31,6 +31,8 @@
 
 #include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "model/model.h"
 
@@ -57,5 +59,16 @@ std::unique_ptr<Model> make_mlp(const ModelSpec& spec);
 // evaluate(), valid until its next call. Throws std::invalid_argument for a
 // model that is not one of the classifiers above.
 std::span<const float> classifier_logits(const Model& model);
+
+// Wall time per operation, summed over every call since the model was built
+// (for benchmarks: where a step's time goes). In-place operations (ReLU,
+// shortcut) carry the label of the layer whose output they modify.
+struct LayerTiming {
+  std::string layer;  // e.g. "layer2.0.conv1", "loss"
+  std::string kind;   // conv, batchnorm, relu, shortcut, maxpool, avgpool, linear, ...
+  double forward_seconds = 0.0;
+  double backward_seconds = 0.0;
+};
+std::vector<LayerTiming> classifier_timings(const Model& model);
 
 }  // namespace dctrain
