@@ -3,12 +3,20 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "model/blas.h"
+#include "model/layers/conv2d_avx512.h"
 
 namespace dctrain {
 
 using blas::Trans;
+
+int64_t Conv2dShape::col_size() const {
+  if (pointwise()) return 0;
+  const int64_t col = int64_t{in_channels} * kernel_h * kernel_w * out_height() * out_width();
+  return std::max(col, conv2d_avx512::scratch_size(*this));
+}
 
 void validate(const Conv2dShape& s) {
   auto require = [](bool ok, const std::string& what) {
@@ -106,6 +114,9 @@ void col2im_add(T* x, const T* col, const Conv2dShape& s) {
 
 template <typename T>
 void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv2dShape& s) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv2d_avx512::handles(s)) return conv2d_avx512::forward(y, col, x, w, b, s);
+  }
   const int p = s.out_height() * s.out_width();
   const int k = s.in_channels * s.kernel_h * s.kernel_w;
   for (int i = 0; i < s.n; ++i) {
@@ -127,6 +138,11 @@ void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv
 template <typename T>
 void conv2d_backward(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
                      const Conv2dShape& s, bool accumulate_dx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv2d_avx512::handles(s)) {
+      return conv2d_avx512::backward(dx, dw, db, col, dy, x, w, s, accumulate_dx);
+    }
+  }
   const int p = s.out_height() * s.out_width();
   const int k = s.in_channels * s.kernel_h * s.kernel_w;
   for (int i = 0; i < s.n; ++i) {
