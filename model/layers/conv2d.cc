@@ -7,6 +7,7 @@
 
 #include "model/blas.h"
 #include "model/layers/conv2d_avx512.h"
+#include "model/layers/conv2d_lowering.h"
 
 namespace dctrain {
 
@@ -50,6 +51,8 @@ Span1d valid_outputs(int k, int in, int out, int stride, int padding) {
   end = std::clamp(end, begin, out);
   return {begin, end};
 }
+
+}  // namespace
 
 // col (in_c * kh * kw, out_h * out_w) from one sample x (in_c, in_h, in_w).
 template <typename T>
@@ -109,8 +112,6 @@ void col2im_add(T* x, const T* col, const Conv2dShape& s) {
     }
   }
 }
-
-}  // namespace
 
 template <typename T>
 void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv2dShape& s) {
@@ -235,6 +236,8 @@ void conv2d_backward_reference(T* dx, T* dw, T* db, const T* dy, const T* x, con
 }
 
 #define DCTRAIN_CONV2D(T)                                                                         \
+  template void im2col<T>(T*, const T*, const Conv2dShape&);                                      \
+  template void col2im_add<T>(T*, const T*, const Conv2dShape&);                                  \
   template void conv2d_forward<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&);      \
   template void conv2d_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,                  \
                                    const Conv2dShape&, bool);                                     \

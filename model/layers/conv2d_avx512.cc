@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model/blas.h"
+#include "model/layers/conv2d_lowering.h"
+
 #define DCTRAIN_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,fma")))
 
 namespace dctrain::conv2d_avx512 {
@@ -19,9 +22,11 @@ constexpr int kNr = 3;              // 16-lane segments per forward tile
 constexpr int kWo = 4, kWk = 5;     // dw tile: output channels x (c, ky, kx) columns
 constexpr int64_t kGroupBytes = 512 * 1024;  // dw: samples' padded x and dy kept in L2
 
-bool shape_ok(const Conv2dShape& s) {
-  return s.stride == 1 && !s.pointwise() && s.padding <= s.kernel_h - 1 &&
-         s.padding <= s.kernel_w - 1;
+// Stride 1 with padding below the kernel: computed from the padded input,
+// and dx as a convolution of dy. Other shapes go through im2col (forward,
+// dw) and a GEMM + col2im (dx).
+bool direct(const Conv2dShape& s) {
+  return s.stride == 1 && s.padding <= s.kernel_h - 1 && s.padding <= s.kernel_w - 1;
 }
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -321,14 +326,16 @@ Padded output_padding(const Conv2dShape& s) {
 }  // namespace
 
 bool handles(const Conv2dShape& s) {
-  return shape_ok(s) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+  return !s.pointwise() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("fma");
 }
 
 int64_t scratch_size(const Conv2dShape& s) {
-  if (!shape_ok(s)) return 0;
+  if (s.pointwise()) return 0;
   const int64_t k = int64_t{s.in_channels} * s.kernel_h * s.kernel_w;
+  const int64_t col = k * s.out_height() * s.out_width();
+  if (!direct(s)) return round_up(s.out_channels, kMr) * k + col;
   const int64_t kt = int64_t{s.out_channels} * s.kernel_h * s.kernel_w;
   const int64_t fwd = round_up(s.out_channels, kMr) * k + input_padding(s).size();
   const int64_t dx = round_up(s.in_channels, kMr) * kt + output_padding(s).size();
@@ -340,13 +347,24 @@ void forward(float* y, float* scratch, const float* x, const float* w, const flo
   const int k = s.in_channels * s.kernel_h * s.kernel_w;
   float* panels = scratch;
   pack_panels(panels, s.out_channels, k, [&](int o, int j) { return w[int64_t{o} * k + j]; });
+  float* src = panels + round_up(s.out_channels, kMr) * k;
+  if (!direct(s)) {
+    // B is the im2col matrix (K, P), taken as one row of P positions.
+    const int p = s.out_height() * s.out_width();
+    const KMap km{k, 1, 1, p, 0, 0};
+    const Plane g{1, p, p};
+    for (int i = 0; i < s.n; ++i) {
+      im2col(src, x + i * s.in_size(), s);
+      run_forward(y + i * s.out_size(), s.out_channels, panels, src, km, g, b, false);
+    }
+    return;
+  }
   const Padded pad = input_padding(s);
-  float* xp = panels + round_up(s.out_channels, kMr) * k;
   const KMap km{s.in_channels, s.kernel_h, s.kernel_w, pad.plane(), pad.cols(), 1};
   const Plane g{s.out_height(), s.out_width(), pad.cols()};
   for (int i = 0; i < s.n; ++i) {
-    pad_copy(xp, x + i * s.in_size(), pad);
-    run_forward(y + i * s.out_size(), s.out_channels, panels, xp, km, g, b, false);
+    pad_copy(src, x + i * s.in_size(), pad);
+    run_forward(y + i * s.out_size(), s.out_channels, panels, src, km, g, b, false);
   }
 }
 
@@ -363,6 +381,24 @@ void backward(float* dx, float* dw, float* db, float* scratch, const float* dy, 
         db[o] += sum;
       }
     }
+  }
+  if (!direct(s)) {
+    // One sample's positions are too few to amortise the dw kernel's
+    // horizontal sums here: BLAS takes both GEMMs.
+    const int k = s.in_channels * s.kernel_h * s.kernel_w;
+    for (int i = 0; i < s.n; ++i) {
+      const float* dyi = dy + i * s.out_size();
+      im2col(scratch, x + i * s.in_size(), s);
+      blas::gemm<float>(blas::Trans::kNo, blas::Trans::kYes, s.out_channels, k, p, 1.0f, dyi,
+                        scratch, 1.0f, dw);
+      if (dx == nullptr) continue;
+      float* dxi = dx + i * s.in_size();
+      blas::gemm<float>(blas::Trans::kYes, blas::Trans::kNo, k, p, s.out_channels, 1.0f, w, dyi,
+                        0.0f, scratch);
+      if (!accumulate_dx) std::fill(dxi, dxi + s.in_size(), 0.0f);
+      col2im_add(dxi, scratch, s);
+    }
+    return;
   }
   if (dx != nullptr) {
     // dx (in_c, H, W) = conv of dy padded by kernel - 1 - padding with
