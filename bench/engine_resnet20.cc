@@ -142,16 +142,13 @@ int main(int argc, char** argv) {
     }
     std::printf("  %-22s %9.2f (step wall %.2f ms)\n", "total", 1e3 * total / steps,
                 1e3 * seconds / steps);
-    // Per conv layer, the three biggest.
-    std::vector<std::pair<double, std::string>> convs;
+    // Per conv layer, in model order.
+    std::printf("  %-22s %9s %9s\n", "conv layer, ms", "forward", "backward");
     for (size_t i = 0; i < timed.size(); ++i) {
       if (timed[i].kind != "conv") continue;
-      convs.push_back({(timed[i].forward_seconds - warm[i].forward_seconds + timed[i].backward_seconds -
-                        warm[i].backward_seconds) / steps, timed[i].layer});
-    }
-    std::sort(convs.rbegin(), convs.rend());
-    for (size_t i = 0; i < std::min<size_t>(3, convs.size()); ++i) {
-      std::printf("  slowest conv %-16s %6.2f ms per step\n", convs[i].second.c_str(), 1e3 * convs[i].first);
+      std::printf("  %-22s %9.2f %9.2f\n", timed[i].layer.c_str(),
+                  1e3 * (timed[i].forward_seconds - warm[i].forward_seconds) / steps,
+                  1e3 * (timed[i].backward_seconds - warm[i].backward_seconds) / steps);
     }
   }
   rusage usage{};

@@ -462,9 +462,15 @@ class ImageClassifier final : public Model {
         case OpKind::kConv: {
           const float* w = param(op.weight);
           const float* b = op.bias >= 0 ? param(op.bias) : nullptr;
-          pool_.parallel_for(n, [&](int64_t i, int t) {
-            conv2d_forward(y + i * out.size(), col_.data() + t * max_col_, x + i * in.size(), w, b,
-                           op.conv);
+          // Chunks of samples: the weights are laid out for the kernel once
+          // per call. Each sample's output does not depend on the chunking.
+          const int chunks = std::min(n, kMaxChunks);
+          pool_.parallel_for(chunks, [&](int64_t c, int t) {
+            const auto [begin, end] = chunk(static_cast<int>(c), chunks, n);
+            Conv2dShape s = op.conv;
+            s.n = end - begin;
+            conv2d_forward(y + begin * out.size(), col_.data() + t * max_col_, x + begin * in.size(),
+                           w, b, s);
           });
           break;
         }

@@ -3,12 +3,21 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "model/blas.h"
+#include "model/layers/conv2d_avx512.h"
+#include "model/layers/conv2d_lowering.h"
 
 namespace dctrain {
 
 using blas::Trans;
+
+int64_t Conv2dShape::col_size() const {
+  if (pointwise()) return 0;
+  const int64_t col = int64_t{in_channels} * kernel_h * kernel_w * out_height() * out_width();
+  return std::max(col, conv2d_avx512::scratch_size(*this));
+}
 
 void validate(const Conv2dShape& s) {
   auto require = [](bool ok, const std::string& what) {
@@ -42,6 +51,8 @@ Span1d valid_outputs(int k, int in, int out, int stride, int padding) {
   end = std::clamp(end, begin, out);
   return {begin, end};
 }
+
+}  // namespace
 
 // col (in_c * kh * kw, out_h * out_w) from one sample x (in_c, in_h, in_w).
 template <typename T>
@@ -102,10 +113,11 @@ void col2im_add(T* x, const T* col, const Conv2dShape& s) {
   }
 }
 
-}  // namespace
-
 template <typename T>
 void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv2dShape& s) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv2d_avx512::handles(s)) return conv2d_avx512::forward(y, col, x, w, b, s);
+  }
   const int p = s.out_height() * s.out_width();
   const int k = s.in_channels * s.kernel_h * s.kernel_w;
   for (int i = 0; i < s.n; ++i) {
@@ -127,6 +139,11 @@ void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv
 template <typename T>
 void conv2d_backward(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
                      const Conv2dShape& s, bool accumulate_dx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv2d_avx512::handles(s)) {
+      return conv2d_avx512::backward(dx, dw, db, col, dy, x, w, s, accumulate_dx);
+    }
+  }
   const int p = s.out_height() * s.out_width();
   const int k = s.in_channels * s.kernel_h * s.kernel_w;
   for (int i = 0; i < s.n; ++i) {
@@ -219,6 +236,8 @@ void conv2d_backward_reference(T* dx, T* dw, T* db, const T* dy, const T* x, con
 }
 
 #define DCTRAIN_CONV2D(T)                                                                         \
+  template void im2col<T>(T*, const T*, const Conv2dShape&);                                      \
+  template void col2im_add<T>(T*, const T*, const Conv2dShape&);                                  \
   template void conv2d_forward<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&);      \
   template void conv2d_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,                  \
                                    const Conv2dShape&, bool);                                     \

@@ -30,10 +30,9 @@ struct Conv2dShape {
   int64_t weight_size() const { return int64_t{out_channels} * in_channels * kernel_h * kernel_w; }
   // True when the layer is a plain GEMM on x (no im2col, no scratch used).
   bool pointwise() const { return kernel_h == 1 && kernel_w == 1 && stride == 1 && padding == 0; }
-  // Floats of scratch the fast path needs (one sample's col; 0 when pointwise).
-  int64_t col_size() const {
-    return pointwise() ? 0 : int64_t{in_channels} * kernel_h * kernel_w * out_height() * out_width();
-  }
+  // Floats of scratch the fast paths need per call (at least one sample's
+  // col; 0 when pointwise).
+  int64_t col_size() const;
 };
 
 // Throws std::invalid_argument naming the bad field when the shape is not a
