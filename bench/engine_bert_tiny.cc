@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sgemm_reference.h"
 #include "common/random.h"
 #include "model/bert_tiny.h"
 #include "model/optimizer.h"
@@ -22,24 +23,6 @@ using dctrain::Batch;
 
 constexpr int kBatch = 32, kSeq = 128, kVocab = 30522, kMasked = 19;
 constexpr double kFlopPerToken = 6.25e6;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double sgemm_gflops(int threads) {
-  constexpr int n = 2048;
-  openblas_set_num_threads(threads);
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-  double best = 1e30;
-  for (int r = 0; r < 4; ++r) {  // the first is a warm-up
-    const auto t0 = std::chrono::steady_clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-    if (r > 0) best = std::min(best, seconds_since(t0));
-  }
-  return 2.0 * n * n * static_cast<double>(n) / best * 1e-9;
-}
 
 // [CLS] + 126 tokens + [SEP], 19 of the 126 masked (as the MLM recipe).
 Batch make_batch() {
@@ -89,7 +72,7 @@ double tokens_per_second(int threads, int steps, const Batch& batch) {
   for (int s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     step();
-    best = std::min(best, seconds_since(t0));
+    best = std::min(best, dctrain::bench::seconds_since(t0));
   }
   return kBatch * kSeq / best;
 }
@@ -104,7 +87,7 @@ int main(int argc, char** argv) {
       "0.1, AdamW; best of %d steps (machine shared: figures are noisy)\n",
       kBatch, kSeq, kVocab, kMasked, steps);
   for (int threads : {1, 2}) {
-    const double peak = sgemm_gflops(threads);
+    const double peak = dctrain::bench::sgemm_gflops(2048, threads, 3);
     const double tps = tokens_per_second(threads, steps, batch);
     const double gflops = tps * kFlopPerToken * 1e-9;
     std::printf("threads %d: %8.0f tok/s  %6.1f GFLOP/s  = %4.1f%% of sgemm peak (%.1f GFLOP/s)\n",

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/sgemm_reference.h"
 #include "common/random.h"
 #include "model/image_classifier.h"
 #include "model/model.h"
@@ -29,28 +30,6 @@ using dctrain::Batch;
 using dctrain::BatchKind;
 
 constexpr double kTrainMflopPerImage = 243.3;
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-double sgemm_gflops(int threads) {
-  constexpr int n = 1024;
-  openblas_set_num_threads(threads);
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
-  auto once = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-  };
-  once();
-  double best = 1e30;
-  for (int r = 0; r < 5; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    once();
-    best = std::min(best, seconds_since(t0));
-  }
-  return 2.0 * n * n * static_cast<double>(n) / best * 1e-9;
-}
 
 Batch random_batch(int n) {
   Batch b;
@@ -104,7 +83,7 @@ int main(int argc, char** argv) {
               "(machine shared: figures are noisy)\n", batch_size, steps);
   const Batch batch = random_batch(batch_size);
   for (int threads : thread_counts) {
-    const double peak = sgemm_gflops(threads);
+    const double peak = dctrain::bench::sgemm_gflops(1024, threads, 5);
     dctrain::ModelSpec spec;
     spec.name = "resnet20";
     spec.threads = threads;
@@ -117,7 +96,7 @@ int main(int argc, char** argv) {
       model->statistics().zero();
       model->train_micro_batch(batch);
     }
-    const double seconds = seconds_since(t0);
+    const double seconds = dctrain::bench::seconds_since(t0);
     const double images_per_second = batch_size * steps / seconds;
     const double gflops = images_per_second * kTrainMflopPerImage * 1e-3;
     std::printf("threads %d: %.1f img/s, %.1f GFLOP/s = %.0f%% of cblas_sgemm peak %.1f GFLOP/s\n",
