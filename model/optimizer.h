@@ -1,0 +1,93 @@
+// Optimizers over the flat arenas, with PyTorch's exact update rules
+// (torch.optim.SGD and torch.optim.AdamW, single-tensor path): every element
+// is updated on its own, in float, in a fixed order of operations, so every
+// replica that applies the same gradient gets the same bits.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/param_table.h"
+
+namespace dctrain {
+
+struct OptimizerSpec {
+  std::string name = "sgd";   // "sgd" or "adamw"
+  double weight_decay = 0.0;  // sgd: added to the gradient; adamw: decoupled
+  // sgd
+  double momentum = 0.0;      // dampening is always 0
+  bool nesterov = false;      // needs momentum > 0
+  // adamw
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual std::string name() const = 0;
+
+  // One update of `parameters` with the step's (averaged) gradient at
+  // learning rate lr. Both spans are laid out by the table given at
+  // construction.
+  virtual void step(std::span<float> parameters, std::span<const float> gradients, double lr) = 0;
+
+  // Updates applied so far (AdamW's bias correction and SGD's first momentum
+  // step depend on it); settable for checkpoint restore.
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+
+  // The state tensors, one arena each, laid out by the parameter table
+  // (sgd: "momentum_buffer" when momentum > 0; adamw: "exp_avg", "exp_avg_sq").
+  const std::vector<std::string>& state_names() const { return state_names_; }
+  std::span<Arena> state() { return state_; }
+
+ protected:
+  Optimizer(const ParamTable& table, std::vector<std::string> state_names);
+  void check_sizes(std::span<float> parameters, std::span<const float> gradients) const;
+
+  const ParamTable* table_;
+  int64_t steps_ = 0;
+  std::vector<std::string> state_names_;
+  std::vector<Arena> state_;
+};
+
+// torch.optim.SGD(momentum, dampening=0, nesterov, weight_decay):
+//   d = g + wd * p;  b = d on the first step, else momentum * b + d;
+//   d = nesterov ? d + momentum * b : b   (momentum > 0);  p = p - lr * d.
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const ParamTable& table, const OptimizerSpec& spec);
+  std::string name() const override { return "sgd"; }
+  void step(std::span<float> parameters, std::span<const float> gradients, double lr) override;
+
+ private:
+  float momentum_, weight_decay_;
+  bool nesterov_;
+};
+
+// torch.optim.AdamW(betas, eps, weight_decay), amsgrad off:
+//   p = p * (1 - lr * wd);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+//   p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+class AdamW final : public Optimizer {
+ public:
+  AdamW(const ParamTable& table, const OptimizerSpec& spec);
+  std::string name() const override { return "adamw"; }
+  void step(std::span<float> parameters, std::span<const float> gradients, double lr) override;
+
+ private:
+  double beta1_, beta2_, eps_, weight_decay_;
+};
+
+// Builds spec.name; throws std::invalid_argument for an unknown name or a bad
+// hyper-parameter, saying which and what is allowed.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, const ParamTable& table);
+
+}  // namespace dctrain

@@ -1,0 +1,196 @@
+// Optimizers, schedules and clipping: hand-computed steps, and trajectories
+// recorded from PyTorch (tests/fixtures/make_optimizer_fixture.py).
+#include "model/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "model/grad_clip.h"
+#include "model/lr_schedule.h"
+#include "tests/model/fixture_reader.h"
+
+namespace dctrain {
+namespace {
+
+ParamTable one_float() {
+  ParamTable table;
+  table.add("w", {1});
+  return table;
+}
+
+TEST(Sgd, MomentumAndWeightDecayByHand) {
+  const ParamTable table = one_float();
+  OptimizerSpec spec{.name = "sgd", .weight_decay = 0.1, .momentum = 0.9};
+  auto sgd = make_optimizer(spec, table);
+  std::vector<float> p = {1.0f};
+  const std::vector<float> g = {0.5f};
+  sgd->step(p, g, 0.1);  // d = 0.5 + 0.1 = 0.6; b = d; p = 1 - 0.06
+  EXPECT_NEAR(p[0], 0.94f, 1e-7f);
+  sgd->step(p, g, 0.1);  // d = 0.5 + 0.094 = 0.594; b = 0.54 + 0.594 = 1.134; p = 0.94 - 0.1134
+  EXPECT_NEAR(p[0], 0.8266f, 1e-6f);
+  EXPECT_NEAR(sgd->state()[0].flat()[0], 1.134f, 1e-6f);
+  EXPECT_EQ(sgd->steps(), 2);
+}
+
+TEST(Sgd, NesterovByHand) {
+  const ParamTable table = one_float();
+  auto sgd = make_optimizer({.name = "sgd", .momentum = 0.5, .nesterov = true}, table);
+  std::vector<float> p = {1.0f};
+  const std::vector<float> g = {1.0f};
+  sgd->step(p, g, 0.1);  // b = 1; d = 1 + 0.5 = 1.5; p = 0.85
+  EXPECT_NEAR(p[0], 0.85f, 1e-7f);
+  sgd->step(p, g, 0.1);  // b = 1.5; d = 1 + 0.75 = 1.75; p = 0.675
+  EXPECT_NEAR(p[0], 0.675f, 1e-6f);
+}
+
+TEST(AdamW, FirstStepByHand) {
+  const ParamTable table = one_float();
+  auto adamw = make_optimizer({.name = "adamw", .weight_decay = 0.01}, table);
+  std::vector<float> p = {1.0f};
+  const std::vector<float> g = {0.5f};
+  // p = 0.999; m = 0.05, v = 2.5e-4; step size 0.1 / 0.1 = 1;
+  // denom = sqrt(2.5e-4) / sqrt(1e-3) + 1e-8 = 0.5 + 1e-8; p = 0.999 - 0.1.
+  adamw->step(p, g, 0.1);
+  EXPECT_NEAR(p[0], 0.899f, 1e-6f);
+  EXPECT_NEAR(adamw->state()[0].flat()[0], 0.05f, 1e-8f);
+  EXPECT_NEAR(adamw->state()[1].flat()[0], 2.5e-4f, 1e-10f);
+  EXPECT_EQ(adamw->state_names()[1], "exp_avg_sq");
+}
+
+TEST(Optimizer, RejectsBadSpecsAndSizes) {
+  const ParamTable table = one_float();
+  EXPECT_THROW(make_optimizer({.name = "lamb"}, table), std::invalid_argument);
+  EXPECT_THROW(make_optimizer({.name = "sgd", .nesterov = true}, table), std::invalid_argument);
+  EXPECT_THROW(make_optimizer({.name = "adamw", .beta1 = 1.0}, table), std::invalid_argument);
+  auto sgd = make_optimizer({.name = "sgd"}, table);
+  std::vector<float> p(2), g(2);
+  EXPECT_THROW(sgd->step(p, g, 0.1), std::invalid_argument);
+}
+
+TEST(Optimizer, SameGradientSameBitsOnEveryReplica) {
+  ParamTable table;
+  table.add("w", {1000});
+  std::vector<float> a(1000), grad(1000);
+  for (int i = 0; i < 1000; ++i) {
+    a[i] = std::sin(static_cast<float>(i));
+    grad[i] = std::cos(static_cast<float>(3 * i)) * 1e-3f;
+  }
+  std::vector<float> b = a;
+  auto one = make_optimizer({.name = "adamw", .weight_decay = 0.01}, table);
+  auto two = make_optimizer({.name = "adamw", .weight_decay = 0.01}, table);
+  for (int s = 0; s < 5; ++s) {
+    one->step(a, grad, 1e-3);
+    two->step(b, grad, 1e-3);
+  }
+  EXPECT_EQ(checksum(a), checksum(b));
+  EXPECT_EQ(checksum(one->state()[1].flat()), checksum(two->state()[1].flat()));
+}
+
+TEST(LrSchedule, WarmupStepAndCosineByHand) {
+  const LrScheduleSpec warmup{.name = "constant", .base_lr = 1e-3, .warmup_steps = 30};
+  EXPECT_EQ(learning_rate(warmup, 0), 0.0);
+  EXPECT_DOUBLE_EQ(learning_rate(warmup, 15), 5e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(warmup, 30), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(warmup, 100000), 1e-3);
+  const LrScheduleSpec step{.name = "step", .base_lr = 0.1, .step_size = 10, .gamma = 0.1};
+  EXPECT_DOUBLE_EQ(learning_rate(step, 9), 0.1);
+  EXPECT_NEAR(learning_rate(step, 25), 1e-3, 1e-15);
+  const LrScheduleSpec cosine{.name = "cosine", .base_lr = 0.1, .total_steps = 100};
+  EXPECT_DOUBLE_EQ(learning_rate(cosine, 0), 0.1);
+  EXPECT_NEAR(learning_rate(cosine, 50), 0.05, 1e-15);
+  EXPECT_EQ(learning_rate(cosine, 100), 0.0);
+  EXPECT_EQ(learning_rate(cosine, 150), 0.0);
+  EXPECT_THROW(validate({.name = "cosine", .total_steps = 0}), std::invalid_argument);
+  EXPECT_THROW(validate({.name = "linear"}), std::invalid_argument);
+  EXPECT_NO_THROW(validate(cosine));
+}
+
+TEST(GradClip, ScalesToMaxNormOnlyAbove) {
+  std::vector<float> g = {3.0f, 4.0f};
+  EXPECT_DOUBLE_EQ(clip_grad_norm(g, 10.0), 5.0);
+  EXPECT_EQ(g[0], 3.0f);
+  EXPECT_DOUBLE_EQ(clip_grad_norm(g, 1.0), 5.0);
+  EXPECT_NEAR(g[0], 0.6f, 1e-6f);
+  EXPECT_NEAR(g[1], 0.8f, 1e-6f);
+}
+
+// Against PyTorch.
+
+const testing::Fixture& fixture() {
+  static const testing::Fixture f(DCTRAIN_SOURCE_DIR "/tests/fixtures/optimizer_fixture.bin");
+  return f;
+}
+
+void expect_trajectory(const std::string& name, const OptimizerSpec& spec) {
+  const auto& f = fixture();
+  ParamTable table;
+  table.add("a", {3, 4});
+  table.add("b", {5});
+  const auto& initial = f["initial"].values;
+  const auto& grads = f["gradients"];
+  const auto& lrs = f[name + ".lr"].values;
+  const auto& expected = f[name + ".params"];
+  ASSERT_EQ(initial.size(), table.total());
+  std::vector<float> p(initial.begin(), initial.end());
+  auto opt = make_optimizer(spec, table);
+  const size_t steps = lrs.size(), count = table.total();
+  for (size_t s = 0; s < steps; ++s) {
+    std::vector<float> g(grads.values.begin() + s * count, grads.values.begin() + (s + 1) * count);
+    opt->step(p, g, lrs[s]);
+    for (size_t i = 0; i < count; ++i) {
+      const double want = expected.values[s * count + i];
+      // PyTorch's kernels may fuse a multiply-add; ours never do.
+      ASSERT_NEAR(p[i], want, 2e-6 * std::max(1.0, std::abs(want)))
+          << name << " step " << s << " element " << i;
+    }
+  }
+}
+
+TEST(OptimizerVsPyTorch, SgdMomentumWeightDecayCosine) {
+  expect_trajectory("sgd_momentum", {.name = "sgd", .weight_decay = 5e-4, .momentum = 0.9});
+}
+TEST(OptimizerVsPyTorch, SgdNesterov) {
+  expect_trajectory("sgd_nesterov",
+                    {.name = "sgd", .weight_decay = 1e-2, .momentum = 0.9, .nesterov = true});
+}
+TEST(OptimizerVsPyTorch, SgdPlain) { expect_trajectory("sgd_plain", {.name = "sgd"}); }
+TEST(OptimizerVsPyTorch, AdamWWithWarmup) {
+  expect_trajectory("adamw", {.name = "adamw", .weight_decay = 0.01});
+}
+TEST(OptimizerVsPyTorch, AdamWOtherBetas) {
+  expect_trajectory("adamw_betas",
+                    {.name = "adamw", .weight_decay = 0.1, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6});
+}
+
+TEST(OptimizerVsPyTorch, SchedulesMatchTorchSchedulers) {
+  const auto& f = fixture();
+  auto expect = [&](const std::string& name, const LrScheduleSpec& spec) {
+    const auto& lrs = f[name].values;
+    for (size_t s = 0; s < lrs.size(); ++s) {
+      EXPECT_NEAR(learning_rate(spec, static_cast<int64_t>(s)), lrs[s], 1e-12) << name << " " << s;
+    }
+  };
+  expect("schedule.step", {.name = "step", .base_lr = 0.1, .step_size = 3, .gamma = 0.5});
+  // CosineAnnealingLR(T_max=10) run for 12 steps: 0 at step 10; torch's
+  // recursive form then climbs back (period 2 T_max), which is no use
+  // for a run that ends at total_steps, so only the first 11 are compared.
+  const LrScheduleSpec cosine{.name = "cosine", .base_lr = 0.1, .total_steps = 10};
+  const auto& lrs = f["schedule.cosine"].values;
+  for (int s = 0; s <= 10; ++s) EXPECT_NEAR(learning_rate(cosine, s), lrs[s], 1e-12) << s;
+  expect("schedule.warmup", {.name = "constant", .base_lr = 0.1, .warmup_steps = 4});
+}
+
+TEST(OptimizerVsPyTorch, ClipGradNorm) {
+  const auto& f = fixture();
+  const auto& grads = f["gradients"].values;
+  const auto& clipped = f["clip.clipped"].values;
+  std::vector<float> g(grads.begin(), grads.begin() + static_cast<long>(clipped.size()));
+  const double norm = clip_grad_norm(g, 1.0);
+  EXPECT_NEAR(norm, f.scalar("clip.norm"), 1e-6 * norm);
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], clipped[i], 1e-7) << i;
+}
+
+}  // namespace
+}  // namespace dctrain
