@@ -96,8 +96,18 @@ void apply_defaults(v1::RunConfig& c) {
 
   v1::DatasetConfig& d = *c.mutable_dataset();
   if (d.kind().empty()) d.set_kind("synthetic");
-  DCTRAIN_DEFAULT(d, synthetic_train, 4096u);
-  DCTRAIN_DEFAULT(d, synthetic_test, 1024u);
+  if (d.corpus().empty()) d.set_corpus("tinyshakespeare");
+  if (d.vocab().empty()) d.set_vocab("bert-base-uncased/vocab.txt");
+  if (!d.has_augment()) d.set_augment(true);
+  DCTRAIN_DEFAULT(d, masked_per_sequence, 19u);
+  DCTRAIN_DEFAULT(d, seed, c.seed());
+  if (d.kind() == "synthetic" && m.image_channels() == 0) {
+    // The generator draws images of the shape the model was made for.
+    const bool mnist_shaped = m.name() == "mnist-cnn" || m.name() == "mlp";
+    m.set_image_channels(mnist_shaped ? 1 : 3);
+    m.set_image_height(mnist_shaped ? 28 : 32);
+    m.set_image_width(mnist_shaped ? 28 : 32);
+  }
 
   v1::OptimizerConfig& o = *c.mutable_optimizer();
   if (o.kind().empty()) o.set_kind("sgd");
@@ -153,17 +163,23 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   if (!one_of(d.kind(), kDatasets)) {
     problem("dataset.kind '{}' is not known; use one of {}", d.kind(), list(kDatasets));
   }
-  if (d.kind() != "synthetic" && d.path().empty()) {
-    problem("dataset.path is empty: name the {} folder under the data root (e.g. 'mnist', "
-            "'cifar-10-partial', 'text/tinyshakespeare')", d.kind());
+  auto check_relative = [&](const std::string& field, const std::string& path) {
+    if (!path.empty() && (path.front() == '/' || path.find("..") != std::string::npos)) {
+      problem("dataset.{} '{}' must be relative to the worker's --data-dir root, without '..'",
+              field, path);
+    }
+  };
+  for (const std::string& f : d.train_files()) check_relative("train_files", f);
+  for (const std::string& f : d.test_files()) check_relative("test_files", f);
+  check_relative("vocab", d.vocab());
+  check_relative("corpus", d.corpus());
+  if ((d.kind() == "mnist" || d.kind() == "fashion-mnist") &&
+      ((d.train_files_size() != 0 && d.train_files_size() != 2) ||
+       (d.test_files_size() != 0 && d.test_files_size() != 2))) {
+    problem("dataset.train_files / test_files for {} name two files each (images, labels)", d.kind());
   }
-  if (!d.path().empty() && (d.path().front() == '/' || d.path().find("..") != std::string::npos)) {
-    problem("dataset.path '{}' must be relative to the worker's --data-dir root, without '..'",
-            d.path());
-  }
-  if (d.kind() == "text-mlm" && d.vocab().empty()) {
-    problem("dataset.vocab is empty: text-mlm needs the WordPiece vocab under the data root, e.g. "
-            "'bert-base-uncased/vocab.txt'");
+  if (d.masked_per_sequence() == 0 || d.masked_per_sequence() > 126) {
+    problem("dataset.masked_per_sequence is {}; use 1..126", d.masked_per_sequence());
   }
   const bool text = d.kind() == "text-mlm";
   if (text != (m.name() == "bert-tiny") && one_of(m.name(), kModels) && d.kind() != "synthetic") {

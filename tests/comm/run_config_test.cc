@@ -87,7 +87,8 @@ TEST(RunConfig, NeedsAStopCriterionAndARelativeDataPath) {
   v1::RunConfig c = parse_run_config(kGood, "x");
   c.mutable_stop()->Clear();
   c.mutable_dataset()->set_kind("mnist");
-  c.mutable_dataset()->set_path("/abs/mnist");
+  c.mutable_dataset()->add_train_files("/abs/mnist/train-images-idx3-ubyte.gz");
+  c.mutable_dataset()->add_train_files("mnist/train-labels-idx1-ubyte.gz");
   const auto problems = [&] { apply_defaults(c); return validate(c); }();
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_TRUE(mentions(problems[0] + problems[1], "relative to the worker's --data-dir"));
