@@ -14,11 +14,10 @@ Optimizer::Optimizer(const ParamTable& table, std::vector<std::string> state_nam
 
 void Optimizer::check_sizes(std::span<float> parameters, std::span<const float> gradients) const {
   if (parameters.size() != table_->total() || gradients.size() != table_->total()) {
-    throw std::invalid_argument(name() + " step: parameters have " +
-                                std::to_string(parameters.size()) + " and gradients " +
-                                std::to_string(gradients.size()) + " floats, the table " +
-                                std::to_string(table_->total()) +
-                                "; pass arenas laid out by the optimizer's table");
+    throw std::invalid_argument(
+        name() + " step: parameters have " + std::to_string(parameters.size()) + " and gradients " +
+        std::to_string(gradients.size()) + " floats, the table " + std::to_string(table_->total()) +
+        "; pass arenas laid out by the optimizer's table");
   }
 }
 

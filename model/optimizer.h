@@ -18,8 +18,8 @@ struct OptimizerSpec {
   std::string name = "sgd";   // "sgd" or "adamw"
   double weight_decay = 0.0;  // sgd: added to the gradient; adamw: decoupled
   // sgd
-  double momentum = 0.0;      // dampening is always 0
-  bool nesterov = false;      // needs momentum > 0
+  double momentum = 0.0;  // dampening is always 0
+  bool nesterov = false;  // needs momentum > 0
   // adamw
   double beta1 = 0.9;
   double beta2 = 0.999;

@@ -12,18 +12,7 @@
 namespace dctrain {
 namespace {
 
-// GEMM with explicit leading dimensions, for one head's strided columns.
-template <typename T>
-void gemm_ld(bool trans_a, bool trans_b, int m, int n, int k, T alpha, const T* a, int lda,
-             const T* b, int ldb, T beta, T* c, int ldc) {
-  const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
-  const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
-  if constexpr (sizeof(T) == sizeof(float)) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-}
+using blas::Trans;
 
 uint64_t head_key(const AttentionDropout& dropout, int s, int h) {
   return hash_key({dropout.keys[s], static_cast<uint64_t>(h)});
@@ -31,7 +20,9 @@ uint64_t head_key(const AttentionDropout& dropout, int s, int h) {
 
 }  // namespace
 
-size_t attention_forward_scratch(int t) { return static_cast<size_t>(t) * t; }
+size_t attention_forward_scratch(int t) {
+  return static_cast<size_t>(t) * t;
+}
 
 size_t attention_backward_scratch(int n, int t, int hidden) {
   return 4 * static_cast<size_t>(n) * t * hidden + 2 * static_cast<size_t>(t) * t;
@@ -56,7 +47,7 @@ void attention_forward(T* y, const AttentionSaved<T>& saved, T* scratch, const T
       const T* v = saved.v + base + h * dh;
       T* p = saved.probs + (static_cast<size_t>(s) * heads + h) * tt;
       // scores (t, t) = scale * q k^T + mask; softmax over each row.
-      gemm_ld<T>(false, true, t, t, dh, scale, q, hidden, k, hidden, T(0), p, t);
+      blas::gemm<T>(Trans::kNo, Trans::kYes, t, t, dh, scale, q, hidden, k, hidden, T(0), p, t);
       for (int i = 0; i < t; ++i) {
         T* row = p + static_cast<size_t>(i) * t;
         T top = -std::numeric_limits<T>::infinity();
@@ -78,8 +69,8 @@ void attention_forward(T* y, const AttentionSaved<T>& saved, T* scratch, const T
         used = scratch;
       }
       // context (t, dh) = probs (t, t) v (t, dh)
-      gemm_ld<T>(false, false, t, dh, t, T(1), used, t, v, hidden, T(0), saved.context + base + h * dh,
-                 hidden);
+      blas::gemm<T>(Trans::kNo, Trans::kNo, t, dh, t, T(1), used, t, v, hidden, T(0),
+                    saved.context + base + h * dh, hidden);
     }
   }
   linear_forward(y, saved.context, params.wo, params.bo, rows, hidden, hidden);
@@ -87,16 +78,17 @@ void attention_forward(T* y, const AttentionSaved<T>& saved, T* scratch, const T
 
 template <typename T>
 void attention_backward(T* dx, const AttentionGrads<T>& grads, T* scratch, const T* dy,
-                        const AttentionSaved<T>& saved, const T* x, const AttentionParams<T>& params,
-                        const AttentionDropout& dropout, int n, int t, int hidden, int heads) {
+                        const AttentionSaved<T>& saved, const T* x,
+                        const AttentionParams<T>& params, const AttentionDropout& dropout, int n,
+                        int t, int hidden, int heads) {
   const int rows = n * t, dh = hidden / heads;
   const size_t plane = static_cast<size_t>(rows) * hidden, tt = static_cast<size_t>(t) * t;
-  T* dcontext = scratch;        // (n, t, hidden)
-  T* dq = dcontext + plane;     // (n, t, hidden)
-  T* dk = dq + plane;           // (n, t, hidden)
-  T* dv = dk + plane;           // (n, t, hidden)
-  T* dprobs = dv + plane;       // (t, t)
-  T* dropped = dprobs + tt;     // (t, t) probabilities after dropout
+  T* dcontext = scratch;     // (n, t, hidden)
+  T* dq = dcontext + plane;  // (n, t, hidden)
+  T* dk = dq + plane;        // (n, t, hidden)
+  T* dv = dk + plane;        // (n, t, hidden)
+  T* dprobs = dv + plane;    // (t, t)
+  T* dropped = dprobs + tt;  // (t, t) probabilities after dropout
   linear_backward(dcontext, grads.wo, grads.bo, dy, saved.context, params.wo, rows, hidden, hidden);
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(dh)));
   for (int s = 0; s < n; ++s) {
@@ -110,9 +102,10 @@ void attention_backward(T* dx, const AttentionGrads<T>& grads, T* scratch, const
         used = dropped;
       }
       // dv = used^T dcontext; d(used) = dcontext v^T.
-      gemm_ld<T>(true, false, t, dh, t, T(1), used, t, dcontext + at, hidden, T(0), dv + at, hidden);
-      gemm_ld<T>(false, true, t, t, dh, T(1), dcontext + at, hidden, saved.v + at, hidden, T(0), dprobs,
-                 t);
+      blas::gemm<T>(Trans::kYes, Trans::kNo, t, dh, t, T(1), used, t, dcontext + at, hidden, T(0),
+                    dv + at, hidden);
+      blas::gemm<T>(Trans::kNo, Trans::kYes, t, t, dh, T(1), dcontext + at, hidden, saved.v + at,
+                    hidden, T(0), dprobs, t);
       if (dropout.p > 0.0) dropout_backward(dprobs, dprobs, dropout.p, head_key(dropout, s, h), tt);
       // Softmax backward, with the score scale folded in:
       // dscores = scale * p (dprobs - sum_j dprobs p).
@@ -124,15 +117,16 @@ void attention_backward(T* dx, const AttentionGrads<T>& grads, T* scratch, const
         for (int j = 0; j < t; ++j) g[j] = scale * pi[j] * (g[j] - dot);
       }
       // dq = dscores k; dk = dscores^T q.
-      gemm_ld<T>(false, false, t, dh, t, T(1), dprobs, t, saved.k + at, hidden, T(0), dq + at, hidden);
-      gemm_ld<T>(true, false, t, dh, t, T(1), dprobs, t, saved.q + at, hidden, T(0), dk + at, hidden);
+      blas::gemm<T>(Trans::kNo, Trans::kNo, t, dh, t, T(1), dprobs, t, saved.k + at, hidden, T(0),
+                    dq + at, hidden);
+      blas::gemm<T>(Trans::kYes, Trans::kNo, t, dh, t, T(1), dprobs, t, saved.q + at, hidden, T(0),
+                    dk + at, hidden);
     }
   }
   linear_backward<T>(nullptr, grads.wq, grads.bq, dq, x, params.wq, rows, hidden, hidden);
   linear_backward<T>(nullptr, grads.wk, grads.bk, dk, x, params.wk, rows, hidden, hidden);
   linear_backward<T>(nullptr, grads.wv, grads.bv, dv, x, params.wv, rows, hidden, hidden);
   if (dx != nullptr) {
-    using blas::Trans;
     blas::gemm<T>(Trans::kNo, Trans::kNo, rows, hidden, hidden, T(1), dq, params.wq, T(0), dx);
     blas::gemm<T>(Trans::kNo, Trans::kNo, rows, hidden, hidden, T(1), dk, params.wk, T(1), dx);
     blas::gemm<T>(Trans::kNo, Trans::kNo, rows, hidden, hidden, T(1), dv, params.wv, T(1), dx);
@@ -144,15 +138,15 @@ template void attention_forward<float>(float*, const AttentionSaved<float>&, flo
                                        const AttentionDropout&, int, int, int, int);
 template void attention_forward<double>(double*, const AttentionSaved<double>&, double*,
                                         const double*, const uint8_t*,
-                                        const AttentionParams<double>&, const AttentionDropout&, int,
-                                        int, int, int);
+                                        const AttentionParams<double>&, const AttentionDropout&,
+                                        int, int, int, int);
 template void attention_backward<float>(float*, const AttentionGrads<float>&, float*, const float*,
                                         const AttentionSaved<float>&, const float*,
                                         const AttentionParams<float>&, const AttentionDropout&, int,
                                         int, int, int);
 template void attention_backward<double>(double*, const AttentionGrads<double>&, double*,
-                                         const double*, const AttentionSaved<double>&, const double*,
-                                         const AttentionParams<double>&, const AttentionDropout&,
-                                         int, int, int, int);
+                                         const double*, const AttentionSaved<double>&,
+                                         const double*, const AttentionParams<double>&,
+                                         const AttentionDropout&, int, int, int, int);
 
 }  // namespace dctrain

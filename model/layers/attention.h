@@ -55,7 +55,8 @@ void attention_forward(T* y, const AttentionSaved<T>& saved, T* scratch, const T
 // dx (n, t, hidden) OVERWRITTEN (skipped when null); parameter gradients ADDED.
 template <typename T>
 void attention_backward(T* dx, const AttentionGrads<T>& grads, T* scratch, const T* dy,
-                        const AttentionSaved<T>& saved, const T* x, const AttentionParams<T>& params,
-                        const AttentionDropout& dropout, int n, int t, int hidden, int heads);
+                        const AttentionSaved<T>& saved, const T* x,
+                        const AttentionParams<T>& params, const AttentionDropout& dropout, int n,
+                        int t, int hidden, int heads);
 
 }  // namespace dctrain

@@ -21,7 +21,8 @@ void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* gamma, cons
       const T c = xi[j] - m;
       sq += c * c;
     }
-    const T r = static_cast<T>(1.0 / std::sqrt(static_cast<double>(sq / static_cast<T>(dim)) + eps));
+    const T r =
+        static_cast<T>(1.0 / std::sqrt(static_cast<double>(sq / static_cast<T>(dim)) + eps));
     mean[i] = m;
     rstd[i] = r;
     for (int j = 0; j < dim; ++j) yi[j] = (xi[j] - m) * r * gamma[j] + beta[j];

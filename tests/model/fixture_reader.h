@@ -56,10 +56,17 @@ class Fixture {
       } else {
         for (double& v : t.values) {
           switch (dtype) {
-            case 0: v = read<float>(); break;
-            case 1: v = read<double>(); break;
-            case 2: v = read<int32_t>(); break;
-            default: throw std::runtime_error("fixture: " + name + " has unknown dtype");
+            case 0:
+              v = read<float>();
+              break;
+            case 1:
+              v = read<double>();
+              break;
+            case 2:
+              v = read<int32_t>();
+              break;
+            default:
+              throw std::runtime_error("fixture: " + name + " has unknown dtype");
           }
         }
       }

@@ -155,13 +155,16 @@ TEST(OptimizerVsPyTorch, SgdNesterov) {
   expect_trajectory("sgd_nesterov",
                     {.name = "sgd", .weight_decay = 1e-2, .momentum = 0.9, .nesterov = true});
 }
-TEST(OptimizerVsPyTorch, SgdPlain) { expect_trajectory("sgd_plain", {.name = "sgd"}); }
+TEST(OptimizerVsPyTorch, SgdPlain) {
+  expect_trajectory("sgd_plain", {.name = "sgd"});
+}
 TEST(OptimizerVsPyTorch, AdamWWithWarmup) {
   expect_trajectory("adamw", {.name = "adamw", .weight_decay = 0.01});
 }
 TEST(OptimizerVsPyTorch, AdamWOtherBetas) {
-  expect_trajectory("adamw_betas",
-                    {.name = "adamw", .weight_decay = 0.1, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6});
+  expect_trajectory(
+      "adamw_betas",
+      {.name = "adamw", .weight_decay = 0.1, .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-6});
 }
 
 TEST(OptimizerVsPyTorch, SchedulesMatchTorchSchedulers) {

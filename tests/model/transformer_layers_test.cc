@@ -67,8 +67,8 @@ TEST(LayerNorm, ForwardNormalisesEachRow) {
   const auto x = random_vector(n * dim, 1, 5.0);
   const std::vector<double> gamma(dim, 1.0), beta(dim, 0.0);
   std::vector<double> y(x.size()), mean(n), rstd(n);
-  layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), n, dim,
-                     kBertLayerNormEps);
+  layer_norm_forward(y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), n,
+                     dim, kBertLayerNormEps);
   for (int i = 0; i < n; ++i) {
     double m = 0, v = 0;
     for (int j = 0; j < dim; ++j) m += y[i * dim + j];
@@ -81,7 +81,8 @@ TEST(LayerNorm, ForwardNormalisesEachRow) {
 
 TEST(LayerNorm, GradientsMatchFiniteDifferences) {
   constexpr int n = 4, dim = 6;
-  auto x = random_vector(n * dim, 1, 2.0), gamma = random_vector(dim, 2), beta = random_vector(dim, 3);
+  auto x = random_vector(n * dim, 1, 2.0), gamma = random_vector(dim, 2),
+       beta = random_vector(dim, 3);
   const auto r = random_vector(n * dim, 4);
   std::vector<double> y(x.size()), mean(n), rstd(n);
   auto loss = [&] {
@@ -103,8 +104,8 @@ TEST(Gelu, ForwardIsTheErfForm) {
   std::vector<double> y(x.size());
   gelu_forward(y.data(), x.data(), x.size());
   // x * Phi(x), Phi from tables of the normal distribution.
-  const std::vector<double> expected = {-0.0040496937, -0.1586552539, 0.0, 0.3457312306,
-                                        0.8413447461, 1.9544997361};
+  const std::vector<double> expected = {-0.0040496937, -0.1586552539, 0.0,
+                                        0.3457312306,  0.8413447461,  1.9544997361};
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], expected[i], 1e-9) << x[i];
   std::vector<float> xf = {1.0f}, yf(1);
   gelu_forward(yf.data(), xf.data(), 1);
@@ -210,7 +211,8 @@ std::vector<double> naive_attention(const AttentionCase& c) {
     }
     return out;
   };
-  const auto q = project(c.x, c.wq, c.bq), k = project(c.x, c.wk, c.bk), v = project(c.x, c.wv, c.bv);
+  const auto q = project(c.x, c.wq, c.bq), k = project(c.x, c.wk, c.bk),
+             v = project(c.x, c.wv, c.bv);
   std::vector<double> context(n * t * hidden, 0.0);
   for (int s = 0; s < n; ++s) {
     for (int h = 0; h < heads; ++h) {
@@ -271,8 +273,8 @@ void check_attention_gradients(const AttentionDropout& dropout) {
       dwv(h2, 0.0), dbv(h, 0.0), dwo(h2, 0.0), dbo(h, 0.0);
   const AttentionGrads<double> grads{dwq.data(), dbq.data(), dwk.data(), dbk.data(),
                                      dwv.data(), dbv.data(), dwo.data(), dbo.data()};
-  attention_backward(dx.data(), grads, c.scratch.data(), r.data(), c.saved(), c.x.data(), c.params(),
-                     dropout, AttentionCase::n, AttentionCase::t, AttentionCase::hidden,
+  attention_backward(dx.data(), grads, c.scratch.data(), r.data(), c.saved(), c.x.data(),
+                     c.params(), dropout, AttentionCase::n, AttentionCase::t, AttentionCase::hidden,
                      AttentionCase::heads);
   expect_gradient_matches("x", loss, c.x, dx);
   expect_gradient_matches("wq", loss, c.wq, dwq);
@@ -286,7 +288,9 @@ void check_attention_gradients(const AttentionDropout& dropout) {
   expect_gradient_matches("bo", loss, c.bo, dbo);
 }
 
-TEST(Attention, GradientsMatchFiniteDifferences) { check_attention_gradients({}); }
+TEST(Attention, GradientsMatchFiniteDifferences) {
+  check_attention_gradients({});
+}
 
 TEST(Attention, GradientsMatchFiniteDifferencesWithDropout) {
   const std::vector<uint64_t> keys = {11, 12};

@@ -1,0 +1,75 @@
+#!/usr/bin/python3
+"""PyTorch baseline for bench/engine_bert_tiny.cc: the same bert-tiny MLM step.
+
+32 x 128 tokens, vocabulary 30,522, 19 masked per sequence, dropout 0.1, head
+on the masked positions only, AdamW; float32. Run with OPENBLAS_NUM_THREADS=1
+(bench/bert_vs_pytorch.sh does) so PyTorch's threads and BLAS's never nest.
+Prints one line per thread count: "threads N: X tok/s".
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
+from make_bert_fixture import BertTiny  # noqa: E402
+
+BATCH, SEQ, VOCAB, MASKED = 32, 128, 30522, 19
+
+
+def make_batch(gen):
+    tokens = torch.randint(1000, VOCAB, (BATCH, SEQ), generator=gen)
+    tokens[:, 0], tokens[:, -1] = 101, 102
+    labels = torch.full((BATCH, SEQ), -100, dtype=torch.long)
+    for s in range(BATCH):
+        spots = torch.randperm(SEQ - 2, generator=gen)[:MASKED] + 1
+        labels[s, spots] = tokens[s, spots]
+        tokens[s, spots] = 103
+    types = torch.zeros(BATCH, SEQ, dtype=torch.long)
+    attention = torch.ones(BATCH, SEQ)
+    return tokens, types, attention, labels
+
+
+def tokens_per_second(threads, steps):
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    model = BertTiny(VOCAB, SEQ, dropout=0.1)
+    for name, p in model.named_parameters():  # BERT's initialisation
+        with torch.no_grad():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.02)
+            elif name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.zero_()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    batch = make_batch(torch.Generator().manual_seed(2024))
+
+    def step():
+        opt.zero_grad()
+        _, loss_sum = model(*batch)
+        (loss_sum / (BATCH * MASKED)).backward()
+        opt.step()
+
+    step()  # warm-up
+    best = float("inf")
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        best = min(best, time.perf_counter() - t0)
+    return BATCH * SEQ / best
+
+
+def main():
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    print(f"PyTorch {torch.__version__} bert-tiny MLM training, {BATCH} x {SEQ}, vocab {VOCAB}, "
+          f"{MASKED} masked per sequence, dropout 0.1, AdamW; best of {steps} steps")
+    for threads in (1, 2):
+        print(f"threads {threads}: {tokens_per_second(threads, steps):8.0f} tok/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+// The ledger's invariant under random drops and worker deaths, over several
+// epochs: with requeue every sample is completed exactly once per epoch; without,
+// the audit names exactly the samples that were lost. Checkpoints restore the
+// state so that the run continues identically.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "common/random.h"
+#include "data/ledger.h"
+
+namespace dctrain {
+namespace {
+
+TEST(Ledger, EachEpochIsASeededPermutation) {
+  auto epoch_order = [](uint64_t seed, int epochs) {
+    Ledger ledger(1000, seed, true);
+    std::vector<std::vector<uint64_t>> orders;
+    for (int e = 0; e < epochs; ++e) {
+      const PlannedMicroBatch all = ledger.take(5000, 0, 0);
+      EXPECT_EQ(all.epoch, static_cast<uint64_t>(e));
+      EXPECT_EQ(ledger.take(1, 0, 0).id, 0u);  // nothing pending, no mixing of epochs
+      ledger.complete(all.id);
+      EXPECT_TRUE(ledger.epoch_complete());
+      orders.push_back(all.samples);
+      ledger.start_next_epoch();
+    }
+    return orders;
+  };
+  const auto a = epoch_order(7, 2), b = epoch_order(7, 2), c = epoch_order(8, 1);
+  std::vector<uint64_t> sorted = a[0];
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<uint64_t> identity(1000);
+  std::iota(identity.begin(), identity.end(), uint64_t{0});
+  EXPECT_EQ(sorted, identity);
+  EXPECT_NE(a[0], identity);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a[0], a[1]);
+  EXPECT_NE(a[0], c[0]);
+}
+
+TEST(Ledger, DroppedMicroBatchesReturnWholeToTheHeadInEpochOrder) {
+  Ledger ledger(100, 1, true);
+  const PlannedMicroBatch a = ledger.take(10, 0, 0);
+  const PlannedMicroBatch b = ledger.take(10, 0, 1);
+  const PlannedMicroBatch c = ledger.take(10, 0, 1);
+  EXPECT_EQ(ledger.pending(), 70u);
+  ledger.complete(b.id);
+  ledger.drop(c.id);  // drops arrive in any order ...
+  ledger.drop(a.id);
+  EXPECT_EQ(ledger.pending(), 90u);
+  // ... and come back in the epoch's order, whole, before any fresh sample.
+  const PlannedMicroBatch again_a = ledger.take(32, 1, 2);
+  EXPECT_EQ(again_a.samples, a.samples);
+  EXPECT_NE(again_a.id, a.id);
+  // A requeued micro-batch larger than asked for is split at its head.
+  const PlannedMicroBatch c_head = ledger.take(4, 1, 2);
+  const PlannedMicroBatch c_tail = ledger.take(32, 1, 2);
+  EXPECT_EQ(std::vector<uint64_t>(c.samples.begin(), c.samples.begin() + 4), c_head.samples);
+  EXPECT_EQ(std::vector<uint64_t>(c.samples.begin() + 4, c.samples.end()), c_tail.samples);
+  const PlannedMicroBatch fresh = ledger.take(5, 1, 2);
+  EXPECT_EQ(fresh.samples.size(), 5u);
+  EXPECT_TRUE(std::find(c.samples.begin(), c.samples.end(), fresh.samples[0]) == c.samples.end());
+
+  EXPECT_THROW(ledger.complete(b.id), std::out_of_range);  // already completed
+  EXPECT_THROW(ledger.drop(a.id), std::out_of_range);      // already dropped
+  EXPECT_THROW(ledger.complete(12345), std::out_of_range);
+  EXPECT_THROW(ledger.start_next_epoch(), std::logic_error);
+  EXPECT_TRUE(ledger.is_in_flight(fresh.id));
+  ledger.orphan_worker(2);
+  EXPECT_FALSE(ledger.is_in_flight(fresh.id));
+  EXPECT_EQ(ledger.pending(), 90u);
+}
+
+// Random take / complete / drop / orphan_worker sequences; the test keeps its
+// own record of what was completed and lost and holds the ledger to it.
+struct Simulation {
+  uint64_t size;
+  bool requeue;
+  Rng rng;
+  Ledger ledger;
+  std::vector<int> completed;  // this epoch, per sample (the test's own count)
+  std::set<uint64_t> lost;     // this epoch
+  uint64_t step = 0;
+  int epochs_checked = 0;
+  uint64_t total_lost = 0;  // over the checked epochs
+
+  Simulation(uint64_t n, bool with_requeue, uint64_t seed)
+      : size(n), requeue(with_requeue), rng({seed, 99}), ledger(n, seed, with_requeue),
+        completed(n, 0) {}
+
+  // One step: 4 workers each take up to 3 micro-batches; each micro-batch is
+  // then completed or dropped, and now and then a worker dies first.
+  void run_step() {
+    std::vector<std::pair<uint32_t, PlannedMicroBatch>> planned;
+    for (uint32_t w = 0; w < 4; ++w) {
+      const auto count = 1 + rng.below(3);
+      for (uint64_t k = 0; k < count; ++k) {
+        PlannedMicroBatch mb = ledger.take(1 + rng.below(24), step, w);
+        if (mb.id == 0) break;
+        ASSERT_EQ(mb.epoch, ledger.epoch());
+        planned.emplace_back(w, std::move(mb));
+      }
+    }
+    // Resolve in a random order (contributions arrive in any order).
+    for (size_t i = planned.size(); i > 1; --i) std::swap(planned[i - 1], planned[rng.below(i)]);
+    std::set<uint32_t> dead;
+    for (auto& [worker, mb] : planned) {
+      if (dead.contains(worker)) continue;
+      const double u = rng.uniform_double();
+      if (u < 0.05) {  // the worker dies: all it holds goes back
+        for (const auto& [w2, other] : planned) {
+          if (w2 == worker && ledger.is_in_flight(other.id) && !requeue) {
+            lost.insert(other.samples.begin(), other.samples.end());
+          }
+        }
+        ledger.orphan_worker(worker);
+        dead.insert(worker);
+      } else if (u < 0.25) {
+        ledger.drop(mb.id);
+        if (!requeue) lost.insert(mb.samples.begin(), mb.samples.end());
+      } else {
+        ledger.complete(mb.id);
+        for (uint64_t s : mb.samples) ++completed[s];
+      }
+    }
+    ++step;
+    if (ledger.epoch_complete()) check_epoch_and_advance();
+  }
+
+  void check_epoch_and_advance() {
+    const EpochAudit audit = ledger.audit();
+    EXPECT_TRUE(audit.complete);
+    EXPECT_TRUE(audit.ok()) << "duplicated " << audit.duplicated.size() << " missing "
+                            << audit.missing.size();
+    const std::vector<uint64_t> expected_lost(lost.begin(), lost.end());
+    EXPECT_EQ(audit.lost, expected_lost);
+    EXPECT_EQ(audit.done + audit.lost.size(), size);
+    for (uint64_t s = 0; s < size; ++s) {
+      const int expected = lost.contains(s) ? 0 : 1;
+      ASSERT_EQ(completed[s], expected) << "sample " << s << " epoch " << ledger.epoch();
+    }
+    if (requeue) {
+      EXPECT_TRUE(lost.empty());
+    }
+    total_lost += lost.size();
+    ledger.start_next_epoch();
+    std::fill(completed.begin(), completed.end(), 0);
+    lost.clear();
+    ++epochs_checked;
+  }
+};
+
+TEST(LedgerProperty, WithRequeueEverySampleIsDoneExactlyOncePerEpoch) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Simulation sim(500 + seed * 37, true, seed);
+    while (sim.epochs_checked < 3) {
+      sim.run_step();
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+      ASSERT_LT(sim.step, 10000u);
+    }
+  }
+}
+
+TEST(LedgerProperty, WithoutRequeueTheAuditListsExactlyTheLostSamples) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    Simulation sim(500 + seed * 37, false, seed);
+    while (sim.epochs_checked < 3) {
+      sim.run_step();
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    }
+    EXPECT_GT(sim.total_lost, 0u);  // drops happened, so the check above had something to check
+  }
+}
+
+TEST(LedgerProperty, AuditCatchesAnIncompleteEpoch) {
+  Ledger ledger(50, 3, true);
+  const PlannedMicroBatch mb = ledger.take(20, 0, 0);
+  ledger.complete(mb.id);
+  const EpochAudit audit = ledger.audit();
+  EXPECT_FALSE(audit.complete);
+  EXPECT_FALSE(audit.ok());
+  EXPECT_EQ(audit.done, 20u);
+  EXPECT_EQ(audit.missing.size(), 30u);
+}
+
+TEST(LedgerCheckpoint, RestoreMidEpochContinuesIdentically) {
+  for (bool requeue : {true, false}) {
+    Simulation sim(613, requeue, 11);
+    // Run into the second epoch, leaving micro-batches in flight and requeued.
+    while (sim.epochs_checked < 1 || sim.step % 7 != 3) sim.run_step();
+    const PlannedMicroBatch open1 = sim.ledger.take(9, sim.step, 1);
+    const PlannedMicroBatch open2 = sim.ledger.take(9, sim.step, 2);
+    sim.ledger.drop(open1.id);
+    const std::string bytes = sim.ledger.serialize();
+    Ledger restored = Ledger::restore(bytes);
+    EXPECT_EQ(restored.serialize(), bytes);
+    EXPECT_EQ(restored.epoch(), sim.ledger.epoch());
+    EXPECT_EQ(restored.pending(), sim.ledger.pending());
+    EXPECT_TRUE(restored.is_in_flight(open2.id));
+    // The same operations on both give the same micro-batches.
+    Rng ops({5, requeue ? 1u : 0u});
+    for (int i = 0; i < 4000; ++i) {
+      const uint64_t max = 1 + ops.below(30);
+      const PlannedMicroBatch a = sim.ledger.take(max, 100, 0);
+      const PlannedMicroBatch b = restored.take(max, 100, 0);
+      ASSERT_EQ(a.id, b.id);
+      ASSERT_EQ(a.epoch, b.epoch);
+      ASSERT_EQ(a.samples, b.samples);
+      if (a.id != 0) {
+        if (ops.below(5) == 0) {
+          sim.ledger.drop(a.id);
+          restored.drop(b.id);
+        } else {
+          sim.ledger.complete(a.id);
+          restored.complete(b.id);
+        }
+      }
+      if (i == 50) {
+        sim.ledger.complete(open2.id);
+        restored.complete(open2.id);
+      }
+      if (sim.ledger.epoch_complete()) {
+        ASSERT_TRUE(restored.epoch_complete());
+        const EpochAudit x = sim.ledger.audit(), y = restored.audit();
+        EXPECT_TRUE(x.ok());
+        EXPECT_EQ(x.lost, y.lost);
+        EXPECT_EQ(x.done, y.done);
+        sim.ledger.start_next_epoch();
+        restored.start_next_epoch();
+      }
+    }
+    EXPECT_EQ(sim.ledger.serialize(), restored.serialize());
+    EXPECT_GE(sim.ledger.epoch(), 3u);
+  }
+}
+
+TEST(LedgerCheckpoint, MalformedBytesAreRefused) {
+  Ledger ledger(64, 2, true);
+  const PlannedMicroBatch a = ledger.take(10, 0, 0);
+  ledger.take(10, 0, 1);
+  ledger.drop(a.id);
+  const std::string bytes = ledger.serialize();
+  EXPECT_THROW(Ledger::restore(""), std::invalid_argument);
+  EXPECT_THROW(Ledger::restore("not a ledger at all, just text"), std::invalid_argument);
+  EXPECT_THROW(Ledger::restore(bytes.substr(0, bytes.size() - 1)), std::invalid_argument);
+  for (size_t i = 0; i < bytes.size(); i += 7) {
+    std::string flipped = bytes;
+    flipped[i] = static_cast<char>(flipped[i] ^ 0x20);
+    EXPECT_THROW(Ledger::restore(flipped), std::invalid_argument) << "byte " << i;
+  }
+  Ledger restored = Ledger::restore(bytes);
+  restored.drop_all_in_flight();
+  EXPECT_EQ(restored.pending(), 64u);
+}
+
+}  // namespace
+}  // namespace dctrain
