@@ -1,10 +1,10 @@
 #include "data/dataset_factory.h"
 
-#include <algorithm>
-#include <stdexcept>
-
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
+#include <stdexcept>
 
 #include "data/image_dataset.h"
 #include "data/io.h"
@@ -48,9 +48,9 @@ std::unique_ptr<Dataset> make_idx(const DatasetSpec& spec, const fs::path& root)
     files = resolve(spec.files, root);
   }
   ImageSet set = read_idx(files[0], files[1]);
-  return std::make_unique<ImageDataset>(
-      fmt::format("{} {}", spec.kind, split_name(spec.split)), std::move(set), 10,
-      fashion ? fashion_mnist_transform() : mnist_transform());
+  return std::make_unique<ImageDataset>(fmt::format("{} {}", spec.kind, split_name(spec.split)),
+                                        std::move(set), 10,
+                                        fashion ? fashion_mnist_transform() : mnist_transform());
 }
 
 // The batches of a CIFAR-10 folder for the split, sorted by name.
@@ -69,14 +69,18 @@ std::vector<fs::path> default_cifar_files(const fs::path& root, Split split) {
     }
     std::sort(files.begin(), files.end());
     if (files.empty()) {
-      throw DataError(fmt::format("{}: no {}*.bin batch files — copy the CIFAR-10 binary version "
-                                  "there (cifar-10-binary.tar.gz)", dir.string(), prefix));
+      throw DataError(
+          fmt::format("{}: no {}*.bin batch files — copy the CIFAR-10 binary version "
+                      "there (cifar-10-binary.tar.gz)",
+                      dir.string(), prefix));
     }
     return files;
   }
-  throw DataError(fmt::format("{}: neither cifar-10-batches-bin/ nor cifar-10-partial/ exists — "
-                              "point the data root (--data-dir) at a folder holding one, name "
-                              "the batch files, or use synthetic-images", root.string()));
+  throw DataError(
+      fmt::format("{}: neither cifar-10-batches-bin/ nor cifar-10-partial/ exists — "
+                  "point the data root (--data-dir) at a folder holding one, name "
+                  "the batch files, or use synthetic-images",
+                  root.string()));
 }
 
 std::unique_ptr<Dataset> make_cifar(const DatasetSpec& spec, const fs::path& root) {
@@ -99,12 +103,14 @@ std::unique_ptr<Dataset> make_text(const DatasetSpec& spec, const std::string& s
                                    const std::string& text,
                                    std::shared_ptr<const WordpieceVocab> vocab) {
   if (text.find_first_not_of(" \t\r\n\f\v") == std::string::npos) {
-    throw DataError(fmt::format("{}: empty corpus ({} bytes, no text) — give a plain-text file "
-                                "with at least a few thousand words", source, text.size()));
+    throw DataError(
+        fmt::format("{}: empty corpus ({} bytes, no text) — give a plain-text file "
+                    "with at least a few thousand words",
+                    source, text.size()));
   }
   if (!(spec.eval_fraction > 0.0 && spec.eval_fraction < 1.0)) {
-    throw std::invalid_argument(fmt::format("text: eval fraction {} must be in (0, 1)",
-                                            spec.eval_fraction));
+    throw std::invalid_argument(
+        fmt::format("text: eval fraction {} must be in (0, 1)", spec.eval_fraction));
   }
   const CorpusSplit parts = split_corpus(text, spec.eval_fraction);
   const std::string_view part = spec.split == Split::kTrain ? parts.train : parts.eval;
@@ -125,8 +131,8 @@ std::unique_ptr<Dataset> make_text_mlm(const DatasetSpec& spec, const fs::path& 
     if (!text.empty() && text.back() != '\n') text += '\n';
     text.append(bytes.begin(), bytes.end());
   }
-  const std::string source = files.size() == 1 ? files[0].string()
-                                               : fmt::format("{} files", files.size());
+  const std::string source =
+      files.size() == 1 ? files[0].string() : fmt::format("{} files", files.size());
   return make_text(spec, source, text, std::move(vocab));
 }
 
@@ -145,8 +151,8 @@ std::unique_ptr<Dataset> make_synthetic_images(const DatasetSpec& spec) {
 }
 
 std::unique_ptr<Dataset> make_synthetic_text(const DatasetSpec& spec) {
-  SyntheticCorpus corpus = generate_synthetic_corpus(spec.seed, spec.samples != 0 ? spec.samples
-                                                                                  : 120000);
+  SyntheticCorpus corpus =
+      generate_synthetic_corpus(spec.seed, spec.samples != 0 ? spec.samples : 120000);
   const std::string source = fmt::format("synthetic corpus, seed {}", spec.seed);
   auto vocab = std::make_shared<const WordpieceVocab>(
       WordpieceVocab::from_tokens(std::move(corpus.vocab), source));
@@ -161,7 +167,9 @@ Split parse_split(std::string_view name) {
   throw std::invalid_argument(fmt::format("split '{}' is neither train nor eval", name));
 }
 
-const char* split_name(Split split) { return split == Split::kTrain ? "train" : "eval"; }
+const char* split_name(Split split) {
+  return split == Split::kTrain ? "train" : "eval";
+}
 
 std::vector<std::string> dataset_kinds() {
   return {"mnist", "fashion-mnist", "cifar10", "text-mlm", "synthetic-images", "synthetic-text"};

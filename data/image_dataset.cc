@@ -1,17 +1,21 @@
 #include "data/image_dataset.h"
 
-#include <stdexcept>
-
 #include <fmt/core.h>
+
+#include <stdexcept>
 
 #include "common/random.h"
 #include "data/io.h"
 
 namespace dctrain {
 
-ImageTransform mnist_transform() { return {{0.1307f}, {0.3081f}, 0, false}; }
+ImageTransform mnist_transform() {
+  return {{0.1307f}, {0.3081f}, 0, false};
+}
 
-ImageTransform fashion_mnist_transform() { return {{0.2860f}, {0.3530f}, 0, false}; }
+ImageTransform fashion_mnist_transform() {
+  return {{0.2860f}, {0.3530f}, 0, false};
+}
 
 ImageTransform cifar10_transform(bool augment) {
   ImageTransform t{{0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}, 0, false};
@@ -22,15 +26,15 @@ ImageTransform cifar10_transform(bool augment) {
   return t;
 }
 
-ImageDataset::ImageDataset(std::string name, ImageSet images, int classes,
-                           ImageTransform transform)
-    : name_(std::move(name)), images_(std::move(images)), classes_(classes),
+ImageDataset::ImageDataset(std::string name, ImageSet images, int classes, ImageTransform transform)
+    : name_(std::move(name)),
+      images_(std::move(images)),
+      classes_(classes),
       transform_(std::move(transform)) {
   const auto channels = static_cast<size_t>(images_.channels);
   if (transform_.mean.size() != channels || transform_.stddev.size() != channels) {
-    throw DataError(fmt::format("{}: normalisation has {} means and {} stds for {} channels",
-                                name_, transform_.mean.size(), transform_.stddev.size(),
-                                channels));
+    throw DataError(fmt::format("{}: normalisation has {} means and {} stds for {} channels", name_,
+                                transform_.mean.size(), transform_.stddev.size(), channels));
   }
   if (images_.pixels.size() != images_.size() * images_.image_bytes()) {
     throw DataError(fmt::format("{}: {} pixel bytes for {} images of {}x{}x{}", name_,
@@ -58,7 +62,8 @@ std::string ImageDataset::describe() const {
   return fmt::format("{} ({} images {}x{}x{}, {} classes{})", name_, images_.size(),
                      images_.channels, images_.height, images_.width, classes_,
                      transform_.crop_padding > 0 || transform_.horizontal_flip
-                         ? ", train augmentation: crop + flip" : "");
+                         ? ", train augmentation: crop + flip"
+                         : "");
 }
 
 SampleShape ImageDataset::shape() const {

@@ -43,8 +43,7 @@ class ImageDataset final : public Dataset {
   // Augmentation (context.train only) draws from
   // Rng({context.seed, context.epoch, id, kAugmentStream}): a pure function
   // of (seed, epoch, id), whatever the batch or the process.
-  void fill(std::span<const uint64_t> ids, const SampleContext& context,
-            Batch& out) const override;
+  void fill(std::span<const uint64_t> ids, const SampleContext& context, Batch& out) const override;
 
   const ImageSet& images() const { return images_; }
   const ImageTransform& transform() const { return transform_; }

@@ -1,8 +1,8 @@
 #include "data/image_formats.h"
 
-#include <cstring>
-
 #include <fmt/core.h>
+
+#include <cstring>
 
 #include "data/io.h"
 
@@ -19,21 +19,24 @@ std::vector<uint32_t> idx_dimensions(const std::vector<uint8_t>& bytes,
                                      const char* what) {
   const std::string name = path.string();
   if (bytes.size() < 4) {
-    throw DataError(fmt::format("{}: {} bytes, too short for an IDX header — the file is "
-                                "truncated or empty", name, bytes.size()));
+    throw DataError(
+        fmt::format("{}: {} bytes, too short for an IDX header — the file is "
+                    "truncated or empty",
+                    name, bytes.size()));
   }
   const uint32_t magic = big_endian_u32(bytes.data());
   if (magic != expected_magic) {
     throw DataError(fmt::format(
         "{}: IDX magic is 0x{:08x}, expected 0x{:08x} ({}) — is this the {} file of the pair, and "
-        "an IDX file at all?", name, magic, expected_magic,
+        "an IDX file at all?",
+        name, magic, expected_magic,
         expected_magic == 0x803 ? "uint8 images, 3 dimensions" : "uint8 labels, 1 dimension",
         what));
   }
   const size_t dims = bytes[3];
   if (bytes.size() < 4 + 4 * dims) {
-    throw DataError(fmt::format("{}: header truncated ({} bytes) — fetch the file again", name,
-                                bytes.size()));
+    throw DataError(
+        fmt::format("{}: header truncated ({} bytes) — fetch the file again", name, bytes.size()));
   }
   std::vector<uint32_t> shape(dims);
   size_t expected = 1;
@@ -43,12 +46,16 @@ std::vector<uint32_t> idx_dimensions(const std::vector<uint8_t>& bytes,
   }
   const size_t payload = bytes.size() - 4 - 4 * dims;
   if (payload < expected) {
-    throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data, the file "
-                                "holds {} — fetch the file again", name, expected, payload));
+    throw DataError(
+        fmt::format("{}: truncated: the header promises {} bytes of data, the file "
+                    "holds {} — fetch the file again",
+                    name, expected, payload));
   }
   if (payload > expected) {
-    throw DataError(fmt::format("{}: {} bytes after the {} promised by the header — the file is "
-                                "corrupt or not an IDX file", name, payload - expected, expected));
+    throw DataError(
+        fmt::format("{}: {} bytes after the {} promised by the header — the file is "
+                    "corrupt or not an IDX file",
+                    name, payload - expected, expected));
   }
   return shape;
 }
@@ -80,9 +87,10 @@ ImageSet read_cifar10(const std::vector<std::filesystem::path>& files) {
     for (size_t r = 0; r < records; ++r) {
       const uint8_t* record = bytes.data() + r * kCifarRecordBytes;
       if (record[0] > 9) {
-        throw DataError(fmt::format("{}: record {} has label {}, CIFAR-10 labels are 0-9 — the "
-                                    "file is corrupt, or a CIFAR-100 file (2 label bytes)",
-                                    path.string(), r, record[0]));
+        throw DataError(
+            fmt::format("{}: record {} has label {}, CIFAR-10 labels are 0-9 — the "
+                        "file is corrupt, or a CIFAR-100 file (2 label bytes)",
+                        path.string(), r, record[0]));
       }
       set.labels[first + r] = record[0];
       std::memcpy(set.pixels.data() + (first + r) * set.image_bytes(), record + 1,
@@ -99,9 +107,10 @@ ImageSet read_idx(const std::filesystem::path& images, const std::filesystem::pa
   const std::vector<uint8_t> label_bytes = read_data_file(labels);
   const std::vector<uint32_t> count = idx_dimensions(label_bytes, labels, 0x801, "labels");
   if (shape[0] != count[0]) {
-    throw DataError(fmt::format("{} holds {} images but {} holds {} labels — the two files are "
-                                "not a pair (train with train, t10k with t10k)",
-                                images.string(), shape[0], labels.string(), count[0]));
+    throw DataError(
+        fmt::format("{} holds {} images but {} holds {} labels — the two files are "
+                    "not a pair (train with train, t10k with t10k)",
+                    images.string(), shape[0], labels.string(), count[0]));
   }
   if (shape[0] == 0) throw DataError(fmt::format("{}: holds no images", images.string()));
   ImageSet set;
@@ -112,9 +121,10 @@ ImageSet read_idx(const std::filesystem::path& images, const std::filesystem::pa
   set.labels.assign(label_bytes.begin() + 8, label_bytes.end());
   for (size_t i = 0; i < set.labels.size(); ++i) {
     if (set.labels[i] >= classes) {
-      throw DataError(fmt::format("{}: label {} of sample {} is not below {} classes — the file is "
-                                  "corrupt or of another dataset", labels.string(), set.labels[i],
-                                  i, classes));
+      throw DataError(
+          fmt::format("{}: label {} of sample {} is not below {} classes — the file is "
+                      "corrupt or of another dataset",
+                      labels.string(), set.labels[i], i, classes));
     }
   }
   return set;

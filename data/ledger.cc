@@ -1,12 +1,12 @@
 #include "data/ledger.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
-
-#include <fmt/core.h>
 
 #include "common/random.h"
 
@@ -31,9 +31,7 @@ class Writer {
   void u64(uint64_t v) {
     for (int b = 0; b < 8; ++b) bytes_.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
   }
-  void raw(const void* data, size_t size) {
-    bytes_.append(static_cast<const char*>(data), size);
-  }
+  void raw(const void* data, size_t size) { bytes_.append(static_cast<const char*>(data), size); }
   void ids(const std::vector<uint64_t>& v) {
     u64(v.size());
     for (uint64_t x : v) u64(x);
@@ -67,14 +65,16 @@ class Reader {
   // A count of 8-byte items that must fit in what is left.
   uint64_t count(const char* what) {
     const uint64_t n = u64(what);
-    if (n > (bytes_.size() - offset_) / 8) fail(fmt::format("{} count {} exceeds the data", what, n));
+    if (n > (bytes_.size() - offset_) / 8)
+      fail(fmt::format("{} count {} exceeds the data", what, n));
     return n;
   }
   size_t offset() const { return offset_; }
   [[noreturn]] void fail(const std::string& what) const {
-    throw std::invalid_argument(fmt::format("ledger checkpoint: {} (at byte {} of {}) — the "
-                                            "checkpoint is corrupt or from another version",
-                                            what, offset_, bytes_.size()));
+    throw std::invalid_argument(
+        fmt::format("ledger checkpoint: {} (at byte {} of {}) — the "
+                    "checkpoint is corrupt or from another version",
+                    what, offset_, bytes_.size()));
   }
 
  private:
@@ -103,9 +103,13 @@ void Ledger::build_permutation() {
   }
 }
 
-uint64_t Ledger::epoch() const { return epoch_; }
+uint64_t Ledger::epoch() const {
+  return epoch_;
+}
 
-uint64_t Ledger::pending() const { return dataset_size_ - cursor_ + requeued_samples_; }
+uint64_t Ledger::pending() const {
+  return dataset_size_ - cursor_ + requeued_samples_;
+}
 
 PlannedMicroBatch Ledger::take(uint64_t max_samples, uint64_t step, uint32_t worker) {
   if (max_samples == 0) throw std::invalid_argument("ledger: take() of 0 samples");
@@ -144,9 +148,10 @@ PlannedMicroBatch Ledger::take(uint64_t max_samples, uint64_t step, uint32_t wor
 void Ledger::complete(uint64_t microbatch_id) {
   const auto it = in_flight_.find(microbatch_id);
   if (it == in_flight_.end()) {
-    throw std::out_of_range(fmt::format("ledger: micro-batch {} completed but not in flight "
-                                        "(never planned, or already completed or dropped)",
-                                        microbatch_id));
+    throw std::out_of_range(
+        fmt::format("ledger: micro-batch {} completed but not in flight "
+                    "(never planned, or already completed or dropped)",
+                    microbatch_id));
   }
   for (uint64_t s : it->second.samples) {
     if (completions_[s] < 255) ++completions_[s];
@@ -168,9 +173,10 @@ void Ledger::drop_entry(std::map<uint64_t, InFlight>::iterator entry) {
 void Ledger::drop(uint64_t microbatch_id) {
   const auto it = in_flight_.find(microbatch_id);
   if (it == in_flight_.end()) {
-    throw std::out_of_range(fmt::format("ledger: micro-batch {} dropped but not in flight "
-                                        "(never planned, or already completed or dropped)",
-                                        microbatch_id));
+    throw std::out_of_range(
+        fmt::format("ledger: micro-batch {} dropped but not in flight "
+                    "(never planned, or already completed or dropped)",
+                    microbatch_id));
   }
   drop_entry(it);
 }
@@ -198,8 +204,8 @@ bool Ledger::epoch_complete() const {
 void Ledger::start_next_epoch() {
   if (!epoch_complete()) {
     throw std::logic_error(fmt::format(
-        "ledger: epoch {} is not complete ({} samples pending, {} micro-batches in flight)",
-        epoch_, pending(), in_flight_.size()));
+        "ledger: epoch {} is not complete ({} samples pending, {} micro-batches in flight)", epoch_,
+        pending(), in_flight_.size()));
   }
   ++epoch_;
   build_permutation();
@@ -221,9 +227,12 @@ EpochAudit Ledger::audit() const {
   }
   for (uint64_t s = 0; s < dataset_size_; ++s) {
     const int accounted = completions_[s] + is_lost[s];
-    if (accounted == 0) audit.missing.push_back(s);
-    else if (accounted > 1) audit.duplicated.push_back(s);
-    else if (completions_[s] == 1) ++audit.done;
+    if (accounted == 0)
+      audit.missing.push_back(s);
+    else if (accounted > 1)
+      audit.duplicated.push_back(s);
+    else if (completions_[s] == 1)
+      ++audit.done;
   }
   std::sort(audit.duplicated.begin(), audit.duplicated.end());
   audit.duplicated.erase(std::unique(audit.duplicated.begin(), audit.duplicated.end()),
@@ -288,7 +297,8 @@ Ledger Ledger::restore(const std::string& bytes) {
   if (size == 0 || size > bytes.size()) r.fail(fmt::format("dataset size {} is implausible", size));
   if (requeue > 1) r.fail("requeue flag is not 0 or 1");
   ledger.requeue_ = requeue == 1;
-  if (ledger.cursor_ > size) r.fail(fmt::format("cursor {} beyond {} samples", ledger.cursor_, size));
+  if (ledger.cursor_ > size)
+    r.fail(fmt::format("cursor {} beyond {} samples", ledger.cursor_, size));
   ledger.build_permutation();
   const auto& permutation = ledger.permutation_;
   // Every list must be the contiguous run of the permutation it claims to be.
@@ -296,8 +306,10 @@ Ledger Ledger::restore(const std::string& bytes) {
   auto check_run = [&](uint64_t position, const std::vector<uint64_t>& samples) {
     if (samples.empty() || position >= ledger.cursor_ ||
         samples.size() > ledger.cursor_ - position) {
-      r.fail(fmt::format("micro-batch at position {} of {} samples lies outside the handed-out "
-                         "part of the epoch", position, samples.size()));
+      r.fail(
+          fmt::format("micro-batch at position {} of {} samples lies outside the handed-out "
+                      "part of the epoch",
+                      position, samples.size()));
     }
     for (size_t k = 0; k < samples.size(); ++k) {
       if (claimed[position + k] != 0) {
@@ -332,7 +344,8 @@ Ledger Ledger::restore(const std::string& bytes) {
     InFlight f;
     f.step = r.u64("step");
     const uint64_t worker = r.u64("worker");
-    if (worker > std::numeric_limits<uint32_t>::max()) r.fail(fmt::format("worker {} out of range", worker));
+    if (worker > std::numeric_limits<uint32_t>::max())
+      r.fail(fmt::format("worker {} out of range", worker));
     f.worker = static_cast<uint32_t>(worker);
     f.position = r.u64("position");
     f.samples = read_ids("in-flight samples");

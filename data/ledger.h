@@ -17,18 +17,18 @@
 namespace dctrain {
 
 struct PlannedMicroBatch {
-  uint64_t id = 0;                 // unique within the run, from 1; 0: nothing was taken
+  uint64_t id = 0;  // unique within the run, from 1; 0: nothing was taken
   uint64_t epoch = 0;
-  std::vector<uint64_t> samples;   // global sample ids, in order
+  std::vector<uint64_t> samples;  // global sample ids, in order
 };
 
 struct EpochAudit {
   uint64_t epoch = 0;
-  bool complete = false;                // every sample done or lost
-  uint64_t done = 0;                    // samples completed exactly once
-  std::vector<uint64_t> lost;           // requeue off: dropped samples, sorted
-  std::vector<uint64_t> duplicated;     // completed more than once (a bug if non-empty)
-  std::vector<uint64_t> missing;        // never completed nor lost (a bug once complete)
+  bool complete = false;             // every sample done or lost
+  uint64_t done = 0;                 // samples completed exactly once
+  std::vector<uint64_t> lost;        // requeue off: dropped samples, sorted
+  std::vector<uint64_t> duplicated;  // completed more than once (a bug if non-empty)
+  std::vector<uint64_t> missing;     // never completed nor lost (a bug once complete)
   bool ok() const { return complete && duplicated.empty() && missing.empty(); }
 };
 
@@ -51,15 +51,15 @@ class Ledger {
   // complete() and drop() throw std::out_of_range for a micro-batch that is
   // not in flight (never planned, already completed or dropped).
   void complete(uint64_t microbatch_id);
-  void drop(uint64_t microbatch_id);       // requeue to the head, or lose
-  void orphan_worker(uint32_t worker);     // drop everything in flight on it
-  void drop_all_in_flight();               // e.g. after restoring a checkpoint
+  void drop(uint64_t microbatch_id);    // requeue to the head, or lose
+  void orphan_worker(uint32_t worker);  // drop everything in flight on it
+  void drop_all_in_flight();            // e.g. after restoring a checkpoint
   bool is_in_flight(uint64_t microbatch_id) const;
   // True when every sample of the current epoch is done (or lost).
   bool epoch_complete() const;
   // Moves to the next epoch's permutation; only when epoch_complete().
   void start_next_epoch();
-  EpochAudit audit() const;                // of the current epoch
+  EpochAudit audit() const;  // of the current epoch
 
   // The whole state, in flight micro-batches included (binary, versioned,
   // checksummed). restore() throws std::invalid_argument on malformed input.

@@ -1,12 +1,12 @@
 #include "data/synthetic.h"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <set>
 #include <stdexcept>
-
-#include <fmt/core.h>
 
 #include "common/random.h"
 #include "data/io.h"
@@ -26,18 +26,19 @@ std::vector<float> class_pattern(const SyntheticImageOptions& o, int label) {
   const int h = o.height, w = o.width;
   std::vector<float> pattern(static_cast<size_t>(o.channels) * h * w, 0.5f);
   constexpr int kBlobs = 4;
+  // Weaker colour differences with more channels: each channel is evidence.
+  const double amplitude_scale = 0.4 / std::sqrt(static_cast<double>(o.channels));
   for (int b = 0; b < kBlobs; ++b) {
     const double cy = rng.uniform_double() * h, cx = rng.uniform_double() * w;
     const double radius = (0.12 + 0.15 * rng.uniform_double()) * std::min(h, w);
     std::vector<double> amplitude(static_cast<size_t>(o.channels));
-    for (double& a : amplitude) a = (rng.uniform_double() * 2.0 - 1.0) * 0.45;
+    for (double& a : amplitude) a = (rng.uniform_double() * 2.0 - 1.0) * amplitude_scale;
     for (int c = 0; c < o.channels; ++c) {
       for (int y = 0; y < h; ++y) {
         for (int x = 0; x < w; ++x) {
           const double d2 = (y - cy) * (y - cy) + (x - cx) * (x - cx);
-          pattern[(static_cast<size_t>(c) * h + y) * w + x] +=
-              static_cast<float>(amplitude[static_cast<size_t>(c)] *
-                                 std::exp(-d2 / (2.0 * radius * radius)));
+          pattern[(static_cast<size_t>(c) * h + y) * w + x] += static_cast<float>(
+              amplitude[static_cast<size_t>(c)] * std::exp(-d2 / (2.0 * radius * radius)));
         }
       }
     }
@@ -50,9 +51,10 @@ std::vector<float> class_pattern(const SyntheticImageOptions& o, int label) {
 ImageSet generate_synthetic_images(const SyntheticImageOptions& o) {
   if (o.channels < 1 || o.height < 4 || o.width < 4 || o.classes < 2 || o.classes > 256 ||
       o.samples == 0) {
-    throw DataError(fmt::format("synthetic-images: invalid shape {}x{}x{}, {} classes, {} samples "
-                                "— use at least 1x4x4, 2 to 256 classes, 1 sample",
-                                o.channels, o.height, o.width, o.classes, o.samples));
+    throw DataError(
+        fmt::format("synthetic-images: invalid shape {}x{}x{}, {} classes, {} samples "
+                    "— use at least 1x4x4, 2 to 256 classes, 1 sample",
+                    o.channels, o.height, o.width, o.classes, o.samples));
   }
   std::vector<std::vector<float>> patterns;
   for (int k = 0; k < o.classes; ++k) patterns.push_back(class_pattern(o, k));
@@ -64,7 +66,7 @@ ImageSet generate_synthetic_images(const SyntheticImageOptions& o) {
   set.pixels.resize(o.samples * set.image_bytes());
   const int h = o.height, w = o.width;
   constexpr int kShift = 3;
-  constexpr double kNoise = 0.2;
+  constexpr double kNoise = 0.25;
   for (uint64_t i = 0; i < o.samples; ++i) {
     Rng rng({o.seed, kSampleStream, o.eval ? 1u : 0u, i});
     const auto label = static_cast<int>(rng.below(static_cast<uint64_t>(o.classes)));

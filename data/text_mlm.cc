@@ -1,9 +1,9 @@
 #include "data/text_mlm.h"
 
+#include <fmt/core.h>
+
 #include <numeric>
 #include <stdexcept>
-
-#include <fmt/core.h>
 
 #include "common/random.h"
 #include "data/io.h"
@@ -20,23 +20,30 @@ CorpusSplit split_corpus(std::string_view text, double eval_fraction) {
 
 TextMlmDataset::TextMlmDataset(std::string name, std::shared_ptr<const WordpieceVocab> vocab,
                                std::vector<int32_t> stream, MlmOptions options)
-    : name_(std::move(name)), vocab_(std::move(vocab)), stream_(std::move(stream)),
-      options_(options), stream_tokens_(stream_.size()) {
+    : name_(std::move(name)),
+      vocab_(std::move(vocab)),
+      stream_(std::move(stream)),
+      options_(options),
+      stream_tokens_(stream_.size()) {
   const int body = options_.seq_len - 2;
   if (body < 1) {
-    throw DataError(fmt::format("{}: sequence length {} leaves no room beside [CLS] and [SEP]; "
-                                "use at least 3", name_, options_.seq_len));
+    throw DataError(
+        fmt::format("{}: sequence length {} leaves no room beside [CLS] and [SEP]; "
+                    "use at least 3",
+                    name_, options_.seq_len));
   }
   if (options_.masked_per_sequence < 0 || options_.masked_per_sequence > body) {
-    throw DataError(fmt::format("{}: {} masked positions per sequence, must be in [0, {}] for "
-                                "sequence length {}", name_, options_.masked_per_sequence, body,
-                                options_.seq_len));
+    throw DataError(
+        fmt::format("{}: {} masked positions per sequence, must be in [0, {}] for "
+                    "sequence length {}",
+                    name_, options_.masked_per_sequence, body, options_.seq_len));
   }
   if (!(options_.mask_fraction >= 0.0f && options_.random_fraction >= 0.0f &&
         options_.mask_fraction + options_.random_fraction <= 1.0f)) {
-    throw DataError(fmt::format("{}: [MASK] fraction {} and random fraction {} must be "
-                                "non-negative and sum to at most 1", name_,
-                                options_.mask_fraction, options_.random_fraction));
+    throw DataError(
+        fmt::format("{}: [MASK] fraction {} and random fraction {} must be "
+                    "non-negative and sum to at most 1",
+                    name_, options_.mask_fraction, options_.random_fraction));
   }
   for (size_t i = 0; i < stream_.size(); ++i) {
     if (stream_[i] < 0 || stream_[i] >= vocab_->size()) {
@@ -46,19 +53,22 @@ TextMlmDataset::TextMlmDataset(std::string name, std::shared_ptr<const Wordpiece
   }
   sequences_ = stream_.size() / static_cast<size_t>(body);
   if (sequences_ == 0) {
-    throw DataError(fmt::format("{}: the text gives {} tokens, fewer than the {} of one sequence "
-                                "— the corpus (or this split of it) is empty or too short; use a "
-                                "longer text or a shorter --seq-len", name_, stream_.size(), body));
+    throw DataError(
+        fmt::format("{}: the text gives {} tokens, fewer than the {} of one sequence "
+                    "— the corpus (or this split of it) is empty or too short; use a "
+                    "longer text or a shorter --seq-len",
+                    name_, stream_.size(), body));
   }
   stream_.resize(sequences_ * static_cast<size_t>(body));
   stream_.shrink_to_fit();
 }
 
 std::string TextMlmDataset::describe() const {
-  return fmt::format("{} ({} sequences of {} tokens from {} WordPiece tokens, vocab {} from {}, "
-                     "{} masked per sequence)", name_, sequences_, options_.seq_len,
-                     stream_tokens_, vocab_->size(), vocab_->source(),
-                     options_.masked_per_sequence);
+  return fmt::format(
+      "{} ({} sequences of {} tokens from {} WordPiece tokens, vocab {} from {}, "
+      "{} masked per sequence)",
+      name_, sequences_, options_.seq_len, stream_tokens_, vocab_->size(), vocab_->source(),
+      options_.masked_per_sequence);
 }
 
 SampleShape TextMlmDataset::shape() const {

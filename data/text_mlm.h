@@ -42,8 +42,7 @@ class TextMlmDataset final : public Dataset {
   // Rng({context.seed, context.epoch, id, kMaskStream}), fresh every epoch.
   // Evaluation: from Rng({context.seed, kEvalMaskEpoch, id, kMaskStream}),
   // the same every epoch. Token types are all 0, attention all 1.
-  void fill(std::span<const uint64_t> ids, const SampleContext& context,
-            Batch& out) const override;
+  void fill(std::span<const uint64_t> ids, const SampleContext& context, Batch& out) const override;
 
   const WordpieceVocab& vocab() const { return *vocab_; }
   const MlmOptions& options() const { return options_; }
@@ -51,7 +50,7 @@ class TextMlmDataset final : public Dataset {
   uint64_t stream_tokens() const { return stream_tokens_; }
   const std::vector<int32_t>& packed_stream() const { return stream_; }
 
-  static constexpr uint64_t kMaskStream = 0x6d61736bULL;               // "mask"
+  static constexpr uint64_t kMaskStream = 0x6d61736bULL;             // "mask"
   static constexpr uint64_t kEvalMaskEpoch = 0xe7a1e7a1e7a1e7a1ULL;  // stands for the epoch
 
  private:

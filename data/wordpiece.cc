@@ -1,8 +1,8 @@
 #include "data/wordpiece.h"
 
-#include <algorithm>
-
 #include <fmt/core.h>
+
+#include <algorithm>
 
 #include "data/io.h"
 
@@ -77,7 +77,9 @@ void append_utf8(std::string& out, char32_t cp) {
 
 // ---- character classes (BERT's _is_whitespace, _is_control, _is_punctuation) ----
 
-bool in(char32_t cp, char32_t lo, char32_t hi) { return cp >= lo && cp <= hi; }
+bool in(char32_t cp, char32_t lo, char32_t hi) {
+  return cp >= lo && cp <= hi;
+}
 
 bool is_whitespace(char32_t cp) {
   // Space, \t, \n, \r and the Zs category.
@@ -112,7 +114,9 @@ bool is_cjk(char32_t cp) {
          in(cp, 0xf900, 0xfaff) || in(cp, 0x2f800, 0x2fa1f);
 }
 
-bool is_combining_mark(char32_t cp) { return in(cp, 0x0300, 0x036f); }
+bool is_combining_mark(char32_t cp) {
+  return in(cp, 0x0300, 0x036f);
+}
 
 char32_t to_lower(char32_t cp) {
   if (in(cp, 'A', 'Z')) return cp + 0x20;
@@ -128,8 +132,8 @@ char32_t to_lower(char32_t cp) {
     return cp;
   }
   if (in(cp, 0x0391, 0x03a9) && cp != 0x03a2) return cp + 0x20;  // Greek capitals
-  if (in(cp, 0x0410, 0x042f)) return cp + 0x20;                    // Cyrillic А-Я
-  if (in(cp, 0x0400, 0x040f)) return cp + 0x50;                    // Cyrillic Ѐ-Џ
+  if (in(cp, 0x0410, 0x042f)) return cp + 0x20;                  // Cyrillic А-Я
+  if (in(cp, 0x0400, 0x040f)) return cp + 0x50;                  // Cyrillic Ѐ-Џ
   return cp;
 }
 
@@ -153,9 +157,12 @@ constexpr char kLatinExtendedABase[] =
 // Accent stripping: the NFD decomposition without its combining marks.
 char32_t strip_accent(char32_t cp) {
   char base = '-';
-  if (in(cp, 0x00c0, 0x00ff)) base = kLatin1Base[cp - 0x00c0];
-  else if (in(cp, 0x0100, 0x017f)) base = kLatinExtendedABase[cp - 0x0100];
-  else return cp;
+  if (in(cp, 0x00c0, 0x00ff))
+    base = kLatin1Base[cp - 0x00c0];
+  else if (in(cp, 0x0100, 0x017f))
+    base = kLatinExtendedABase[cp - 0x0100];
+  else
+    return cp;
   return base == '-' ? cp : static_cast<char32_t>(base);
 }
 
@@ -183,8 +190,10 @@ WordpieceVocab WordpieceVocab::from_tokens(std::vector<std::string> tokens,
   WordpieceVocab vocab;
   vocab.source_ = source;
   if (tokens.empty()) {
-    throw DataError(fmt::format("{}: empty vocab — expected a WordPiece vocab, one token per line "
-                                "(e.g. bert-base-uncased/vocab.txt)", source));
+    throw DataError(
+        fmt::format("{}: empty vocab — expected a WordPiece vocab, one token per line "
+                    "(e.g. bert-base-uncased/vocab.txt)",
+                    source));
   }
   vocab.tokens_ = std::move(tokens);
   vocab.ids_.reserve(vocab.tokens_.size());
@@ -194,10 +203,11 @@ WordpieceVocab WordpieceVocab::from_tokens(std::vector<std::string> tokens,
   auto require = [&](const char* token) {
     const auto found = vocab.find(token);
     if (!found) {
-      throw DataError(fmt::format("{}: vocab of {} tokens has no {} token — masked language "
-                                  "modelling needs [PAD] [UNK] [CLS] [SEP] [MASK]; use a BERT "
-                                  "WordPiece vocab such as bert-base-uncased/vocab.txt",
-                                  source, vocab.tokens_.size(), token));
+      throw DataError(
+          fmt::format("{}: vocab of {} tokens has no {} token — masked language "
+                      "modelling needs [PAD] [UNK] [CLS] [SEP] [MASK]; use a BERT "
+                      "WordPiece vocab such as bert-base-uncased/vocab.txt",
+                      source, vocab.tokens_.size(), token));
     }
     return *found;
   };

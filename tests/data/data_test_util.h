@@ -41,7 +41,8 @@ class TempDir {
 inline void write_file(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
   std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
@@ -78,7 +79,8 @@ inline std::vector<uint8_t> idx_images(uint32_t n, uint32_t rows, uint32_t cols)
   put_u32_be(out, cols);
   for (uint32_t i = 0; i < n; ++i)
     for (uint32_t y = 0; y < rows; ++y)
-      for (uint32_t x = 0; x < cols; ++x) out.push_back(static_cast<uint8_t>((i * 31 + y * 7 + x) % 256));
+      for (uint32_t x = 0; x < cols; ++x)
+        out.push_back(static_cast<uint8_t>((i * 31 + y * 7 + x) % 256));
   return out;
 }
 
@@ -97,7 +99,8 @@ inline std::vector<uint8_t> cifar_records(int records, int first = 0) {
     out.push_back(static_cast<uint8_t>((first + r) % 10));
     for (int c = 0; c < 3; ++c)
       for (int y = 0; y < 32; ++y)
-        for (int x = 0; x < 32; ++x) out.push_back(static_cast<uint8_t>(((first + r) * 13 + c * 50 + y * 3 + x) % 256));
+        for (int x = 0; x < 32; ++x)
+          out.push_back(static_cast<uint8_t>(((first + r) * 13 + c * 50 + y * 3 + x) % 256));
   }
   return out;
 }

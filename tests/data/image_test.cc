@@ -115,8 +115,7 @@ TEST(Idx, ErrorsNameTheFileAndWhatIsWrong) {
   std::vector<uint8_t> short_gz = test::gzip_bytes(images);
   short_gz.resize(short_gz.size() / 2);
   test::write_file(dir / "short.gz", short_gz);
-  expect_data_error([&] { read_idx(dir / "short.gz", dir / "labels"); },
-                    {"short.gz", "truncated"});
+  expect_data_error([&] { read_idx(dir / "short.gz", dir / "labels"); }, {"short.gz", "truncated"});
   // Named .gz but not gzip.
   test::write_file(dir / "fake.gz", images);
   expect_data_error([&] { read_idx(dir / "fake.gz", dir / "labels"); }, {"fake.gz", "gzip magic"});
@@ -200,7 +199,8 @@ TEST(ImageDataset, AugmentationDependsOnlyOnSeedEpochAndId) {
   set.height = set.width = 32;
   set.labels.assign(64, 1);
   set.pixels.resize(64 * 3072);
-  for (size_t i = 0; i < set.pixels.size(); ++i) set.pixels[i] = static_cast<uint8_t>(i * 7919 % 251);
+  for (size_t i = 0; i < set.pixels.size(); ++i)
+    set.pixels[i] = static_cast<uint8_t>(i * 7919 % 251);
   ImageDataset dataset("t", set, 10, cifar10_transform(true));
   const std::vector<uint64_t> forward = {3, 9, 27, 40}, other = {40, 1, 27, 3, 9};
   const SampleContext context{.seed = 5, .epoch = 2, .train = true};
@@ -210,7 +210,8 @@ TEST(ImageDataset, AugmentationDependsOnlyOnSeedEpochAndId) {
   EXPECT_EQ(test::sample_hash(a, 3), test::sample_hash(b, 0));  // id 40
   const Batch next_epoch = dataset.make_batch(forward, {.seed = 5, .epoch = 3, .train = true});
   int changed = 0;
-  for (int n = 0; n < 4; ++n) changed += test::sample_hash(a, n) != test::sample_hash(next_epoch, n);
+  for (int n = 0; n < 4; ++n)
+    changed += test::sample_hash(a, n) != test::sample_hash(next_epoch, n);
   EXPECT_GE(changed, 2);  // a fixed crop for all four by chance is (1/162)^... negligible
   const std::vector<uint64_t> bad = {64};
   EXPECT_THROW(dataset.make_batch(bad, context), std::out_of_range);
@@ -218,8 +219,10 @@ TEST(ImageDataset, AugmentationDependsOnlyOnSeedEpochAndId) {
 
 TEST(DatasetFactory, MnistFromADataRootWithPlainOrGzipFiles) {
   TempDir dir;
-  test::write_file(dir / "mnist/train-images-idx3-ubyte.gz", test::gzip_bytes(test::idx_images(5, 28, 28)));
-  test::write_file(dir / "mnist/train-labels-idx1-ubyte.gz", test::gzip_bytes(test::idx_labels({5, 0, 4, 1, 9})));
+  test::write_file(dir / "mnist/train-images-idx3-ubyte.gz",
+                   test::gzip_bytes(test::idx_images(5, 28, 28)));
+  test::write_file(dir / "mnist/train-labels-idx1-ubyte.gz",
+                   test::gzip_bytes(test::idx_labels({5, 0, 4, 1, 9})));
   test::write_file(dir / "mnist/t10k-images-idx3-ubyte", test::idx_images(2, 28, 28));
   test::write_file(dir / "mnist/t10k-labels-idx1-ubyte", test::idx_labels({7, 2}));
   DatasetSpec spec;

@@ -2,6 +2,8 @@
 // epochs: with requeue every sample is completed exactly once per epoch; without,
 // the audit names exactly the samples that were lost. Checkpoints restore the
 // state so that the run continues identically.
+#include "data/ledger.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <set>
 
 #include "common/random.h"
-#include "data/ledger.h"
 
 namespace dctrain {
 namespace {
@@ -89,7 +90,10 @@ struct Simulation {
   uint64_t total_lost = 0;  // over the checked epochs
 
   Simulation(uint64_t n, bool with_requeue, uint64_t seed)
-      : size(n), requeue(with_requeue), rng({seed, 99}), ledger(n, seed, with_requeue),
+      : size(n),
+        requeue(with_requeue),
+        rng({seed, 99}),
+        ledger(n, seed, with_requeue),
         completed(n, 0) {}
 
   // One step: 4 workers each take up to 3 micro-batches; each micro-batch is

@@ -20,9 +20,9 @@ using ::testing::HasSubstr;
 
 WordpieceVocab small_vocab() {
   return WordpieceVocab::from_tokens(
-      {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "want", "##want", "##ed", "wa", "un",
-       "runn", "##ing", ",", "##aff", "##able", "hello", "world", "!", "cafe", "naive", ".",
-       "'", "t", "don", "a", "b"},
+      {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "want",   "##want", "##ed",  "wa",
+       "un",    "runn",  "##ing", ",",     "##aff",  "##able", "hello",  "world", "!",
+       "cafe",  "naive", ".",     "'",     "t",      "don",    "a",      "b"},
       "small vocab");
 }
 
@@ -47,15 +47,20 @@ TEST(Wordpiece, BasicTokenizerLowersStripsAccentsAndSplitsPunctuation) {
   EXPECT_THAT(tokenizer.basic_tokenize("Café naïve ÀÉÎÕÜ Łódź"),
               ElementsAre("cafe", "naive", "aeiou", "łodz"));
   // Combining marks (NFD input) are dropped too; control characters vanish.
-  EXPECT_THAT(tokenizer.basic_tokenize("cafe\xcc\x81 a\x01" "b"), ElementsAre("cafe", "ab"));
+  EXPECT_THAT(tokenizer.basic_tokenize("cafe\xcc\x81 a\x01"
+                                       "b"),
+              ElementsAre("cafe", "ab"));
   EXPECT_THAT(tokenizer.basic_tokenize("don't"), ElementsAre("don", "'", "t"));
   // CJK characters stand alone; general punctuation splits.
-  EXPECT_THAT(tokenizer.basic_tokenize("ab\xe4\xb8\xad\xe6\x96\x87" "cd\xe2\x80\xa6"),
+  EXPECT_THAT(tokenizer.basic_tokenize("ab\xe4\xb8\xad\xe6\x96\x87"
+                                       "cd\xe2\x80\xa6"),
               ElementsAre("ab", "\xe4\xb8\xad", "\xe6\x96\x87", "cd", "\xe2\x80\xa6"));
   // Non-breaking space separates words; invalid UTF-8 bytes are dropped.
-  EXPECT_THAT(tokenizer.basic_tokenize("a\xc2\xa0" "b \xff" "a"), ElementsAre("a", "b", "a"));
-  EXPECT_THAT(tokenizer.tokenize("Don't, Café!"),
-              ElementsAre("don", "'", "t", ",", "cafe", "!"));
+  EXPECT_THAT(tokenizer.basic_tokenize("a\xc2\xa0"
+                                       "b \xff"
+                                       "a"),
+              ElementsAre("a", "b", "a"));
+  EXPECT_THAT(tokenizer.tokenize("Don't, Café!"), ElementsAre("don", "'", "t", ",", "cafe", "!"));
 }
 
 TEST(Wordpiece, OverlongWordIsUnknown) {
@@ -138,7 +143,8 @@ TEST(TextMlm, MasksExactlyNineteenWithEightyTenTen) {
   for (uint64_t i = 0; i < 200; ++i) ids[i] = i;
   const SampleContext context{.seed = 3, .epoch = 1, .train = true};
   const Batch b = dataset.make_batch(ids, context);
-  const Batch original = counting_dataset(126 * 200, {.masked_per_sequence = 0}).make_batch(ids, context);
+  const Batch original =
+      counting_dataset(126 * 200, {.masked_per_sequence = 0}).make_batch(ids, context);
   int masked = 0, mask_token = 0, unchanged = 0, random = 0;
   for (int n = 0; n < 200; ++n) {
     int in_sequence = 0;
@@ -152,9 +158,12 @@ TEST(TextMlm, MasksExactlyNineteenWithEightyTenTen) {
       ASSERT_LE(t, 126);
       EXPECT_EQ(b.labels[i], original.tokens[i]);
       ++in_sequence;
-      if (b.tokens[i] == 4) ++mask_token;
-      else if (b.tokens[i] == original.tokens[i]) ++unchanged;
-      else ++random;
+      if (b.tokens[i] == 4)
+        ++mask_token;
+      else if (b.tokens[i] == original.tokens[i])
+        ++unchanged;
+      else
+        ++random;
       ASSERT_LT(b.tokens[i], 40);
       ASSERT_GE(b.tokens[i], 0);
     }
