@@ -593,6 +593,10 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
   }
 }
 
+void Coordinator::stop(const std::string& reason, int exit_code, double now) {
+  if (phase_ != Phase::kFinished) finish(reason, exit_code, now);
+}
+
 // -------------------------------------------------------------------- time
 
 void Coordinator::tick(double now) {

@@ -48,6 +48,10 @@ class Coordinator {
   void handle(Received message, double now);
   void tick(double now);
 
+  // Ends the run now (e.g. on Ctrl-C): workers get a bye, the summary is
+  // written; exit_code() becomes `exit_code`.
+  void stop(const std::string& reason, int exit_code, double now);
+
   bool finished() const { return phase_ == Phase::kFinished; }
   // 0 when the run ended normally (a stop criterion), 1 when it failed.
   int exit_code() const { return exit_code_; }
