@@ -74,7 +74,8 @@ Parsed parse(const std::filesystem::path& path) {
       !p.header.ParseFromArray(p.bytes.data() + at, static_cast<int>(length))) {
     throw std::runtime_error(fmt::format("checkpoint '{}' has an unreadable header", path.string()));
   }
-  p.tensors_at = at + length;
+  // The tensors start at the next multiple of 4 bytes after the header.
+  p.tensors_at = (at + length + 3) / 4 * 4;
   return p;
 }
 
@@ -102,9 +103,6 @@ void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader hea
   while (out.size() % sizeof(float) != 0) {
     out.push_back('\0');
   }
-  // The padding is part of the header length read back.
-  const uint64_t padded = out.size() - (sizeof kMagic + 4 + 8);
-  std::memcpy(out.data() + sizeof kMagic + 4, &padded, sizeof padded);
   for (std::span<float> view : replica.state_views()) {
     out.append(reinterpret_cast<const char*>(view.data()), view.size_bytes());
   }

@@ -3,8 +3,8 @@
 // written atomically (temp file, fsync, rename) as RUN_DIR/checkpoint.bin.
 //
 // File: "DCTRCKPT" magic, u32 format version, u64 header length, the
-// CheckpointHeader (proto/config.proto), then each tensor as raw float32,
-// then a u64 checksum of everything before it.
+// CheckpointHeader (proto/config.proto), zero padding to a multiple of 4
+// bytes, each tensor as raw float32, then a u64 checksum of everything before.
 #pragma once
 
 #include <filesystem>

@@ -337,5 +337,71 @@ TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesO
   EXPECT_EQ(field(cluster.summary(), "steps"), "25");
 }
 
+TEST(Processes, ResumeContinuesFromTheLastCheckpointExactlyAsAnUnbrokenRun) {
+  const std::string text = small_config(2, "stop { max_steps: 10 }\ncheckpoint { every_steps: 5 }");
+  Cluster broken("resume-broken", text, 2);
+  broken.start_coordinator();
+  broken.start_workers();
+  broken.expect_clean_finish();
+  ASSERT_TRUE(std::filesystem::exists(checkpoint_path(broken.run_dir())));
+
+  // Continue the same run folder to step 16 with fresh workers.
+  Process resumed(kBin + "/dctrain-coordinator",
+                  {"--resume", broken.run_dir().string(), "--bind", "tcp://127.0.0.1:*", "--steps", "16"},
+                  broken.run_dir() / "resumed.out");
+  std::filesystem::remove(broken.run_dir() / "endpoint");
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(broken.run_dir() / "endpoint"); }, 30s))
+      << resumed.output();
+  std::string endpoint = read_text(broken.run_dir() / "endpoint");
+  endpoint.erase(endpoint.find_last_not_of('\n') + 1);
+  Process w0(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w0"}, broken.run_dir() / "w0.out");
+  Process w1(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w1"}, broken.run_dir() / "w1.out");
+  ASSERT_EQ(resumed.wait_for(60s), std::optional<int>(0)) << resumed.output();
+  EXPECT_EQ(w0.wait_for(15s), std::optional<int>(0)) << w0.output();
+  EXPECT_EQ(w1.wait_for(15s), std::optional<int>(0)) << w1.output();
+  EXPECT_NE(broken.log().find("resuming at step 10"), std::string::npos) << broken.log();
+
+  Cluster unbroken("resume-unbroken", small_config(2, "stop { max_steps: 16 }"), 2);
+  unbroken.start_coordinator();
+  unbroken.start_workers();
+  unbroken.expect_clean_finish();
+  auto losses = [](const Cluster& c) {
+    std::vector<std::string> out;
+    for (const std::string& r : c.records("step")) out.push_back(field(r, "step") + ":" + field(r, "loss"));
+    return out;
+  };
+  const auto a = losses(broken), b = losses(unbroken);
+  ASSERT_EQ(a.size(), 16u);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "run.cfg") << small_config(2, "stop { max_steps: 6 }");
+  Process ok(kBin + "/dctrain-launch",
+             {"--workers", "2", "--config", (dir / "run.cfg").string(), "--out", (dir / "run").string()},
+             dir / "launch.out");
+  ASSERT_EQ(ok.wait_for(60s), std::optional<int>(0)) << ok.output();
+  const std::string out = ok.output();
+  EXPECT_NE(out.find("[coordinator] "), std::string::npos);
+  EXPECT_NE(out.find("[worker 0] "), std::string::npos);
+  EXPECT_NE(out.find("[worker 1] "), std::string::npos);
+  EXPECT_NE(out.find("final replica identical"), std::string::npos) << out;
+  EXPECT_EQ(field(read_text(dir / "run" / "summary.json"), "steps"), "6");
+
+  // A config the coordinator rejects: the launcher fails and says who failed.
+  std::ofstream(dir / "bad.cfg") << small_config(2, "stop { max_steps: 6 }", "step { global_batch: 48 micro_batch: 7 }");
+  Process bad(kBin + "/dctrain-launch",
+              {"--workers", "2", "--config", (dir / "bad.cfg").string(), "--out", (dir / "bad").string()},
+              dir / "bad.out");
+  const auto code = bad.wait_for(30s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(bad.output().find("micro_batch 7 does not divide"), std::string::npos) << bad.output();
+  EXPECT_NE(bad.output().find("the coordinator exited with status 2"), std::string::npos) << bad.output();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dctrain
