@@ -1,10 +1,9 @@
 // dctrain-coordinator: thin main over the coordinator library.
-#include <spdlog/spdlog.h>
-
 #include <CLI/CLI.hpp>
 
 #include "common/cli.h"
 #include "coordinator/options.h"
+#include "coordinator/program.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dctrain-coordinator: runs a training job for N dctrain-worker processes"};
@@ -12,9 +11,5 @@ int main(int argc, char** argv) {
   dctrain::add_coordinator_options(app, options);
   CLI11_PARSE(app, argc, argv);
   dctrain::apply_log_level(options.log_level);
-
-  spdlog::error("{}: the training runtime is not part of this build yet; only --help and "
-                "--version work",
-                dctrain::version_line("dctrain-coordinator"));
-  return 2;
+  return dctrain::run_coordinator(options);
 }

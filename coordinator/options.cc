@@ -18,9 +18,15 @@ void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--tau", options.tau,
-                 "Step compute threshold: seconds, 'inf' or 'auto' (empty: the config's value)");
+                 "Step compute threshold: seconds or 'inf' (empty: the config's value)");
   app.add_option("--steps", options.steps, "Stop after this many steps (0: the config's limit)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--data-dir", options.data_dir,
+                 "Data root for the held-out split (mnist/, cifar-10-*/, text/, ...); empty: synthetic only")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--threads", options.threads, "Compute threads for evaluation")
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
 }
 

@@ -5,6 +5,7 @@
 
 #include "common/cli.h"
 #include "worker/options.h"
+#include "worker/worker.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dctrain-worker: computes micro-batches for a dctrain-coordinator"};
@@ -12,9 +13,10 @@ int main(int argc, char** argv) {
   dctrain::add_worker_options(app, options);
   CLI11_PARSE(app, argc, argv);
   dctrain::apply_log_level(options.log_level);
-
-  spdlog::error("{}: the training runtime is not part of this build yet; only --help and "
-                "--version work",
-                dctrain::version_line("dctrain-worker"));
-  return 2;
+  try {
+    return dctrain::run_worker(options, spdlog::default_logger());
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return dctrain::kWorkerFailed;
+  }
 }

@@ -1,0 +1,63 @@
+// A replica of the model being trained: the model, its optimizer and the
+// learning-rate schedule. Every worker and the coordinator hold one; applying
+// the same update to each keeps them bit-identical.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "comm/message.h"
+#include "comm/validation.h"
+#include "model/lr_schedule.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "proto/config.pb.h"
+
+namespace dctrain {
+
+class Replica {
+ public:
+  // Takes `model` freshly built from the run's seed; builds the optimizer.
+  Replica(std::unique_ptr<Model> model, const v1::OptimizerConfig& optimizer);
+
+  Model& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  size_t parameter_count() const { return model_->table().total(); }
+  size_t buffer_count() const { return model_->buffer_table().total(); }
+  // Arenas of models without BatchNorm may be absent; these are then empty.
+  std::span<float> buffers();
+  std::span<float> statistics();
+
+  // One optimizer update with the step's averaged gradient (clipped in place
+  // when the run clips) and the averaged batch statistics (empty span for a
+  // model without BatchNorm).
+  void apply_update(std::span<float> gradient, std::span<const float> statistics);
+
+  // The rate of the next update.
+  double next_learning_rate() const;
+  int64_t optimizer_steps() const { return optimizer_->steps(); }
+
+  uint64_t parameter_checksum();
+
+  // The whole state as tensors (parameters, buffers, each optimizer state):
+  // what a welcome and a checkpoint carry.
+  std::vector<TensorSpec> state_specs();
+  void add_state(Message& message);
+  // Reads the state from tensors first_tensor.. of a message already checked
+  // against state_specs().
+  void load_state(const Message& message, size_t first_tensor, int64_t optimizer_steps);
+
+  // Flat views of the same state, for checkpoints.
+  std::vector<std::span<float>> state_views();
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  LrScheduleSpec schedule_;
+  double clip_norm_ = 0.0;
+  std::vector<std::string> state_tensor_names_;
+};
+
+}  // namespace dctrain

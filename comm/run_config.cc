@@ -1,0 +1,304 @@
+#include "comm/run_config.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+namespace dctrain {
+
+namespace {
+
+// Collects the text-format parser's complaints with their positions.
+class ErrorList : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit ErrorList(std::string origin) : origin_(std::move(origin)) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    errors_.push_back(fmt::format("{}:{}:{}: {}", origin_, line + 1, column + 1, message));
+  }
+  void AddWarning(int line, google::protobuf::io::ColumnNumber column,
+                  const std::string& message) override {
+    errors_.push_back(fmt::format("{}:{}:{}: warning: {}", origin_, line + 1, column + 1, message));
+  }
+  std::string joined() const {
+    std::string out;
+    for (const std::string& e : errors_) out += (out.empty() ? "" : "\n") + e;
+    return out;
+  }
+
+ private:
+  std::string origin_;
+  std::vector<std::string> errors_;
+};
+
+template <typename T>
+void default_to(T& field, T value) {
+  if (field == T{}) field = value;
+}
+
+bool one_of(const std::string& value, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed) {
+    if (value == a) return true;
+  }
+  return false;
+}
+
+std::string list(std::initializer_list<const char*> allowed) {
+  std::string out;
+  for (const char* a : allowed) out += (out.empty() ? "" : ", ") + std::string("'") + a + "'";
+  return out;
+}
+
+}  // namespace
+
+v1::RunConfig parse_run_config(const std::string& text, const std::string& origin) {
+  v1::RunConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  ErrorList errors(origin);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &config)) {
+    throw std::runtime_error(fmt::format(
+        "{}\n(the run config is a dctrain.v1.RunConfig in Protobuf text format; see "
+        "proto/config.proto for every field)",
+        errors.joined()));
+  }
+  return config;
+}
+
+v1::RunConfig load_run_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw std::runtime_error(fmt::format("run config '{}' cannot be opened: does the file exist?", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_run_config(text.str(), path);
+}
+
+#define DCTRAIN_DEFAULT(message, field, value) \
+  if ((message).field() == decltype((message).field()){}) (message).set_##field(value)
+
+void apply_defaults(v1::RunConfig& c) {
+  if (c.name().empty()) c.set_name("run");
+  DCTRAIN_DEFAULT(c, workers, 1u);
+
+  v1::ModelConfig& m = *c.mutable_model();
+  DCTRAIN_DEFAULT(m, num_classes, 10);
+  DCTRAIN_DEFAULT(m, vocab_size, 30522);
+  DCTRAIN_DEFAULT(m, max_seq_len, 128);
+  if (!m.has_dropout()) m.set_dropout(0.1f);
+
+  v1::DatasetConfig& d = *c.mutable_dataset();
+  if (d.kind().empty()) d.set_kind("synthetic");
+  if (d.corpus().empty()) d.set_corpus("tinyshakespeare");
+  if (d.vocab().empty()) d.set_vocab("bert-base-uncased/vocab.txt");
+  if (!d.has_augment()) d.set_augment(true);
+  DCTRAIN_DEFAULT(d, masked_per_sequence, 19u);
+  DCTRAIN_DEFAULT(d, seed, c.seed());
+  if (d.kind() == "synthetic" && m.image_channels() == 0) {
+    // The generator draws images of the shape the model was made for.
+    const bool mnist_shaped = m.name() == "mnist-cnn" || m.name() == "mlp";
+    m.set_image_channels(mnist_shaped ? 1 : 3);
+    m.set_image_height(mnist_shaped ? 28 : 32);
+    m.set_image_width(mnist_shaped ? 28 : 32);
+  }
+
+  v1::OptimizerConfig& o = *c.mutable_optimizer();
+  if (o.kind().empty()) o.set_kind("sgd");
+  DCTRAIN_DEFAULT(o, beta1, 0.9);
+  DCTRAIN_DEFAULT(o, beta2, 0.999);
+  DCTRAIN_DEFAULT(o, eps, 1e-8);
+  if (o.schedule().kind().empty()) o.mutable_schedule()->set_kind("constant");
+
+  v1::StepConfig& s = *c.mutable_step();
+  if (s.tau() == 0.0) s.set_tau(std::numeric_limits<double>::infinity());
+  if (!s.has_requeue()) s.set_requeue(true);
+  if (s.normalize().empty()) s.set_normalize("completed");
+
+  v1::DelayConfig& delay = *c.mutable_delay();
+  if (delay.kind().empty()) delay.set_kind("none");
+  DCTRAIN_DEFAULT(delay, factor, 1.0);
+  DCTRAIN_DEFAULT(delay, slowdown, 1.0);
+  DCTRAIN_DEFAULT(delay, seed, c.seed());
+
+  v1::LivenessConfig& l = *c.mutable_liveness();
+  DCTRAIN_DEFAULT(l, heartbeat_seconds, 0.5);
+  DCTRAIN_DEFAULT(l, silence_seconds, 10.0);
+  DCTRAIN_DEFAULT(l, grace_seconds, 5.0);
+  DCTRAIN_DEFAULT(l, join_timeout_seconds, 120.0);
+
+  DCTRAIN_DEFAULT(*c.mutable_eval(), batch, 256u);
+  DCTRAIN_DEFAULT(c, progress_seconds, 5.0);
+}
+
+#undef DCTRAIN_DEFAULT
+
+std::vector<std::string> validate(const v1::RunConfig& c) {
+  std::vector<std::string> problems;
+  auto problem = [&]<typename... Args>(fmt::format_string<Args...> format, Args&&... args) {
+    problems.push_back(fmt::format(format, std::forward<Args>(args)...));
+  };
+
+  if (c.workers() == 0) problem("workers is 0: set 'workers: N' (N >= 1) or pass --workers N");
+
+  const v1::ModelConfig& m = c.model();
+  const auto kModels = {"resnet20", "bert-tiny", "mnist-cnn", "mlp"};
+  if (!one_of(m.name(), kModels)) {
+    problem("model.name '{}' is not a known model; use one of {}", m.name(), list(kModels));
+  }
+  if (m.num_classes() < 2) problem("model.num_classes is {}; a classifier needs at least 2", m.num_classes());
+  if (m.image_channels() < 0 || m.image_height() < 0 || m.image_width() < 0) {
+    problem("model.image_channels/height/width must be positive (or 0: from the dataset)");
+  }
+  if (m.dropout() < 0.0f || m.dropout() >= 1.0f) problem("model.dropout is {}; use [0, 1)", m.dropout());
+
+  const v1::DatasetConfig& d = c.dataset();
+  const auto kDatasets = {"mnist", "fashion-mnist", "cifar10", "text-mlm", "synthetic"};
+  if (!one_of(d.kind(), kDatasets)) {
+    problem("dataset.kind '{}' is not known; use one of {}", d.kind(), list(kDatasets));
+  }
+  auto check_relative = [&](const std::string& field, const std::string& path) {
+    if (!path.empty() && (path.front() == '/' || path.find("..") != std::string::npos)) {
+      problem("dataset.{} '{}' must be relative to the worker's --data-dir root, without '..'",
+              field, path);
+    }
+  };
+  for (const std::string& f : d.train_files()) check_relative("train_files", f);
+  for (const std::string& f : d.test_files()) check_relative("test_files", f);
+  check_relative("vocab", d.vocab());
+  check_relative("corpus", d.corpus());
+  if ((d.kind() == "mnist" || d.kind() == "fashion-mnist") &&
+      ((d.train_files_size() != 0 && d.train_files_size() != 2) ||
+       (d.test_files_size() != 0 && d.test_files_size() != 2))) {
+    problem("dataset.train_files / test_files for {} name two files each (images, labels)", d.kind());
+  }
+  if (d.masked_per_sequence() == 0 || d.masked_per_sequence() > 126) {
+    problem("dataset.masked_per_sequence is {}; use 1..126", d.masked_per_sequence());
+  }
+  const bool text = d.kind() == "text-mlm";
+  if (text != (m.name() == "bert-tiny") && one_of(m.name(), kModels) && d.kind() != "synthetic") {
+    problem("model '{}' cannot train on dataset kind '{}': bert-tiny takes text-mlm, the "
+            "classifiers take images", m.name(), d.kind());
+  }
+
+  const v1::OptimizerConfig& o = c.optimizer();
+  if (!one_of(o.kind(), {"sgd", "adamw"})) problem("optimizer.kind '{}' is not known; use 'sgd' or 'adamw'", o.kind());
+  if (!(o.lr() > 0.0) || !std::isfinite(o.lr())) problem("optimizer.lr is {}; set a positive learning rate", o.lr());
+  if (o.momentum() < 0.0 || o.momentum() >= 1.0) problem("optimizer.momentum is {}; use [0, 1)", o.momentum());
+  if (o.weight_decay() < 0.0) problem("optimizer.weight_decay is {}; use >= 0", o.weight_decay());
+  if (o.beta1() < 0.0 || o.beta1() >= 1.0 || o.beta2() < 0.0 || o.beta2() >= 1.0) {
+    problem("optimizer.beta1/beta2 are {}/{}; each must lie in [0, 1)", o.beta1(), o.beta2());
+  }
+  if (o.eps() <= 0.0) problem("optimizer.eps is {}; use > 0", o.eps());
+  if (o.clip_norm() < 0.0) problem("optimizer.clip_norm is {}; use > 0, or 0 for no clipping", o.clip_norm());
+  const v1::LrSchedule& lr = o.schedule();
+  if (!one_of(lr.kind(), {"constant", "cosine", "step"})) {
+    problem("optimizer.schedule.kind '{}' is not known; use 'constant', 'cosine' or 'step'", lr.kind());
+  }
+  if (lr.kind() == "step" && (lr.step_every() == 0 || !(lr.gamma() > 0.0))) {
+    problem("optimizer.schedule 'step' needs step_every > 0 and gamma > 0");
+  }
+  if (lr.kind() == "cosine" && lr.total_steps() == 0 && c.stop().max_steps() == 0 &&
+      c.stop().max_epochs() == 0.0) {
+    problem("optimizer.schedule 'cosine' needs total_steps, or a stop.max_steps / stop.max_epochs "
+            "budget to decay over");
+  }
+
+  const v1::StepConfig& s = c.step();
+  if (s.global_batch() == 0 || s.micro_batch() == 0) {
+    problem("step.global_batch and step.micro_batch must both be set (e.g. 64 and 16)");
+  } else if (s.global_batch() % s.micro_batch() != 0) {
+    problem("step.micro_batch {} does not divide step.global_batch {}", s.micro_batch(), s.global_batch());
+  } else if (s.global_batch() / s.micro_batch() < c.workers()) {
+    problem("step.global_batch {} / micro_batch {} gives {} micro-batches per step, fewer than the "
+            "{} workers; lower micro_batch or workers", s.global_batch(), s.micro_batch(),
+            s.global_batch() / s.micro_batch(), c.workers());
+  }
+  if (std::isnan(s.tau()) || s.tau() <= 0.0) problem("step.tau is {}; use seconds > 0 or inf", s.tau());
+  if (!one_of(s.normalize(), {"completed", "nominal"})) {
+    problem("step.normalize '{}' is not known; use 'completed' or 'nominal'", s.normalize());
+  }
+
+  const v1::DelayConfig& delay = c.delay();
+  const auto kDelays = {"none", "constant", "exponential", "dropcompute", "bimodal"};
+  if (!one_of(delay.kind(), kDelays)) problem("delay.kind '{}' is not known; use one of {}", delay.kind(), list(kDelays));
+  if (delay.seconds() < 0.0 || delay.stall_seconds() < 0.0 || delay.factor() < 0.0) {
+    problem("delay.seconds, delay.stall_seconds and delay.factor must be >= 0");
+  }
+  if ((delay.kind() == "constant" || delay.kind() == "exponential") && !(delay.seconds() > 0.0)) {
+    problem("delay '{}' needs delay.seconds > 0", delay.kind());
+  }
+  if (delay.probability() < 0.0 || delay.probability() > 1.0) {
+    problem("delay.probability is {}; use [0, 1]", delay.probability());
+  }
+  if (delay.slowdown() < 1.0) problem("delay.slowdown is {}; use >= 1 (1: no slowdown)", delay.slowdown());
+  for (uint32_t w : delay.slow_workers()) {
+    if (w >= c.workers()) problem("delay.slow_workers names rank {}, but ranks run 0..{}", w, c.workers() - 1);
+  }
+
+  const v1::LivenessConfig& l = c.liveness();
+  if (l.heartbeat_seconds() <= 0.0 || l.silence_seconds() <= l.heartbeat_seconds()) {
+    problem("liveness.silence_seconds ({}) must exceed liveness.heartbeat_seconds ({}) > 0",
+            l.silence_seconds(), l.heartbeat_seconds());
+  }
+  if (l.grace_seconds() <= 0.0 || l.join_timeout_seconds() <= 0.0) {
+    problem("liveness.grace_seconds and liveness.join_timeout_seconds must be > 0");
+  }
+  const v1::StopConfig& stop = c.stop();
+  if (stop.target_accuracy() < 0.0 || stop.target_accuracy() > 1.0) {
+    problem("stop.target_accuracy is {}; use a fraction in [0, 1] (0: none)", stop.target_accuracy());
+  }
+  if (stop.max_epochs() < 0.0 || stop.max_wall_seconds() < 0.0) problem("stop limits must be >= 0");
+  if (stop.max_epochs() == 0.0 && stop.max_steps() == 0 && stop.max_wall_seconds() == 0.0 &&
+      stop.target_accuracy() == 0.0) {
+    problem("no stop criterion: set stop.max_steps, stop.max_epochs, stop.max_wall_seconds or "
+            "stop.target_accuracy");
+  }
+  if (c.progress_seconds() <= 0.0) problem("progress_seconds must be > 0");
+  return problems;
+}
+
+void finalize_run_config(v1::RunConfig& config) {
+  apply_defaults(config);
+  const std::vector<std::string> problems = validate(config);
+  if (problems.empty()) return;
+  std::string text = fmt::format("the run config has {} problem{}:", problems.size(),
+                                 problems.size() == 1 ? "" : "s");
+  for (const std::string& p : problems) text += "\n  - " + p;
+  throw std::invalid_argument(text);
+}
+
+double parse_tau(const std::string& text) {
+  if (text == "inf" || text == "infinity" || text == "Inf") {
+    return std::numeric_limits<double>::infinity();
+  }
+  size_t used = 0;
+  double value = 0.0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || !(value > 0.0)) {
+    throw std::invalid_argument(fmt::format(
+        "tau '{}' is not a threshold: give seconds > 0 (e.g. 0.25) or 'inf'", text));
+  }
+  return value;
+}
+
+std::string to_text(const v1::RunConfig& config) {
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  printer.PrintToString(config, &text);
+  return text;
+}
+
+bool requeue_enabled(const v1::StepConfig& step) { return !step.has_requeue() || step.requeue(); }
+
+}  // namespace dctrain

@@ -1,0 +1,105 @@
+#include "comm/setup.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace dctrain {
+
+DatasetSpec dataset_spec(const v1::RunConfig& config, Split split) {
+  const v1::DatasetConfig& d = config.dataset();
+  DatasetSpec spec;
+  spec.split = split;
+  spec.seed = d.seed();
+  spec.samples = d.synthetic_samples();
+  spec.augment = d.augment();
+  spec.corpus = d.corpus();
+  spec.vocab = d.vocab();
+  spec.seq_len = config.model().max_seq_len();
+  spec.masked_per_sequence = static_cast<int>(d.masked_per_sequence());
+  const auto& files = split == Split::kTrain ? d.train_files() : d.test_files();
+  spec.files.assign(files.begin(), files.end());
+  if (d.kind() == "synthetic") {
+    spec.kind = config.model().name() == "bert-tiny" ? "synthetic-text" : "synthetic-images";
+    spec.channels = config.model().image_channels();
+    spec.height = config.model().image_height();
+    spec.width = config.model().image_width();
+  } else {
+    spec.kind = d.kind();
+  }
+  return spec;
+}
+
+bool needs_data_root(const v1::RunConfig& config) { return config.dataset().kind() != "synthetic"; }
+
+std::unique_ptr<Dataset> open_dataset(const v1::RunConfig& config, Split split,
+                                      const std::filesystem::path& data_root) {
+  return make_dataset(dataset_spec(config, split), data_root);
+}
+
+uint64_t train_samples(const v1::RunConfig& config, const Dataset& train) {
+  const uint64_t limit = config.dataset().train_limit();
+  return limit == 0 ? train.size() : std::min(limit, train.size());
+}
+
+uint64_t test_samples(const v1::RunConfig& config, const Dataset& test) {
+  const uint64_t limit = config.dataset().test_limit();
+  return limit == 0 ? test.size() : std::min(limit, test.size());
+}
+
+ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int threads) {
+  const v1::ModelConfig& m = config.model();
+  ModelSpec spec;
+  spec.name = m.name();
+  spec.seed = config.seed();
+  spec.threads = threads;
+  spec.dropout = m.dropout();
+  spec.max_seq_len = m.max_seq_len();
+  if (shape.kind == BatchKind::kTokens) {
+    spec.vocab_size = shape.vocab_size;
+    spec.max_seq_len = std::max(spec.max_seq_len, shape.seq_len);
+  } else {
+    spec.num_classes = shape.classes != 0 ? shape.classes : m.num_classes();
+    spec.image_channels = shape.channels;
+    spec.image_height = shape.height;
+    spec.image_width = shape.width;
+  }
+  return spec;
+}
+
+OptimizerSpec optimizer_spec(const v1::OptimizerConfig& o) {
+  OptimizerSpec spec;
+  spec.name = o.kind();
+  spec.weight_decay = o.weight_decay();
+  spec.momentum = o.momentum();
+  spec.nesterov = o.nesterov();
+  spec.beta1 = o.beta1();
+  spec.beta2 = o.beta2();
+  spec.eps = o.eps();
+  return spec;
+}
+
+LrScheduleSpec schedule_spec(const v1::OptimizerConfig& o) {
+  LrScheduleSpec spec;
+  spec.name = o.schedule().kind();
+  spec.base_lr = o.lr();
+  spec.warmup_steps = static_cast<int64_t>(o.schedule().warmup_steps());
+  spec.step_size = std::max<int64_t>(1, static_cast<int64_t>(o.schedule().step_every()));
+  spec.gamma = o.schedule().gamma() != 0.0 ? o.schedule().gamma() : 0.1;
+  spec.total_steps = static_cast<int64_t>(o.schedule().total_steps());
+  return spec;
+}
+
+void resolve_step_budget(v1::RunConfig& config, uint64_t train_size) {
+  v1::LrSchedule& schedule = *config.mutable_optimizer()->mutable_schedule();
+  if (schedule.kind() != "cosine" || schedule.total_steps() != 0) return;
+  uint64_t steps = config.stop().max_steps();
+  if (steps == 0) {
+    const double per_epoch = std::ceil(static_cast<double>(train_size) / config.step().global_batch());
+    steps = static_cast<uint64_t>(std::ceil(config.stop().max_epochs() * per_epoch));
+  }
+  schedule.set_total_steps(std::max<uint64_t>(steps, schedule.warmup_steps() + 1));
+}
+
+}  // namespace dctrain

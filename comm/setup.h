@@ -1,0 +1,47 @@
+// From a run config to the objects it names: datasets from the data root,
+// the model spec, the optimizer and its learning-rate schedule. The only
+// place where the run config meets the model and data libraries.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+
+#include "data/dataset.h"
+#include "data/dataset_factory.h"
+#include "model/lr_schedule.h"
+#include "model/model.h"
+#include "model/optimizer.h"
+#include "proto/config.pb.h"
+
+namespace dctrain {
+
+// The dataset factory's spec for `split`: kind "synthetic" becomes
+// synthetic-text for bert-tiny and synthetic-images (of the model's image
+// shape) for the classifiers.
+DatasetSpec dataset_spec(const v1::RunConfig& config, Split split);
+
+// Whether the run's data come from files under a data root.
+bool needs_data_root(const v1::RunConfig& config);
+
+// Opens (or generates) the split; throws the factory's errors, which name the
+// file and how to fix it.
+std::unique_ptr<Dataset> open_dataset(const v1::RunConfig& config, Split split,
+                                      const std::filesystem::path& data_root);
+
+// Samples of the training set the run uses (train_limit applied).
+uint64_t train_samples(const v1::RunConfig& config, const Dataset& train);
+// Held-out samples evaluated (test_limit applied).
+uint64_t test_samples(const v1::RunConfig& config, const Dataset& test);
+
+// The model spec: shape from the dataset, seed from the run, threads local.
+ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int threads);
+
+OptimizerSpec optimizer_spec(const v1::OptimizerConfig& optimizer);
+LrScheduleSpec schedule_spec(const v1::OptimizerConfig& optimizer);
+
+// Resolves what depends on the training set's size: a cosine schedule's
+// total_steps left at 0 becomes the run's step budget.
+void resolve_step_budget(v1::RunConfig& config, uint64_t train_size);
+
+}  // namespace dctrain

@@ -1,0 +1,146 @@
+#include "coordinator/checkpoint.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "coordinator/run_metrics.h"
+#include "model/param_table.h"
+
+namespace dctrain {
+
+namespace {
+
+constexpr char kMagic[8] = {'D', 'C', 'T', 'R', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kFormatVersion = 1;
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+template <typename T>
+T get(const std::string& in, size_t& at, const std::filesystem::path& path) {
+  if (at + sizeof(T) > in.size()) {
+    throw std::runtime_error(fmt::format("checkpoint '{}' is truncated at byte {}", path.string(), at));
+  }
+  T value;
+  std::memcpy(&value, in.data() + at, sizeof value);
+  at += sizeof value;
+  return value;
+}
+
+struct Parsed {
+  v1::CheckpointHeader header;
+  size_t tensors_at = 0;
+  std::string bytes;
+};
+
+Parsed parse(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw std::runtime_error(fmt::format(
+        "no checkpoint at '{}': resume needs a run folder that wrote one (checkpoint.every_steps > 0)",
+        path.string()));
+  }
+  Parsed p;
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  p.bytes = buffer.str();
+  if (p.bytes.size() < sizeof kMagic + 4 + 8 + 8 || std::memcmp(p.bytes.data(), kMagic, sizeof kMagic) != 0) {
+    throw std::runtime_error(fmt::format("'{}' is not a dctrain checkpoint", path.string()));
+  }
+  const uint64_t stored = [&] {
+    uint64_t v;
+    std::memcpy(&v, p.bytes.data() + p.bytes.size() - 8, 8);
+    return v;
+  }();
+  const uint64_t computed = checksum(std::span<const float>(
+      reinterpret_cast<const float*>(p.bytes.data()), (p.bytes.size() - 8) / sizeof(float)));
+  if (stored != computed || (p.bytes.size() - 8) % sizeof(float) != 0) {
+    throw std::runtime_error(fmt::format("checkpoint '{}' is corrupt (checksum mismatch)", path.string()));
+  }
+  size_t at = sizeof kMagic;
+  const auto version = get<uint32_t>(p.bytes, at, path);
+  if (version != kFormatVersion) {
+    throw std::runtime_error(fmt::format("checkpoint '{}' has format {}, this build reads {}",
+                                         path.string(), version, kFormatVersion));
+  }
+  const auto length = get<uint64_t>(p.bytes, at, path);
+  if (at + length > p.bytes.size() ||
+      !p.header.ParseFromArray(p.bytes.data() + at, static_cast<int>(length))) {
+    throw std::runtime_error(fmt::format("checkpoint '{}' has an unreadable header", path.string()));
+  }
+  // The tensors start at the next multiple of 4 bytes after the header.
+  p.tensors_at = (at + length + 3) / 4 * 4;
+  return p;
+}
+
+}  // namespace
+
+std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir) {
+  return run_dir / "checkpoint.bin";
+}
+
+void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header, Replica& replica) {
+  header.clear_tensor_names();
+  header.clear_tensor_counts();
+  const std::vector<TensorSpec> specs = replica.state_specs();
+  for (const TensorSpec& s : specs) {
+    header.add_tensor_names(std::string(s.name));
+    header.add_tensor_counts(s.count);
+  }
+  const std::string head = header.SerializeAsString();
+  std::string out;
+  out.append(kMagic, sizeof kMagic);
+  put<uint32_t>(out, kFormatVersion);
+  put<uint64_t>(out, head.size());
+  out += head;
+  // Pad so the tensors and the file stay a whole number of floats.
+  while (out.size() % sizeof(float) != 0) {
+    out.push_back('\0');
+  }
+  for (std::span<float> view : replica.state_views()) {
+    out.append(reinterpret_cast<const char*>(view.data()), view.size_bytes());
+  }
+  const uint64_t sum = checksum(std::span<const float>(reinterpret_cast<const float*>(out.data()),
+                                                       out.size() / sizeof(float)));
+  put<uint64_t>(out, sum);
+  write_file_atomically(path, out);
+}
+
+v1::CheckpointHeader load_checkpoint_header(const std::filesystem::path& path) {
+  return parse(path).header;
+}
+
+void load_checkpoint_state(const std::filesystem::path& path, Replica& replica) {
+  Parsed p = parse(path);
+  const std::vector<TensorSpec> specs = replica.state_specs();
+  if (static_cast<size_t>(p.header.tensor_names_size()) != specs.size()) {
+    throw std::runtime_error(fmt::format("checkpoint '{}' holds {} tensors, this model needs {}",
+                                         path.string(), p.header.tensor_names_size(), specs.size()));
+  }
+  size_t at = p.tensors_at;
+  std::vector<std::span<float>> views = replica.state_views();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (p.header.tensor_names(static_cast<int>(i)) != specs[i].name ||
+        p.header.tensor_counts(static_cast<int>(i)) != specs[i].count) {
+      throw std::runtime_error(fmt::format(
+          "checkpoint '{}': tensor {} is '{}' ({} floats), this model has '{}' ({}); was it written "
+          "for another model or optimizer?",
+          path.string(), i, p.header.tensor_names(static_cast<int>(i)),
+          p.header.tensor_counts(static_cast<int>(i)), specs[i].name, specs[i].count));
+    }
+    if (at + views[i].size_bytes() > p.bytes.size() - 8) {
+      throw std::runtime_error(fmt::format("checkpoint '{}' is truncated", path.string()));
+    }
+    std::memcpy(views[i].data(), p.bytes.data() + at, views[i].size_bytes());
+    at += views[i].size_bytes();
+  }
+  replica.optimizer().set_steps(p.header.optimizer_steps());
+}
+
+}  // namespace dctrain

@@ -1,0 +1,29 @@
+// Checkpoints: the run's state at a step boundary (config, next step, ledger,
+// counters, and the replica's parameters, buffers and optimizer state),
+// written atomically (temp file, fsync, rename) as RUN_DIR/checkpoint.bin.
+//
+// File: "DCTRCKPT" magic, u32 format version, u64 header length, the
+// CheckpointHeader (proto/config.proto), zero padding to a multiple of 4
+// bytes, each tensor as raw float32, then a u64 checksum of everything before.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "comm/replica.h"
+#include "proto/config.pb.h"
+
+namespace dctrain {
+
+std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir);
+
+// Writes header + the replica's state views.
+void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header,
+                     Replica& replica);
+
+// Reads the header and fills the replica's state. Throws std::runtime_error
+// naming the file and the problem (missing, truncated, corrupt, other model).
+v1::CheckpointHeader load_checkpoint_header(const std::filesystem::path& path);
+void load_checkpoint_state(const std::filesystem::path& path, Replica& replica);
+
+}  // namespace dctrain

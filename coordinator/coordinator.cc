@@ -1,0 +1,696 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "comm/envelope.h"
+#include "comm/framing.h"
+#include "comm/validation.h"
+#include "comm/setup.h"
+#include "coordinator/checkpoint.h"
+
+namespace dctrain {
+
+namespace {
+
+constexpr const char* kCoordinatorName = "coordinator";
+
+Ledger initial_ledger(const CoordinatorSetup& setup) {
+  if (setup.resume) {
+    Ledger ledger = Ledger::restore(setup.resume->ledger());
+    ledger.drop_all_in_flight();
+    return ledger;
+  }
+  return Ledger(setup.train_size, setup.config.seed(), setup.config.step().requeue());
+}
+
+std::string describe_seconds(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<uint64_t>(seconds);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s / 60) % 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+std::string describe_tau(double tau) {
+  return std::isinf(tau) ? std::string("inf") : fmt::format("{:.3g} s", tau);
+}
+
+}  // namespace
+
+Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* evaluator,
+                         Outbox& outbox, std::shared_ptr<spdlog::logger> log, double now)
+    : setup_(std::move(setup)),
+      config_(setup_.config),
+      replica_(replica),
+      evaluator_(evaluator),
+      outbox_(outbox),
+      log_(std::move(log)),
+      membership_(config_.workers()),
+      ledger_(initial_ledger(setup_)),
+      reducer_(replica.parameter_count(), replica.buffer_count()),
+      metrics_(setup_.run_dir, setup_.resume.has_value()),
+      needs_data_root_(needs_data_root(config_)),
+      created_(now),
+      run_started_(now),
+      waiting_since_(now) {
+  if (setup_.resume) {
+    step_ = setup_.resume->next_step();
+    metrics_.totals() = setup_.resume->totals();
+    wall_offset_ = metrics_.totals().wall_seconds();
+    const EpochAudit audit = ledger_.audit();
+    epoch_samples_ = audit.done + audit.lost.size();
+    log_->info("resuming at step {} (epoch {}, {} updates applied, {:.1f} s trained before)", step_,
+               ledger_.epoch(), replica_.optimizer_steps(), wall_offset_);
+  }
+  start_checksum_ = replica_.parameter_checksum();
+}
+
+double Coordinator::epochs() const {
+  const double size = static_cast<double>(std::max<uint64_t>(setup_.train_size, 1));
+  return static_cast<double>(metrics_.totals().epochs_completed()) +
+         static_cast<double>(epoch_samples_) / size;
+}
+
+void Coordinator::send(const std::string& peer, Message message) {
+  message.envelope.set_protocol_version(make_envelope(0, "").protocol_version());
+  outbox_.send(peer, std::move(message));
+}
+
+// ---------------------------------------------------------------- messages
+
+void Coordinator::handle(Received received, double now) {
+  dispatch(std::move(received), now);
+  if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
+}
+
+void Coordinator::dispatch(Received received, double now) {
+  const std::string peer = received.peer;
+  Message message;
+  if (const auto problem = decode(std::move(received.parts), message)) {
+    log_->warn("dropped a message from peer '{}': {}", peer, *problem);
+    return;
+  }
+  if (const auto problem = version_problem(message.envelope)) {
+    log_->warn("refused peer '{}': {}", peer, *problem);
+    refuse(peer, *problem);
+    return;
+  }
+  if (message.envelope.sender() != peer) {
+    log_->warn("dropped a {} from peer '{}' that signs as '{}': the sender must be the worker's name",
+               body_name(message.envelope), peer, message.envelope.sender());
+    return;
+  }
+  switch (message.envelope.body_case()) {
+    case v1::Envelope::kHello:
+      on_hello(received, message, now);
+      return;
+    case v1::Envelope::kHeartbeat:
+      if (Member* m = membership_.live_member(peer)) {
+        m->last_heard = now;
+      } else {
+        ask_to_rejoin(peer, "heartbeat from a worker that is not in the run");
+      }
+      return;
+    case v1::Envelope::kContribution:
+      on_contribution(peer, std::move(message), now);
+      return;
+    case v1::Envelope::kBye:
+      on_bye(peer, message);
+      return;
+    case v1::Envelope::kError:
+      log_->warn("worker '{}' reports: {}", peer, message.envelope.error().message());
+      if (Member* m = membership_.live_member(peer)) m->last_heard = now;
+      return;
+    default:
+      log_->warn("dropped a {} from peer '{}': workers do not send that", body_name(message.envelope),
+                 peer);
+      return;
+  }
+}
+
+void Coordinator::on_hello(const Received& from, const Message& message, double now) {
+  const v1::Hello& hello = message.envelope.hello();
+  if (phase_ == Phase::kFinished) {
+    refuse(from.peer, "the run has finished");
+    return;
+  }
+  if (hello.worker_name() != from.peer) {
+    log_->warn("dropped a hello from peer '{}' naming itself '{}'", from.peer, hello.worker_name());
+    return;
+  }
+  if (needs_data_root_ && !hello.has_data_dir()) {
+    const std::string reason = fmt::format(
+        "this run trains on '{}' data: start the worker with --data-dir pointing at a data root "
+        "that holds it",
+        config_.dataset().kind());
+    log_->warn("refused worker '{}': {}", from.peer, reason);
+    refuse(from.peer, reason);
+    return;
+  }
+  if (Member* existing = membership_.live_member(from.peer)) {
+    // The worker restarted (or lost its state) before we noticed.
+    log_->warn("worker '{}' (rank {}) said hello again: it restarted; welcoming it afresh",
+               existing->name, existing->rank);
+    if (phase_ == Phase::kStepping) abandon(existing->rank, "it restarted during the step");
+    membership_.mark_dead(existing->rank);
+  }
+  const std::optional<uint32_t> rank = membership_.admit(from.peer, hello.threads(), now);
+  if (!rank) {
+    const std::string reason = fmt::format(
+        "the run already has its {} workers, all alive; raise 'workers' to add more",
+        config_.workers());
+    log_->warn("refused worker '{}': {}", from.peer, reason);
+    refuse(from.peer, reason);
+    return;
+  }
+  log_->info("worker '{}' joined as rank {} ({} threads, dctrain {}); {} of {} workers live",
+             from.peer, *rank, hello.threads(), hello.software_version(), membership_.live_count(),
+             config_.workers());
+  welcome(*rank);
+}
+
+void Coordinator::welcome(uint32_t rank) {
+  Message m;
+  m.envelope = make_envelope(step_, kCoordinatorName);
+  v1::Welcome& w = *m.envelope.mutable_welcome();
+  w.set_rank(rank);
+  *w.mutable_config() = config_;
+  w.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()));
+  w.set_parameter_checksum(start_checksum_);
+  replica_.add_state(m);
+  send(membership_.at(rank).name, std::move(m));
+}
+
+void Coordinator::refuse(const std::string& peer, const std::string& reason) {
+  Message m;
+  m.envelope = make_envelope(step_, kCoordinatorName);
+  m.envelope.mutable_refusal()->set_reason(reason);
+  m.envelope.mutable_refusal()->set_expected_protocol_version(m.envelope.protocol_version());
+  send(peer, std::move(m));
+}
+
+void Coordinator::ask_to_rejoin(const std::string& peer, const std::string& why) {
+  log_->info("asked peer '{}' to say hello again ({})", peer, why);
+  Message m;
+  m.envelope = make_envelope(step_, kCoordinatorName);
+  m.envelope.mutable_error()->set_message(
+      fmt::format("{}: you are not a member of the run; say hello to rejoin", why));
+  m.envelope.mutable_error()->set_rejoin(true);
+  send(peer, std::move(m));
+}
+
+void Coordinator::on_bye(const std::string& peer, const Message& message) {
+  Member* m = membership_.live_member(peer);
+  if (m == nullptr) return;
+  const uint32_t rank = m->rank;
+  log_->warn("worker '{}' (rank {}) left: {}", peer, rank, message.envelope.bye().reason());
+  if (phase_ == Phase::kStepping) abandon(rank, "it left during the step");
+  membership_.mark_dead(rank);
+}
+
+void Coordinator::on_contribution(const std::string& peer, Message message, double now) {
+  const uint64_t step = message.envelope.step();
+  Member* member = membership_.live_member(peer);
+  if (member == nullptr) {
+    ask_to_rejoin(peer, fmt::format("contribution for step {}", step));
+    return;
+  }
+  member->last_heard = now;
+  const uint32_t rank = member->rank;
+  if (phase_ != Phase::kStepping || step < step_) {
+    log_->info("discarded worker '{}' (rank {})'s contribution for past step {} (now at step {})",
+               peer, rank, step, step_);
+    return;
+  }
+  if (step > step_) {
+    log_->warn("dropped worker '{}' (rank {})'s contribution for future step {} (now at step {})",
+               peer, rank, step, step_);
+    return;
+  }
+  auto planned = planned_.find(rank);
+  if (planned == planned_.end() || !reducer_.expects(rank)) {
+    log_->warn("dropped worker '{}' (rank {})'s contribution for step {}: {}", peer, rank, step,
+               planned == planned_.end() ? "it has no plan in this step"
+                                         : "the step no longer waits for it");
+    return;
+  }
+  Planned& p = planned->second;
+  const v1::Contribution& c = message.envelope.contribution();
+
+  // Everything is checked before anything is used.
+  std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
+  if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
+  std::optional<std::string> problem = check_tensors(message, expected);
+  if (!problem) {
+    std::set<uint64_t> seen;
+    uint64_t samples = 0;
+    for (const v1::MicroBatchTime& t : c.completed()) {
+      if (!p.micro_batches.contains(t.id()) || !seen.insert(t.id()).second) {
+        problem = fmt::format("completed micro-batch {} was not planned or is listed twice", t.id());
+        break;
+      }
+      if (!std::isfinite(t.compute_seconds()) || t.compute_seconds() < 0.0) {
+        problem = fmt::format("micro-batch {} has compute time {}", t.id(), t.compute_seconds());
+        break;
+      }
+      samples += p.sizes[t.id()];
+    }
+    for (uint64_t id : c.dropped()) {
+      if (problem) break;
+      if (!p.micro_batches.contains(id) || !seen.insert(id).second) {
+        problem = fmt::format("dropped micro-batch {} was not planned or is listed twice", id);
+      }
+    }
+    if (!problem && seen.size() != p.micro_batches.size()) {
+      problem = fmt::format("it accounts for {} of its {} planned micro-batches", seen.size(),
+                            p.micro_batches.size());
+    }
+    if (!problem && samples != c.samples()) {
+      problem = fmt::format("it claims {} samples, its completed micro-batches hold {}", c.samples(),
+                            samples);
+    }
+    if (!problem && (!std::isfinite(c.loss_sum()) || !std::isfinite(c.compute_seconds()))) {
+      problem = "its loss or compute time is not finite";
+    }
+  }
+  if (problem) {
+    log_->error("rejected worker '{}' (rank {})'s contribution for step {}: {}", peer, rank, step,
+                *problem);
+    abandon(rank, "its contribution was rejected");
+    return;
+  }
+  p.contribution = c;
+  last_contribution_ = now;
+  reducer_.add(rank, std::move(message));
+}
+
+// ------------------------------------------------------------------- steps
+
+void Coordinator::abandon(uint32_t rank, const std::string& why) {
+  auto it = planned_.find(rank);
+  if (it == planned_.end() || !reducer_.expects(rank)) return;
+  Planned& p = it->second;
+  p.missed = true;
+  reducer_.forget(rank);
+  ledger_.orphan_worker(rank);
+  log_->warn("worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} samples) "
+             "are {}",
+             membership_.at(rank).name, rank, step_, why, p.micro_batches.size(), p.samples,
+             config_.step().requeue() ? "requeued" : "lost");
+}
+
+void Coordinator::start_step(double now) {
+  std::vector<uint32_t> ranks = membership_.live_ranks();
+  if (ranks.empty()) {
+    if (phase_ != Phase::kWaiting) {
+      log_->warn("no live worker left; waiting up to {:.0f} s for one to join",
+                 config_.liveness().join_timeout_seconds());
+      waiting_since_ = now;
+    }
+    phase_ = Phase::kWaiting;
+    return;
+  }
+  std::vector<WorkerPlan> plans;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    plans = plan_step(ledger_, ranks, step_, config_.step().global_batch(), config_.step().micro_batch());
+    uint64_t total = 0;
+    for (const WorkerPlan& p : plans) total += p.micro_batches.size();
+    if (total > 0 || !ledger_.epoch_complete()) break;
+    ledger_.start_next_epoch();
+    epoch_samples_ = 0;
+  }
+  planned_.clear();
+  std::vector<uint32_t> expected;
+  const double tau = config_.step().tau();
+  for (WorkerPlan& plan : plans) {
+    Planned& p = planned_[plan.rank];
+    p.rank = plan.rank;
+    Message m;
+    m.envelope = make_envelope(step_, kCoordinatorName);
+    v1::Plan& body = *m.envelope.mutable_plan();
+    body.set_tau(tau);
+    body.set_parameter_checksum(start_checksum_);
+    for (PlannedMicroBatch& mb : plan.micro_batches) {
+      p.micro_batches.insert(mb.id);
+      p.sizes[mb.id] = mb.samples.size();
+      p.samples += mb.samples.size();
+      v1::MicroBatch& out = *body.add_micro_batches();
+      out.set_id(mb.id);
+      out.set_epoch(mb.epoch);
+      out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
+    }
+    expected.push_back(plan.rank);
+    send(membership_.at(plan.rank).name, std::move(m));
+  }
+  reducer_.begin(expected);
+  if (phase_ != Phase::kStepping && step_ == (setup_.resume ? setup_.resume->next_step() : 0)) {
+    run_started_ = now;
+    last_progress_ = now;
+  }
+  phase_ = Phase::kStepping;
+  step_started_ = now;
+  last_contribution_ = now;
+  deadline_ = std::isinf(tau) ? std::numeric_limits<double>::infinity()
+                              : now + tau + config_.liveness().grace_seconds();
+}
+
+void Coordinator::close_step(double now) {
+  const auto clock = [] { return std::chrono::steady_clock::now(); };
+  const auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  const auto reduce_begin = clock();
+  StepRecord record;
+  record.step = step_;
+  record.tau = config_.step().tau();
+  record.lr = replica_.next_learning_rate();
+  const bool requeue = config_.step().requeue();
+
+  double loss_sum = 0.0;
+  uint64_t loss_terms = 0, samples = 0, correct = 0, planned_samples = 0;
+  double max_compute = 0.0, compute_total = 0.0;
+  for (auto& [rank, p] : planned_) {
+    WorkerStepRecord w;
+    w.rank = rank;
+    w.name = membership_.at(rank).name;
+    w.missed = p.missed;
+    w.samples = 0;
+    record.planned += p.micro_batches.size();
+    planned_samples += p.samples;
+    if (p.contribution) {
+      const v1::Contribution& c = *p.contribution;
+      w.contributed = true;
+      w.compute_seconds = c.compute_seconds();
+      w.overhead_seconds = c.overhead_seconds();
+      w.completed = static_cast<uint64_t>(c.completed_size());
+      w.dropped = static_cast<uint64_t>(c.dropped_size());
+      w.samples = c.samples();
+      w.checksum_ok = c.parameter_checksum() == start_checksum_;
+      if (!w.checksum_ok) {
+        metrics_.totals().set_checksum_mismatches(metrics_.totals().checksum_mismatches() + 1);
+        log_->error("worker '{}' (rank {}) replica differs from the coordinator's at step {} "
+                    "(checksum {:016x}, expected {:016x})",
+                    w.name, rank, step_, c.parameter_checksum(), start_checksum_);
+      }
+      for (const v1::MicroBatchTime& t : c.completed()) {
+        w.micro_batch_seconds.push_back(t.compute_seconds());
+        ledger_.complete(t.id());
+      }
+      uint64_t dropped_samples = 0;
+      for (uint64_t id : c.dropped()) {
+        ledger_.drop(id);
+        dropped_samples += p.sizes[id];
+      }
+      if (!requeue) record.lost_samples += dropped_samples;
+      loss_sum += c.loss_sum();
+      loss_terms += c.loss_terms();
+      samples += c.samples();
+      correct += c.correct();
+      record.completed += w.completed;
+      record.dropped += w.dropped;
+      max_compute = std::max(max_compute, c.compute_seconds());
+      compute_total += c.compute_seconds();
+    } else {
+      record.orphaned += p.micro_batches.size();
+      if (!requeue) record.lost_samples += p.samples;
+    }
+    record.workers.push_back(std::move(w));
+  }
+  record.requeued = requeue ? record.dropped + record.orphaned : 0;
+  record.samples = samples;
+  record.applied = samples > 0;
+  record.loss = loss_terms > 0 ? loss_sum / static_cast<double>(loss_terms) : 0.0;
+  record.accuracy = loss_terms > 0 ? static_cast<double>(correct) / static_cast<double>(loss_terms) : 0.0;
+  if (loss_terms > 0) last_loss_ = record.loss;
+
+  // The reduce: the gradient of the mean loss over what was completed (or,
+  // with normalize "nominal", over what was planned), and the batch
+  // statistics averaged by samples.
+  double divisor = static_cast<double>(loss_terms);
+  if (config_.step().normalize() == "nominal" && samples > 0) {
+    divisor = static_cast<double>(loss_terms) * static_cast<double>(planned_samples) /
+              static_cast<double>(samples);
+  }
+  reducer_.finish(divisor, static_cast<double>(samples));
+  record.reduce_seconds = seconds(reduce_begin, clock());
+
+  Message update;
+  update.envelope = make_envelope(step_, kCoordinatorName);
+  update.envelope.mutable_update()->set_applied(record.applied);
+  update.envelope.mutable_update()->set_samples(samples);
+  update.envelope.mutable_update()->set_optimizer_steps(
+      static_cast<uint64_t>(replica_.optimizer_steps()) + (record.applied ? 1 : 0));
+  add_tensor(update, "gradient", reducer_.gradient());
+  if (replica_.buffer_count() > 0) add_tensor(update, "statistics", reducer_.statistics());
+  for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(update));
+  record.step_seconds = now - step_started_;
+
+  const auto apply_begin = clock();
+  if (record.applied) replica_.apply_update(reducer_.gradient(), reducer_.statistics());
+  start_checksum_ = replica_.parameter_checksum();
+  record.apply_seconds = seconds(apply_begin, clock());
+
+  v1::RunTotals& t = metrics_.totals();
+  t.set_steps(t.steps() + 1);
+  t.set_samples_completed(t.samples_completed() + samples);
+  t.set_microbatches_completed(t.microbatches_completed() + record.completed);
+  t.set_microbatches_dropped(t.microbatches_dropped() + record.dropped);
+  t.set_microbatches_orphaned(t.microbatches_orphaned() + record.orphaned);
+  t.set_samples_lost(t.samples_lost() + record.lost_samples);
+  t.set_compute_seconds(t.compute_seconds() + compute_total);
+  t.set_step_seconds(t.step_seconds() + record.step_seconds);
+  t.set_max_compute_seconds(t.max_compute_seconds() + max_compute);
+  epoch_samples_ += samples + record.lost_samples;
+  progress_samples_ += samples;
+  recent_step_seconds_ = recent_step_seconds_ == 0.0
+                             ? record.step_seconds
+                             : 0.8 * recent_step_seconds_ + 0.2 * record.step_seconds;
+
+  record.epoch = ledger_.epoch();
+  record.epochs = epochs();
+  record.wall_seconds = wall(now);
+  metrics_.record_step(record);
+  planned_.clear();
+  ++step_;
+
+  bool epoch_ended = false;
+  if (ledger_.epoch_complete()) {
+    const EpochAudit audit = ledger_.audit();
+    metrics_.record_epoch(audit, wall(now));
+    t.set_epochs_completed(t.epochs_completed() + 1);
+    if (audit.ok()) {
+      log_->info("epoch {} complete: {} samples done exactly once, {} lost", audit.epoch, audit.done,
+                 audit.lost.size());
+    } else {
+      t.set_audits_failed(t.audits_failed() + 1);
+      log_->error("epoch {} ledger audit FAILED: {} duplicated, {} missing", audit.epoch,
+                  audit.duplicated.size(), audit.missing.size());
+    }
+    ledger_.start_next_epoch();
+    epoch_samples_ = 0;
+    epoch_ended = true;
+  }
+
+  const uint64_t every = config_.eval().every_steps();
+  if (evaluator_ != nullptr && ((every > 0 && t.steps() % every == 0) || (every == 0 && epoch_ended))) {
+    evaluate(now);
+  }
+  const uint64_t checkpoint_every = config_.checkpoint().every_steps();
+  const std::optional<std::string> stop = stop_reached(now);
+  if (checkpoint_every > 0 && t.steps() % checkpoint_every == 0 && !stop) checkpoint(now);
+  if (stop) {
+    finish(*stop, 0, now);
+    return;
+  }
+  start_step(now);
+}
+
+void Coordinator::evaluate(double now) {
+  const auto begin = std::chrono::steady_clock::now();
+  const Evaluation e = evaluator_->evaluate(replica_.model());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  v1::RunTotals& t = metrics_.totals();
+  t.set_has_eval(true);
+  t.set_last_eval_loss(e.loss);
+  t.set_last_eval_accuracy(e.accuracy);
+  t.set_last_eval_step(t.steps());
+  EvalRecord r{t.steps(), epochs(), wall(now) + took, e.loss, e.accuracy, e.samples, took};
+  metrics_.record_eval(r);
+  log_->info("eval after step {}: loss {:.4f}, accuracy {:.2f}% on {} held-out samples ({:.1f} s)",
+             t.steps(), e.loss, 100.0 * e.accuracy, e.samples, took);
+  const double target = config_.stop().target_accuracy();
+  if (target > 0.0 && e.accuracy >= target && !t.reached_target()) {
+    t.set_reached_target(true);
+    t.set_time_to_target_seconds(wall(now) + took);
+  }
+}
+
+void Coordinator::checkpoint(double now) {
+  if (setup_.run_dir.empty()) return;
+  v1::CheckpointHeader header;
+  *header.mutable_config() = config_;
+  header.set_next_step(step_);
+  header.set_optimizer_steps(replica_.optimizer_steps());
+  header.set_ledger(ledger_.serialize());
+  *header.mutable_totals() = metrics_.totals();
+  header.mutable_totals()->set_wall_seconds(wall(now));
+  try {
+    save_checkpoint(checkpoint_path(setup_.run_dir), std::move(header), replica_);
+    log_->info("checkpoint written at step {}", step_);
+  } catch (const std::exception& e) {
+    log_->error("checkpoint at step {} failed: {}", step_, e.what());
+  }
+}
+
+std::optional<std::string> Coordinator::stop_reached(double now) const {
+  const v1::StopConfig& s = config_.stop();
+  const v1::RunTotals& t = metrics_.totals();
+  if (s.target_accuracy() > 0.0 && t.reached_target()) {
+    return fmt::format("target accuracy {:.2f}% reached", 100.0 * s.target_accuracy());
+  }
+  if (s.max_steps() > 0 && t.steps() >= s.max_steps()) return fmt::format("max steps {} reached", s.max_steps());
+  if (s.max_epochs() > 0.0 && epochs() >= s.max_epochs() - 1e-9) {
+    return fmt::format("max epochs {} reached", s.max_epochs());
+  }
+  if (s.max_wall_seconds() > 0.0 && wall(now) >= s.max_wall_seconds()) {
+    return fmt::format("max wall time {} s reached", s.max_wall_seconds());
+  }
+  return std::nullopt;
+}
+
+void Coordinator::finish(const std::string& reason, int exit_code, double now) {
+  v1::RunTotals& t = metrics_.totals();
+  if (exit_code == 0 && evaluator_ != nullptr && (!t.has_eval() || t.last_eval_step() != t.steps())) {
+    evaluate(now);
+  }
+  if (exit_code == 0 && config_.checkpoint().every_steps() > 0) checkpoint(now);
+  phase_ = Phase::kFinished;
+  exit_code_ = exit_code;
+  stop_reason_ = reason;
+  for (uint32_t rank : membership_.live_ranks()) {
+    Message bye;
+    bye.envelope = make_envelope(step_, kCoordinatorName);
+    bye.envelope.mutable_bye()->set_reason(reason);
+    bye.envelope.mutable_bye()->set_parameter_checksum(start_checksum_);
+    bye.envelope.mutable_bye()->set_has_checksum(exit_code == 0);
+    send(membership_.at(rank).name, std::move(bye));
+  }
+  t.set_wall_seconds(wall(now));
+  if (!setup_.run_dir.empty()) {
+    try {
+      metrics_.write_summary(setup_.run_dir / "summary.json", config_, wall(now), epochs(), reason);
+    } catch (const std::exception& e) {
+      log_->error("{}", e.what());
+    }
+  }
+  if (exit_code == 0) {
+    log_->info("run finished after {} steps ({:.2f} epochs, {:.1f} s): {}", t.steps(), epochs(),
+               wall(now), reason);
+  } else {
+    log_->error("run failed after {} steps: {}", t.steps(), reason);
+  }
+}
+
+void Coordinator::stop(const std::string& reason, int exit_code, double now) {
+  if (phase_ != Phase::kFinished) finish(reason, exit_code, now);
+}
+
+// -------------------------------------------------------------------- time
+
+void Coordinator::tick(double now) {
+  if (phase_ == Phase::kFinished) return;
+  const v1::LivenessConfig& live = config_.liveness();
+
+  if (now - last_heartbeat_ >= live.heartbeat_seconds()) {
+    last_heartbeat_ = now;
+    for (uint32_t rank : membership_.live_ranks()) {
+      Message hb;
+      hb.envelope = make_envelope(step_, kCoordinatorName);
+      hb.envelope.mutable_heartbeat()->set_sent_unix_micros(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count()));
+      send(membership_.at(rank).name, std::move(hb));
+    }
+  }
+
+  for (uint32_t rank : membership_.silent(now, live.silence_seconds())) {
+    const Member& m = membership_.at(rank);
+    log_->warn("worker '{}' (rank {}) silent for {:.1f} s: presumed dead", m.name, rank,
+               now - m.last_heard);
+    if (phase_ == Phase::kStepping) abandon(rank, "it died");
+    membership_.mark_dead(rank);
+  }
+
+  switch (phase_) {
+    case Phase::kJoining:
+      if (membership_.live_count() == config_.workers()) {
+        log_->info("all {} workers joined; training starts", config_.workers());
+        start_step(now);
+      } else if (now - created_ > live.join_timeout_seconds()) {
+        finish(fmt::format("only {} of {} workers joined within {:.0f} s: start more dctrain-worker "
+                           "processes, lower --workers, or raise liveness.join_timeout_seconds",
+                           membership_.live_count(), config_.workers(), live.join_timeout_seconds()),
+               1, now);
+      }
+      return;
+    case Phase::kWaiting:
+      if (membership_.live_count() > 0) {
+        start_step(now);
+      } else if (now - waiting_since_ > live.join_timeout_seconds()) {
+        finish(fmt::format("every worker is gone and none joined within {:.0f} s",
+                           live.join_timeout_seconds()),
+               1, now);
+      }
+      return;
+    case Phase::kStepping:
+      if (now > deadline_) {
+        for (const auto& [rank, p] : planned_) {
+          if (reducer_.expects(rank)) {
+            abandon(rank, fmt::format("it missed the deadline (tau {} + grace {:.3g} s)",
+                                      describe_tau(config_.step().tau()), live.grace_seconds()));
+          }
+        }
+      }
+      if (reducer_.complete()) close_step(now);
+      if (phase_ == Phase::kStepping && now - last_progress_ >= config_.progress_seconds()) progress(now);
+      return;
+    case Phase::kFinished:
+      return;
+  }
+}
+
+void Coordinator::progress(double now) {
+  const double period = now - last_progress_;
+  const v1::RunTotals& t = metrics_.totals();
+  const uint64_t planned = t.microbatches_completed() + t.microbatches_dropped() + t.microbatches_orphaned();
+  const double drop = planned == 0 ? 0.0
+                                   : 100.0 * static_cast<double>(t.microbatches_dropped() +
+                                                                 t.microbatches_orphaned()) /
+                                         static_cast<double>(planned);
+  double remaining = std::numeric_limits<double>::infinity();
+  const v1::StopConfig& s = config_.stop();
+  const double steps_per_epoch = std::ceil(static_cast<double>(setup_.train_size) /
+                                           config_.step().global_batch());
+  if (s.max_steps() > 0) remaining = static_cast<double>(s.max_steps() - std::min(s.max_steps(), t.steps()));
+  if (s.max_epochs() > 0.0) {
+    remaining = std::min(remaining, std::max(0.0, (s.max_epochs() - epochs()) * steps_per_epoch));
+  }
+  double eta = remaining * recent_step_seconds_;
+  if (s.max_wall_seconds() > 0.0) eta = std::min(eta, s.max_wall_seconds() - wall(now));
+  const std::string eval = t.has_eval() ? fmt::format("{:.2f}% (loss {:.4f}) @ step {}",
+                                                      100.0 * t.last_eval_accuracy(),
+                                                      t.last_eval_loss(), t.last_eval_step())
+                                        : std::string("-");
+  log_->info("step {} | epoch {:.2f} | {:.0f} samples/s | loss {:.4f} | eval {} | drop {:.1f}% | "
+             "tau {} | {} workers | ETA {}",
+             t.steps(), epochs(), period > 0 ? static_cast<double>(progress_samples_) / period : 0.0,
+             last_loss_, eval, drop, describe_tau(config_.step().tau()), membership_.live_count(),
+             describe_seconds(eta));
+  last_progress_ = now;
+  progress_samples_ = 0;
+}
+
+}  // namespace dctrain

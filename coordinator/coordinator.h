@@ -1,0 +1,131 @@
+// The coordinator's logic: membership, the ledger and planner, the reduce,
+// the reference replica, evaluation, stop criteria, metrics and checkpoints.
+//
+// It is driven from outside: handle() for every message that arrives and
+// tick() every few milliseconds, both given the time on the caller's clock;
+// it answers through an Outbox. The same code runs over ZeroMQ across
+// processes (coordinator/main.cc) and, with a fake clock and outbox, in one
+// process in the tests. A bad message is logged and dropped; it never throws.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <spdlog/logger.h>
+
+#include "comm/message.h"
+#include "comm/replica.h"
+#include "coordinator/evaluator.h"
+#include "coordinator/membership.h"
+#include "coordinator/planner.h"
+#include "coordinator/reducer.h"
+#include "coordinator/run_metrics.h"
+#include "data/ledger.h"
+#include "proto/config.pb.h"
+
+namespace dctrain {
+
+struct CoordinatorSetup {
+  v1::RunConfig config;                  // finalized
+  uint64_t train_size = 0;               // samples in the (limited) training set
+  std::filesystem::path run_dir;         // metrics, summary, checkpoints
+  // Resuming: the checkpoint's header (its ledger, counters and next step).
+  std::optional<v1::CheckpointHeader> resume;
+};
+
+class Coordinator {
+ public:
+  // `replica` holds the initial (or restored) state; `evaluator` may be null.
+  Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* evaluator, Outbox& outbox,
+              std::shared_ptr<spdlog::logger> log, double now);
+
+  void handle(Received message, double now);
+  void tick(double now);
+
+  // Ends the run now (e.g. on Ctrl-C): workers get a bye, the summary is
+  // written; exit_code() becomes `exit_code`.
+  void stop(const std::string& reason, int exit_code, double now);
+
+  bool finished() const { return phase_ == Phase::kFinished; }
+  // 0 when the run ended normally (a stop criterion), 1 when it failed.
+  int exit_code() const { return exit_code_; }
+  const std::string& stop_reason() const { return stop_reason_; }
+
+  uint64_t step() const { return step_; }
+  const Ledger& ledger() const { return ledger_; }
+  const v1::RunTotals& totals() const { return metrics_.totals(); }
+  double epochs() const;
+
+ private:
+  enum class Phase { kJoining, kStepping, kWaiting, kFinished };
+
+  struct Planned {
+    uint32_t rank = 0;
+    std::set<uint64_t> micro_batches;
+    std::map<uint64_t, uint64_t> sizes;  // micro-batch id -> samples
+    uint64_t samples = 0;
+    std::optional<v1::Contribution> contribution;
+    bool missed = false;
+  };
+
+  void dispatch(Received message, double now);
+  void on_hello(const Received& from, const Message& message, double now);
+  void on_contribution(const std::string& peer, Message message, double now);
+  void on_bye(const std::string& peer, const Message& message);
+
+  void welcome(uint32_t rank);
+  void refuse(const std::string& peer, const std::string& reason);
+  void ask_to_rejoin(const std::string& peer, const std::string& why);
+  // Drops a worker from the current step: its micro-batches are requeued.
+  void abandon(uint32_t rank, const std::string& why);
+  void start_step(double now);
+  void close_step(double now);
+  void evaluate(double now);
+  void checkpoint(double now);
+  std::optional<std::string> stop_reached(double now) const;
+  void finish(const std::string& reason, int exit_code, double now);
+  void progress(double now);
+  void send(const std::string& peer, Message message);
+  double wall(double now) const { return wall_offset_ + (now - run_started_); }
+
+  CoordinatorSetup setup_;
+  const v1::RunConfig& config_;
+  Replica& replica_;
+  Evaluator* evaluator_;
+  Outbox& outbox_;
+  std::shared_ptr<spdlog::logger> log_;
+
+  Membership membership_;
+  Ledger ledger_;
+  Reducer reducer_;
+  RunMetrics metrics_;
+
+  bool needs_data_root_ = false;
+  Phase phase_ = Phase::kJoining;
+  int exit_code_ = 0;
+  std::string stop_reason_;
+  uint64_t step_ = 0;                 // the open step, or the next to open
+  double created_ = 0.0;
+  double run_started_ = 0.0;          // the first step's start
+  double wall_offset_ = 0.0;          // training time of earlier processes (resume)
+  double waiting_since_ = 0.0;
+  double step_started_ = 0.0;
+  double deadline_ = 0.0;
+  double last_contribution_ = 0.0;
+  double last_heartbeat_ = 0.0;
+  double last_progress_ = 0.0;
+  uint64_t progress_samples_ = 0;
+  uint64_t start_checksum_ = 0;
+  uint64_t epoch_samples_ = 0;        // settled (done or lost) in the current epoch
+  std::map<uint32_t, Planned> planned_;
+  double last_loss_ = 0.0;
+  double recent_step_seconds_ = 0.0;
+};
+
+}  // namespace dctrain

@@ -1,0 +1,49 @@
+// Who is in the run: a fixed number of slots (ranks), each held by a worker
+// identified by its name (its ZeroMQ identity). A worker that comes back
+// under the same name gets its old rank; a new one takes a free slot.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dctrain {
+
+struct Member {
+  std::string name;         // also the peer identity on the ROUTER
+  uint32_t rank = 0;
+  bool live = false;
+  double last_heard = 0.0;  // seconds, on the coordinator's clock
+  uint32_t threads = 1;
+};
+
+class Membership {
+ public:
+  explicit Membership(uint32_t slots);
+
+  // A hello from `name`: the slot it held before if any, else the lowest
+  // never-used slot, else the lowest slot whose holder is dead. Nothing when
+  // every slot is held by a live worker.
+  std::optional<uint32_t> admit(const std::string& name, uint32_t threads, double now);
+
+  // The live member with this name, or nullptr.
+  Member* live_member(const std::string& name);
+  const Member& at(uint32_t rank) const { return slots_[rank]; }
+
+  // Marks `rank` dead (departed, silent or missed too much).
+  void mark_dead(uint32_t rank);
+  // Live members silent for longer than `silence` seconds; not yet marked.
+  std::vector<uint32_t> silent(double now, double silence) const;
+
+  // Ranks of the live members, ascending.
+  std::vector<uint32_t> live_ranks() const;
+  size_t live_count() const;
+  uint32_t slots() const { return static_cast<uint32_t>(slots_.size()); }
+
+ private:
+  std::vector<Member> slots_;
+  std::vector<bool> used_;
+};
+
+}  // namespace dctrain

@@ -1,0 +1,156 @@
+#include "coordinator/program.h"
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "comm/replica.h"
+#include "comm/run_config.h"
+#include "comm/setup.h"
+#include "comm/transport.h"
+#include "common/cli.h"
+#include "coordinator/checkpoint.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/evaluator.h"
+#include "coordinator/run_metrics.h"
+
+namespace dctrain {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Command-line flags override the config's fields.
+void apply_overrides(const CoordinatorOptions& options, v1::RunConfig& config) {
+  if (options.workers > 0) config.set_workers(static_cast<uint32_t>(options.workers));
+  if (!options.tau.empty()) config.mutable_step()->set_tau(parse_tau(options.tau));
+  if (options.steps > 0) config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.steps));
+}
+
+std::shared_ptr<spdlog::logger> make_logger(const fs::path& run_dir, const std::string& level) {
+  auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir / "coordinator.log").string());
+  auto log = std::make_shared<spdlog::logger>("coordinator", spdlog::sinks_init_list{console, file});
+  log->set_level(spdlog::level::from_str(level));
+  log->flush_on(spdlog::level::info);
+  return log;
+}
+
+}  // namespace
+
+int run_coordinator(CoordinatorOptions options) {
+  // SIGINT / SIGTERM end the run cleanly (bye to workers, summary written).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  const int signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{signal_fd};
+
+  const bool resuming = !options.resume_dir.empty();
+  std::optional<v1::CheckpointHeader> resume;
+  v1::RunConfig config;
+  try {
+    if (resuming) {
+      resume = load_checkpoint_header(checkpoint_path(options.resume_dir));
+      config = resume->config();
+      if (options.steps > 0) config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.steps));
+    } else {
+      if (options.config_path.empty()) {
+        spdlog::error("no run config: pass --config FILE (see experiments/*.cfg) or --resume RUN_DIR");
+        return 2;
+      }
+      config = load_run_config(options.config_path);
+      apply_overrides(options, config);
+    }
+    finalize_run_config(config);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+  const fs::path run_dir = resuming ? fs::path(options.resume_dir) : fs::path(options.out_dir);
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) {
+    spdlog::error("cannot create the run folder '{}': {}", run_dir.string(), ec.message());
+    return 2;
+  }
+  auto log = make_logger(run_dir, options.log_level);
+  log->info("{}", version_line("dctrain-coordinator"));
+
+  try {
+    if (needs_data_root(config) && options.data_dir.empty()) {
+      throw std::runtime_error(fmt::format(
+          "the run trains on '{}' data: pass --data-dir with the data root the workers use too",
+          config.dataset().kind()));
+    }
+    const auto load_begin = Clock::now();
+    const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, options.data_dir);
+    const std::unique_ptr<Dataset> test = open_dataset(config, Split::kEval, options.data_dir);
+    const uint64_t train_size = train_samples(config, *train);
+    resolve_step_budget(config, train_size);
+    log->info("data: {} ({} used), held out: {} ({} evaluated), loaded in {:.1f} s",
+              train->describe(), train_size, test->describe(), test_samples(config, *test),
+              std::chrono::duration<double>(Clock::now() - load_begin).count());
+    log->info("run config:\n{}", to_text(config));
+    write_file_atomically(run_dir / "config.cfg", to_text(config));
+
+    Replica replica(make_model(model_spec(config, train->shape(), options.threads)), config.optimizer());
+    if (resuming) load_checkpoint_state(checkpoint_path(run_dir), replica);
+    log->info("model {}: {} parameters, {} buffer values; optimizer {}", config.model().name(),
+              replica.parameter_count(), replica.buffer_count(), config.optimizer().kind());
+    DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(), config.seed());
+
+    zmq::context_t context(1);
+    RouterTransport transport(context, options.bind, log);
+    const std::string endpoint = transport.endpoint();
+    write_file_atomically(run_dir / "endpoint", endpoint + "\n");
+    log->info("listening on {}; waiting for {} workers (dctrain-worker --connect {})", endpoint,
+              config.workers(), endpoint);
+
+    const Clock::time_point t0 = Clock::now();
+    auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    CoordinatorSetup setup{config, train_size, run_dir, resume};
+    Coordinator coordinator(std::move(setup), replica, &evaluator, transport, log, now());
+    Received received;
+    while (!coordinator.finished()) {
+      if (transport.receive(received, std::chrono::milliseconds(5))) {
+        coordinator.handle(std::move(received), now());
+        // Take whatever else is already waiting before the clock work.
+        while (transport.receive(received, std::chrono::milliseconds(0))) {
+          coordinator.handle(std::move(received), now());
+        }
+      }
+      coordinator.tick(now());
+      signalfd_siginfo info{};
+      if (signal_fd >= 0 && ::read(signal_fd, &info, sizeof info) == sizeof info) {
+        log->warn("signal {} received: ending the run", info.ssi_signo);
+        coordinator.stop("interrupted by a signal", 130, now());
+      }
+    }
+    // Let the byes reach the workers before the socket closes.
+    transport.set_linger(std::chrono::milliseconds(2000));
+    return coordinator.exit_code();
+  } catch (const std::exception& e) {
+    log->error("{}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace dctrain

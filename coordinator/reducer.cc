@@ -1,0 +1,72 @@
+#include "coordinator/reducer.h"
+
+#include <algorithm>
+
+#include "comm/framing.h"
+
+namespace dctrain {
+
+Reducer::Reducer(size_t parameter_count, size_t buffer_count)
+    : gradient_(parameter_count, 0.0f), statistics_(buffer_count, 0.0f) {}
+
+void Reducer::begin(std::vector<uint32_t> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks_ = std::move(ranks);
+  next_ = 0;
+  waiting_.clear();
+  settled_.clear();
+  std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+  std::fill(statistics_.begin(), statistics_.end(), 0.0f);
+}
+
+bool Reducer::expects(uint32_t rank) const {
+  return std::binary_search(ranks_.begin(), ranks_.end(), rank) && !settled_.contains(rank);
+}
+
+bool Reducer::has(uint32_t rank) const {
+  auto it = settled_.find(rank);
+  return it != settled_.end() && it->second;
+}
+
+void Reducer::add(uint32_t rank, Message contribution) {
+  if (!expects(rank)) return;
+  settled_[rank] = true;
+  waiting_.emplace(rank, std::move(contribution));
+  advance();
+}
+
+void Reducer::forget(uint32_t rank) {
+  if (!expects(rank)) return;
+  settled_[rank] = false;
+  advance();
+}
+
+bool Reducer::complete() const { return settled_.size() == ranks_.size(); }
+
+void Reducer::advance() {
+  while (next_ < ranks_.size()) {
+    const uint32_t rank = ranks_[next_];
+    auto s = settled_.find(rank);
+    if (s == settled_.end()) return;
+    if (s->second) {
+      auto w = waiting_.find(rank);
+      add_tensor_into(w->second, 0, gradient_);
+      if (!statistics_.empty()) add_tensor_into(w->second, 1, statistics_);
+      waiting_.erase(w);
+    }
+    ++next_;
+  }
+}
+
+void Reducer::finish(double gradient_divisor, double statistics_divisor) {
+  if (gradient_divisor > 0.0) {
+    const auto d = static_cast<float>(gradient_divisor);
+    for (float& g : gradient_) g /= d;
+  }
+  if (statistics_divisor > 0.0) {
+    const auto d = static_cast<float>(statistics_divisor);
+    for (float& s : statistics_) s /= d;
+  }
+}
+
+}  // namespace dctrain

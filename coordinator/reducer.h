@@ -1,0 +1,46 @@
+// The reduce of one step: contributions summed in rank order whatever order
+// they arrive in (so the same contributions give the same bits), then
+// divided. Each contribution is added as soon as every lower expected rank is
+// in, so most of the sum overlaps the wait for the slowest worker.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "comm/message.h"
+
+namespace dctrain {
+
+class Reducer {
+ public:
+  Reducer(size_t parameter_count, size_t buffer_count);
+
+  // Starts a step expecting contributions from `ranks`.
+  void begin(std::vector<uint32_t> ranks);
+  bool expects(uint32_t rank) const;
+  bool has(uint32_t rank) const;
+  // A validated contribution (tensor 0: gradient, tensor 1: statistics if any).
+  void add(uint32_t rank, Message contribution);
+  // `rank` will not contribute (missed the deadline or died).
+  void forget(uint32_t rank);
+  // Every expected rank has contributed or been forgotten.
+  bool complete() const;
+
+  // Gradient sum / gradient_divisor and statistics sum / statistics_divisor.
+  void finish(double gradient_divisor, double statistics_divisor);
+  std::span<float> gradient() { return gradient_; }
+  std::span<float> statistics() { return statistics_; }
+
+ private:
+  void advance();
+
+  std::vector<float> gradient_, statistics_;
+  std::vector<uint32_t> ranks_;   // expected, ascending
+  size_t next_ = 0;               // ranks_[next_] is the next to add
+  std::map<uint32_t, Message> waiting_;
+  std::map<uint32_t, bool> settled_;  // rank -> contributed (true) or forgotten (false)
+};
+
+}  // namespace dctrain

@@ -1,0 +1,184 @@
+#include "coordinator/run_metrics.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <iterator>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace dctrain {
+
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  return fmt::format("{}", value);
+}
+
+std::string json_string(const std::string& value) {
+  std::string out;
+  out.reserve(value.size() + 2);
+  out.push_back('"');
+  for (char c : value) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<int>(c));
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
+  const std::filesystem::path temp = path.string() + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    throw std::runtime_error(fmt::format("cannot write '{}': {} (is the run folder writable?)",
+                                         temp.string(), std::strerror(errno)));
+  }
+  size_t written = 0;
+  while (written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw std::runtime_error(fmt::format("writing '{}' failed: {} (disk full?)", temp.string(),
+                                           std::strerror(err)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    throw std::runtime_error(fmt::format("flushing '{}' failed: {}", temp.string(), std::strerror(errno)));
+  }
+  std::filesystem::rename(temp, path);
+  // The rename itself is durable once the folder is synced.
+  const int dir = ::open(path.parent_path().empty() ? "." : path.parent_path().c_str(), O_RDONLY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+RunMetrics::RunMetrics(const std::filesystem::path& run_dir, bool append)
+    : out_(run_dir / "metrics.jsonl", append ? std::ios::app : std::ios::trunc) {
+  if (!out_) {
+    throw std::runtime_error(fmt::format("cannot open '{}' for writing (is the run folder writable?)",
+                                         (run_dir / "metrics.jsonl").string()));
+  }
+}
+
+void RunMetrics::record_step(const StepRecord& r) {
+  std::string workers;
+  for (const WorkerStepRecord& w : r.workers) {
+    std::string times;
+    for (double t : w.micro_batch_seconds) {
+      if (!times.empty()) times.push_back(',');
+      times.append(json_number(t));
+    }
+    workers += fmt::format(
+        "{}{{\"rank\":{},\"name\":{},\"contributed\":{},\"missed\":{},\"compute_seconds\":{},"
+        "\"overhead_seconds\":{},\"completed\":{},\"dropped\":{},\"samples\":{},\"checksum_ok\":{},"
+        "\"micro_batch_seconds\":[{}]}}",
+        workers.empty() ? "" : ",", w.rank, json_string(w.name), w.contributed, w.missed,
+        json_number(w.compute_seconds), json_number(w.overhead_seconds), w.completed, w.dropped,
+        w.samples, w.checksum_ok, times);
+  }
+  out_ << fmt::format(
+      "{{\"type\":\"step\",\"step\":{},\"epoch\":{},\"epochs\":{},\"wall_seconds\":{},"
+      "\"step_seconds\":{},\"reduce_seconds\":{},\"apply_seconds\":{},\"tau\":{},\"lr\":{},"
+      "\"applied\":{},\"samples\":{},\"loss\":{},\"accuracy\":{},\"planned\":{},\"completed\":{},"
+      "\"dropped\":{},\"orphaned\":{},\"requeued\":{},\"lost_samples\":{},\"workers\":[{}]}}\n",
+      r.step, r.epoch, json_number(r.epochs), json_number(r.wall_seconds),
+      json_number(r.step_seconds), json_number(r.reduce_seconds), json_number(r.apply_seconds),
+      std::isinf(r.tau) ? std::string("\"inf\"") : json_number(r.tau), json_number(r.lr),
+      r.applied, r.samples, json_number(r.loss), json_number(r.accuracy), r.planned, r.completed,
+      r.dropped, r.orphaned, r.requeued, r.lost_samples,
+      workers);
+  out_.flush();
+}
+
+void RunMetrics::record_eval(const EvalRecord& r) {
+  out_ << fmt::format(
+      "{{\"type\":\"eval\",\"step\":{},\"epochs\":{},\"wall_seconds\":{},\"eval_loss\":{},"
+      "\"eval_accuracy\":{},\"samples\":{},\"seconds\":{}}}\n",
+      r.step, json_number(r.epochs), json_number(r.wall_seconds), json_number(r.loss),
+      json_number(r.accuracy), r.samples, json_number(r.seconds));
+  out_.flush();
+}
+
+void RunMetrics::record_epoch(const EpochAudit& a, double wall_seconds) {
+  out_ << fmt::format(
+      "{{\"type\":\"epoch\",\"epoch\":{},\"wall_seconds\":{},\"audit_ok\":{},\"complete\":{},"
+      "\"done\":{},\"lost\":{},\"duplicated\":{},\"missing\":{}}}\n",
+      a.epoch, json_number(wall_seconds), a.ok(), a.complete, a.done, a.lost.size(),
+      a.duplicated.size(), a.missing.size());
+  out_.flush();
+}
+
+void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunConfig& config,
+                               double wall_seconds, double epochs,
+                               const std::string& stop_reason) const {
+  const v1::RunTotals& t = totals_;
+  const uint64_t planned = t.microbatches_completed() + t.microbatches_dropped() +
+                           t.microbatches_orphaned();
+  const double drop_rate =
+      planned == 0 ? 0.0 : static_cast<double>(t.microbatches_dropped() + t.microbatches_orphaned()) /
+                               static_cast<double>(planned);
+  const double tau = config.step().tau();
+  const std::string text = fmt::format(
+      "{{\n"
+      "  \"name\": {},\n"
+      "  \"final_eval_accuracy\": {},\n"
+      "  \"final_eval_loss\": {},\n"
+      "  \"final_eval_step\": {},\n"
+      "  \"wall_seconds\": {},\n"
+      "  \"steps\": {},\n"
+      "  \"epochs\": {},\n"
+      "  \"samples\": {},\n"
+      "  \"samples_per_second\": {},\n"
+      "  \"microbatches_completed\": {},\n"
+      "  \"microbatches_dropped\": {},\n"
+      "  \"microbatches_orphaned\": {},\n"
+      "  \"drop_rate\": {},\n"
+      "  \"samples_lost\": {},\n"
+      "  \"time_to_target_seconds\": {},\n"
+      "  \"target_accuracy\": {},\n"
+      "  \"checksum_mismatches\": {},\n"
+      "  \"epochs_audited\": {},\n"
+      "  \"audits_failed\": {},\n"
+      "  \"mean_step_seconds\": {},\n"
+      "  \"mean_max_compute_seconds\": {},\n"
+      "  \"workers\": {},\n"
+      "  \"tau\": {},\n"
+      "  \"requeue\": {},\n"
+      "  \"normalize\": {},\n"
+      "  \"delay\": {},\n"
+      "  \"stop_reason\": {}\n"
+      "}}\n",
+      json_string(config.name()), t.has_eval() ? json_number(t.last_eval_accuracy()) : "null",
+      t.has_eval() ? json_number(t.last_eval_loss()) : "null",
+      t.has_eval() ? std::to_string(t.last_eval_step()) : "null", json_number(wall_seconds),
+      t.steps(), json_number(epochs), t.samples_completed(),
+      json_number(wall_seconds > 0 ? static_cast<double>(t.samples_completed()) / wall_seconds : 0.0),
+      t.microbatches_completed(), t.microbatches_dropped(), t.microbatches_orphaned(),
+      json_number(drop_rate), t.samples_lost(),
+      t.reached_target() ? json_number(t.time_to_target_seconds()) : "null",
+      config.stop().target_accuracy() > 0 ? json_number(config.stop().target_accuracy()) : "null",
+      t.checksum_mismatches(), t.epochs_completed(), t.audits_failed(),
+      json_number(t.steps() > 0 ? t.step_seconds() / static_cast<double>(t.steps()) : 0.0),
+      json_number(t.steps() > 0 ? t.max_compute_seconds() / static_cast<double>(t.steps()) : 0.0),
+      config.workers(), std::isinf(tau) ? std::string("\"inf\"") : json_number(tau),
+      config.step().requeue(), json_string(config.step().normalize()),
+      json_string(config.delay().kind()), json_string(stop_reason));
+  write_file_atomically(path, text);
+}
+
+}  // namespace dctrain

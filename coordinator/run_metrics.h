@@ -1,0 +1,86 @@
+// What a run records: metrics.jsonl (one JSON object per line: a "step"
+// record per step, an "eval" record per evaluation, an "epoch" record with
+// the ledger's audit per epoch), the totals behind summary.json, and the
+// progress line.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/ledger.h"
+#include "proto/config.pb.h"
+
+namespace dctrain {
+
+struct WorkerStepRecord {
+  uint32_t rank = 0;
+  std::string name;
+  bool contributed = false;
+  bool missed = false;               // missed the deadline or died during the step
+  double compute_seconds = 0.0;
+  double overhead_seconds = 0.0;
+  uint64_t completed = 0, dropped = 0, samples = 0;
+  bool checksum_ok = true;
+  std::vector<double> micro_batch_seconds;
+};
+
+struct StepRecord {
+  uint64_t step = 0;
+  uint64_t epoch = 0;
+  double epochs = 0.0;               // fractional epochs done after this step
+  double wall_seconds = 0.0;         // since the run started (resumes included)
+  double step_seconds = 0.0;         // plans sent to update sent
+  double reduce_seconds = 0.0;       // after the last contribution: finishing the sum, dividing
+  double apply_seconds = 0.0;        // the coordinator's own optimizer update
+  double tau = 0.0;
+  double lr = 0.0;
+  bool applied = false;
+  uint64_t samples = 0;
+  double loss = 0.0, accuracy = 0.0;
+  uint64_t planned = 0, completed = 0, dropped = 0, orphaned = 0, requeued = 0, lost_samples = 0;
+  std::vector<WorkerStepRecord> workers;
+};
+
+struct EvalRecord {
+  uint64_t step = 0;
+  double epochs = 0.0;
+  double wall_seconds = 0.0;
+  double loss = 0.0, accuracy = 0.0;
+  uint64_t samples = 0;
+  double seconds = 0.0;              // time the evaluation took
+};
+
+class RunMetrics {
+ public:
+  // Opens `run_dir`/metrics.jsonl, appending when resuming.
+  RunMetrics(const std::filesystem::path& run_dir, bool append);
+
+  void record_step(const StepRecord& record);
+  void record_eval(const EvalRecord& record);
+  void record_epoch(const EpochAudit& audit, double wall_seconds);
+
+  v1::RunTotals& totals() { return totals_; }
+  const v1::RunTotals& totals() const { return totals_; }
+
+  // summary.json, written atomically.
+  void write_summary(const std::filesystem::path& path, const v1::RunConfig& config,
+                     double wall_seconds, double epochs, const std::string& stop_reason) const;
+
+ private:
+  std::ofstream out_;
+  v1::RunTotals totals_;
+};
+
+// JSON number: finite values as shortest round-trip text, others as null.
+std::string json_number(double value);
+// JSON string literal with escapes.
+std::string json_string(const std::string& value);
+
+// Writes `text` to `path` atomically: temp file, fsync, rename.
+void write_file_atomically(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace dctrain

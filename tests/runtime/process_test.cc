@@ -1,0 +1,407 @@
+// The real programs over tcp://127.0.0.1 with ephemeral ports: equivalence
+// with one process at tau = infinity, bit-for-bit reproducibility, drops and
+// requeue with an exact ledger, a worker killed with SIGKILL and restarted,
+// and garbage on the coordinator's port.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+
+#include "comm/envelope.h"
+#include "comm/framing.h"
+#include "comm/replica.h"
+#include "comm/run_config.h"
+#include "comm/setup.h"
+#include "common/version.h"
+#include "coordinator/checkpoint.h"
+#include "coordinator/planner.h"
+#include "tests/runtime/process.h"
+
+namespace dctrain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::eventually;
+using testing::Process;
+using testing::read_text;
+
+const std::string kBin = DCTRAIN_BIN_DIR;
+
+// A small run: mlp on generated 1x28x28 images.
+std::string small_config(int workers, const std::string& extra,
+                         const std::string& step = "step { global_batch: 48 micro_batch: 8 tau: inf }") {
+  return fmt::format(R"(
+name: "e2e"
+seed: 11
+workers: {}
+model {{ name: "mlp" }}
+dataset {{ kind: "synthetic" synthetic_samples: 2000 train_limit: 480 test_limit: 200 }}
+optimizer {{ kind: "sgd" lr: 0.05 momentum: 0.9 }}
+{}
+liveness {{ heartbeat_seconds: 0.2 silence_seconds: 3 grace_seconds: 1 join_timeout_seconds: 40 }}
+eval {{ every_steps: 5 batch: 100 }}
+progress_seconds: 1
+{}
+)",
+                     workers, step, extra);
+}
+
+class Cluster {
+ public:
+  Cluster(const std::string& test, const std::string& config_text, int workers) : workers_(workers) {
+    dir_ = std::filesystem::temp_directory_path() / fmt::format("dctrain-e2e-{}-{}", ::getpid(), test);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    run_dir_ = dir_ / "run";
+    std::ofstream(dir_ / "run.cfg") << config_text;
+  }
+  ~Cluster() {
+    worker_processes_.clear();
+    coordinator_.reset();
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  void start_coordinator(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--config", (dir_ / "run.cfg").string(), "--bind",
+                                     "tcp://127.0.0.1:*", "--out", run_dir_.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator_ = std::make_unique<Process>(kBin + "/dctrain-coordinator", args, dir_ / "coordinator.out");
+    ASSERT_TRUE(eventually([&] {
+      return std::filesystem::exists(run_dir_ / "endpoint") || coordinator_->wait_for(0ms).has_value();
+    }, 30s)) << coordinator_->output();
+    ASSERT_TRUE(std::filesystem::exists(run_dir_ / "endpoint")) << coordinator_->output();
+    endpoint_ = read_text(run_dir_ / "endpoint");
+    endpoint_.erase(endpoint_.find_last_not_of("\n") + 1);
+    ASSERT_TRUE(endpoint_.starts_with("tcp://127.0.0.1:")) << endpoint_;
+  }
+
+  Process& start_worker(const std::string& name, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--connect", endpoint_, "--name", name};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<Process>(kBin + "/dctrain-worker", args,
+                                       dir_ / (name + "." + std::to_string(restarts_[name]++) + ".out"));
+    Process& ref = *p;
+    worker_processes_[name] = std::move(p);
+    return ref;
+  }
+
+  void start_workers() {
+    for (int i = 0; i < workers_; ++i) start_worker(fmt::format("w{}", i));
+  }
+
+  // Waits for the coordinator and every worker; expects them all to exit 0.
+  void expect_clean_finish(std::chrono::seconds timeout = 60s) {
+    const auto code = coordinator_->wait_for(timeout);
+    ASSERT_TRUE(code.has_value()) << "coordinator still running:\n" << coordinator_->output();
+    EXPECT_EQ(*code, 0) << coordinator_->output();
+    for (auto& [name, p] : worker_processes_) {
+      const auto w = p->wait_for(15s);
+      ASSERT_TRUE(w.has_value()) << name << " still running:\n" << p->output();
+      EXPECT_EQ(*w, 0) << name << ":\n" << p->output();
+    }
+  }
+
+  std::vector<std::string> records(const std::string& type) const {
+    std::vector<std::string> out;
+    std::istringstream in(read_text(run_dir_ / "metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"type\":\"" + type + "\"") != std::string::npos) out.push_back(line);
+    }
+    return out;
+  }
+
+  std::string summary() const { return read_text(run_dir_ / "summary.json"); }
+  std::string log() const { return read_text(run_dir_ / "coordinator.log"); }
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+  const std::string& endpoint() const { return endpoint_; }
+  Process& coordinator() { return *coordinator_; }
+  Process& worker(const std::string& name) { return *worker_processes_.at(name); }
+
+ private:
+  int workers_;
+  std::filesystem::path dir_, run_dir_;
+  std::string endpoint_;
+  std::unique_ptr<Process> coordinator_;
+  std::map<std::string, std::unique_ptr<Process>> worker_processes_;
+  std::map<std::string, int> restarts_;
+};
+
+// The value of a numeric JSON field in one line of JSON.
+std::string field(const std::string& json, const std::string& name) {
+  const std::regex re("\"" + name + "\": ?([^,}\\n]+)");
+  std::smatch m;
+  if (!std::regex_search(json, m, re)) return "";
+  return m[1];
+}
+
+TEST(Processes, TauInfinityWithThreeWorkersMatchesOneProcessAndEveryChecksumAgrees) {
+  const int steps = 8;
+  const std::string text = small_config(3, fmt::format(
+      "stop {{ max_steps: {} }}\ncheckpoint {{ every_steps: {} }}", steps, steps));
+  Cluster cluster("equivalence", text, 3);
+  cluster.start_coordinator();
+  cluster.start_workers();
+  cluster.expect_clean_finish();
+
+  // Every step: three contributions, each from a replica identical to the
+  // coordinator's; the final one is checked by each worker (exit code 0).
+  const auto step_records = cluster.records("step");
+  ASSERT_EQ(step_records.size(), static_cast<size_t>(steps));
+  for (const std::string& r : step_records) {
+    size_t ok = 0, pos = 0;
+    while ((pos = r.find("\"checksum_ok\":true", pos)) != std::string::npos) ++ok, ++pos;
+    EXPECT_EQ(ok, 3u) << r;
+    EXPECT_EQ(r.find("\"checksum_ok\":false"), std::string::npos) << r;
+  }
+  EXPECT_EQ(field(cluster.summary(), "checksum_mismatches"), "0");
+
+  // One process on the same global batches (the plans are a function of the
+  // ledger's seed), gradients accumulated micro-batch by micro-batch.
+  v1::RunConfig config = parse_run_config(text, "equivalence");
+  finalize_run_config(config);
+  auto train = open_dataset(config, Split::kTrain, "");
+  Replica single(make_model(model_spec(config, train->shape(), 1)), config.optimizer());
+  Ledger ledger(train_samples(config, *train), config.seed(), true);
+  const std::vector<uint32_t> ranks = {0, 1, 2};
+  Batch batch;
+  for (int step = 0; step < steps; ++step) {
+    Model& model = single.model();
+    model.gradients().zero();
+    int64_t terms = 0;
+    for (const WorkerPlan& plan : plan_step(ledger, ranks, step, 48, 8)) {
+      for (const PlannedMicroBatch& mb : plan.micro_batches) {
+        train->fill(mb.samples, SampleContext{config.seed(), mb.epoch, true}, batch);
+        terms += model.train_micro_batch(batch).loss_terms;
+        ledger.complete(mb.id);
+      }
+    }
+    std::span<float> g = model.gradients().flat();
+    for (float& v : g) v /= static_cast<float>(terms);
+    single.apply_update(g, {});
+  }
+  Replica distributed(make_model(model_spec(config, train->shape(), 1)), config.optimizer());
+  load_checkpoint_state(checkpoint_path(cluster.run_dir()), distributed);
+  const auto a = single.model().parameters().flat();
+  const auto b = distributed.model().parameters().flat();
+  ASSERT_EQ(a.size(), b.size());
+  double max_diff = 0.0, max_abs = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    max_abs = std::max(max_abs, std::abs(static_cast<double>(a[i])));
+  }
+  EXPECT_LT(max_diff, 1e-5 * std::max(1.0, max_abs)) << "max |single - distributed| = " << max_diff;
+  std::printf("max |single - distributed| = %g (largest parameter %g)\n", max_diff, max_abs);
+}
+
+TEST(Processes, SameSeedWithoutDelaysGivesTheSameLossCurveBitForBit) {
+  auto run = [](const std::string& name) {
+    Cluster cluster(name, small_config(2, "stop { max_steps: 10 }\ncheckpoint { every_steps: 10 }"), 2);
+    cluster.start_coordinator();
+    cluster.start_workers();
+    cluster.expect_clean_finish();
+    std::vector<std::string> losses;
+    for (const std::string& r : cluster.records("step")) losses.push_back(field(r, "loss"));
+    for (const std::string& r : cluster.records("eval")) losses.push_back(field(r, "eval_loss"));
+    const std::string checkpoint = read_text(checkpoint_path(cluster.run_dir()));
+    return std::make_pair(losses, checkpoint.substr(checkpoint.size() - 8));
+  };
+  const auto first = run("repeat-a");
+  const auto second = run("repeat-b");
+  ASSERT_EQ(first.first.size(), 12u);  // 10 steps, 2 evaluations
+  EXPECT_EQ(first.first, second.first);
+  EXPECT_NE(first.first.front(), first.first[9]) << "the loss should move";
+}
+
+TEST(Processes, DelaysPastTauDropMicroBatchesThatAreRequeuedAndTheLedgerIsExact) {
+  // Each micro-batch sleeps 30 ms on top of its compute; tau 40 ms lets a
+  // worker start two of its four micro-batches, so about half are dropped.
+  Cluster cluster("drops",
+                  small_config(3, "delay { kind: \"constant\" seconds: 0.03 }\nstop { max_epochs: 2 }",
+                               "step { global_batch: 96 micro_batch: 8 tau: 0.04 }"),
+                  3);
+  cluster.start_coordinator();
+  cluster.start_workers();
+  cluster.expect_clean_finish();
+  const std::string summary = cluster.summary();
+  EXPECT_GT(std::stoi(field(summary, "microbatches_dropped")), 0) << summary;
+  EXPECT_EQ(field(summary, "samples_lost"), "0");
+  EXPECT_EQ(field(summary, "samples"), "960") << "2 epochs of 480 samples, each exactly once";
+  EXPECT_EQ(field(summary, "epochs_audited"), "2");
+  EXPECT_EQ(field(summary, "audits_failed"), "0");
+  const auto epochs = cluster.records("epoch");
+  ASSERT_EQ(epochs.size(), 2u);
+  for (const std::string& e : epochs) {
+    EXPECT_NE(e.find("\"audit_ok\":true"), std::string::npos) << e;
+    EXPECT_NE(e.find("\"done\":480"), std::string::npos) << e;
+    EXPECT_NE(e.find("\"duplicated\":0,\"missing\":0"), std::string::npos) << e;
+  }
+  bool requeued = false;
+  for (const std::string& r : cluster.records("step")) requeued |= field(r, "requeued") != "0";
+  EXPECT_TRUE(requeued);
+}
+
+TEST(Processes, WorkerKilledMidStepIsNamedNothingIsLostAndItsRestartRejoins) {
+  Cluster cluster("sigkill",
+                  small_config(3, "delay { kind: \"constant\" seconds: 0.03 }\n"
+                                  "stop { max_epochs: 3 }"),
+                  3);
+  cluster.start_coordinator();
+  cluster.start_workers();
+  ASSERT_TRUE(eventually([&] { return cluster.records("step").size() >= 3; }, 40s)) << cluster.log();
+  cluster.worker("w2").kill(SIGKILL);
+  const std::regex silent("worker 'w2' \\(rank \\d\\) silent for");
+  ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), silent); }, 20s)) << cluster.log();
+  EXPECT_TRUE(std::regex_search(cluster.log(), std::regex("worker 'w2' \\(rank \\d\\) is out of step \\d+ "
+                                                          "because it died; its \\d+ micro-batches \\(\\d+ "
+                                                          "samples\\) are requeued")))
+      << cluster.log();
+  const size_t steps_without = cluster.records("step").size();
+  cluster.start_worker("w2");
+  ASSERT_TRUE(eventually([&] {
+    const std::string log = cluster.log();
+    return log.find("worker 'w2' joined as rank") != log.rfind("worker 'w2' joined as rank");
+  }, 20s)) << cluster.log();
+  cluster.expect_clean_finish();
+  const std::string summary = cluster.summary();
+  EXPECT_EQ(field(summary, "samples_lost"), "0");
+  EXPECT_EQ(field(summary, "samples"), "1440") << "3 epochs of 480, each sample exactly once";
+  EXPECT_EQ(field(summary, "audits_failed"), "0");
+  EXPECT_EQ(field(summary, "checksum_mismatches"), "0");
+  EXPECT_GT(std::stoi(field(summary, "microbatches_orphaned")), 0);
+  // After the restart the run went on with three workers again.
+  const auto steps = cluster.records("step");
+  ASSERT_GT(steps.size(), steps_without + 1);
+  EXPECT_NE(steps.back().find("\"name\":\"w2\",\"contributed\":true"), std::string::npos) << steps.back();
+}
+
+TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesOn) {
+  Cluster cluster("garbage",
+                  small_config(2, "delay { kind: \"constant\" seconds: 0.01 }\nstop { max_steps: 25 }"), 2);
+  cluster.start_coordinator();
+  cluster.start_workers();
+  ASSERT_TRUE(eventually([&] { return cluster.records("step").size() >= 2; }, 40s)) << cluster.log();
+
+  zmq::context_t context(1);
+  zmq::socket_t intruder(context, zmq::socket_type::dealer);
+  intruder.set(zmq::sockopt::routing_id, std::string("intruder"));
+  intruder.set(zmq::sockopt::linger, 0);
+  intruder.connect(cluster.endpoint());
+  intruder.send(zmq::buffer(std::string("\xde\xad\xbe\xef garbage")), zmq::send_flags::none);
+  // A contribution whose gradient frame is cut short.
+  Message contribution;
+  contribution.envelope = make_envelope(1, "intruder");
+  contribution.envelope.mutable_contribution()->set_samples(8);
+  std::vector<float> gradient(1000, 0.5f);
+  add_tensor(contribution, "gradient", gradient);
+  std::vector<zmq::message_t> parts = encode(std::move(contribution));
+  parts[1] = zmq::message_t(parts[1].data(), 100);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    intruder.send(parts[i], i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+  // A hello from another protocol version: refused with both versions named.
+  Message hello;
+  hello.envelope = make_envelope(0, "intruder");
+  hello.envelope.set_protocol_version(kProtocolVersion + 1);
+  hello.envelope.mutable_hello()->set_worker_name("intruder");
+  for (zmq::message_t& p : encode(std::move(hello))) intruder.send(p, zmq::send_flags::none);
+  zmq::message_t reply;
+  intruder.set(zmq::sockopt::rcvtimeo, 10000);
+  ASSERT_TRUE(intruder.recv(reply));
+  Message refusal;
+  std::vector<zmq::message_t> reply_parts;
+  reply_parts.push_back(std::move(reply));
+  ASSERT_FALSE(decode(std::move(reply_parts), refusal).has_value());
+  ASSERT_EQ(refusal.envelope.body_case(), v1::Envelope::kRefusal);
+  EXPECT_NE(refusal.envelope.refusal().reason().find(fmt::format("protocol version {}", kProtocolVersion + 1)),
+            std::string::npos) << refusal.envelope.refusal().reason();
+
+  // Raw bytes that are not even ZeroMQ's handshake.
+  zmq::socket_t raw(context, zmq::socket_type::stream);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.connect(cluster.endpoint());
+  std::this_thread::sleep_for(100ms);
+  const std::string id = raw.get(zmq::sockopt::routing_id);
+  raw.send(zmq::buffer(id), zmq::send_flags::sndmore);
+  raw.send(zmq::buffer(std::string("GET / HTTP/1.0\r\n\r\n\x01\x02\x03")), zmq::send_flags::none);
+
+  cluster.expect_clean_finish();
+  const std::string log = cluster.log();
+  EXPECT_NE(log.find("dropped a message from peer 'intruder': header frame"), std::string::npos) << log;
+  EXPECT_NE(log.find("dropped a message from peer 'intruder': tensor 'gradient'"), std::string::npos) << log;
+  EXPECT_NE(log.find("refused peer 'intruder'"), std::string::npos) << log;
+  EXPECT_EQ(field(cluster.summary(), "steps"), "25");
+}
+
+TEST(Processes, ResumeContinuesFromTheLastCheckpointExactlyAsAnUnbrokenRun) {
+  const std::string text = small_config(2, "stop { max_steps: 10 }\ncheckpoint { every_steps: 5 }");
+  Cluster broken("resume-broken", text, 2);
+  broken.start_coordinator();
+  broken.start_workers();
+  broken.expect_clean_finish();
+  ASSERT_TRUE(std::filesystem::exists(checkpoint_path(broken.run_dir())));
+
+  // Continue the same run folder to step 16 with fresh workers.
+  Process resumed(kBin + "/dctrain-coordinator",
+                  {"--resume", broken.run_dir().string(), "--bind", "tcp://127.0.0.1:*", "--steps", "16"},
+                  broken.run_dir() / "resumed.out");
+  std::filesystem::remove(broken.run_dir() / "endpoint");
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(broken.run_dir() / "endpoint"); }, 30s))
+      << resumed.output();
+  std::string endpoint = read_text(broken.run_dir() / "endpoint");
+  endpoint.erase(endpoint.find_last_not_of('\n') + 1);
+  Process w0(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w0"}, broken.run_dir() / "w0.out");
+  Process w1(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w1"}, broken.run_dir() / "w1.out");
+  ASSERT_EQ(resumed.wait_for(60s), std::optional<int>(0)) << resumed.output();
+  EXPECT_EQ(w0.wait_for(15s), std::optional<int>(0)) << w0.output();
+  EXPECT_EQ(w1.wait_for(15s), std::optional<int>(0)) << w1.output();
+  EXPECT_NE(broken.log().find("resuming at step 10"), std::string::npos) << broken.log();
+
+  Cluster unbroken("resume-unbroken", small_config(2, "stop { max_steps: 16 }"), 2);
+  unbroken.start_coordinator();
+  unbroken.start_workers();
+  unbroken.expect_clean_finish();
+  auto losses = [](const Cluster& c) {
+    std::vector<std::string> out;
+    for (const std::string& r : c.records("step")) out.push_back(field(r, "step") + ":" + field(r, "loss"));
+    return out;
+  };
+  const auto a = losses(broken), b = losses(unbroken);
+  ASSERT_EQ(a.size(), 16u);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "run.cfg") << small_config(2, "stop { max_steps: 6 }");
+  Process ok(kBin + "/dctrain-launch",
+             {"--workers", "2", "--config", (dir / "run.cfg").string(), "--out", (dir / "run").string()},
+             dir / "launch.out");
+  ASSERT_EQ(ok.wait_for(60s), std::optional<int>(0)) << ok.output();
+  const std::string out = ok.output();
+  EXPECT_NE(out.find("[coordinator] "), std::string::npos);
+  EXPECT_NE(out.find("[worker 0] "), std::string::npos);
+  EXPECT_NE(out.find("[worker 1] "), std::string::npos);
+  EXPECT_NE(out.find("final replica identical"), std::string::npos) << out;
+  EXPECT_EQ(field(read_text(dir / "run" / "summary.json"), "steps"), "6");
+
+  // A config the coordinator rejects: the launcher fails and says who failed.
+  std::ofstream(dir / "bad.cfg") << small_config(2, "stop { max_steps: 6 }", "step { global_batch: 48 micro_batch: 7 }");
+  Process bad(kBin + "/dctrain-launch",
+              {"--workers", "2", "--config", (dir / "bad.cfg").string(), "--out", (dir / "bad").string()},
+              dir / "bad.out");
+  const auto code = bad.wait_for(30s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(bad.output().find("micro_batch 7 does not divide"), std::string::npos) << bad.output();
+  EXPECT_NE(bad.output().find("the coordinator exited with status 2"), std::string::npos) << bad.output();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dctrain

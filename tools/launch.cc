@@ -1,0 +1,229 @@
+// dctrain-launch: a coordinator and N workers on this host, as one command.
+// The coordinator binds an ephemeral port on 127.0.0.1 and writes it to
+// RUN_DIR/endpoint; the workers connect there. Every line the processes
+// print is streamed with a role/rank prefix; Ctrl-C (SIGINT/SIGTERM) is
+// forwarded; the exit status is non-zero if any process failed.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "common/cli.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+  std::string label;      // "coordinator", "worker 0", ...
+  pid_t pid = -1;
+  int out = -1;           // read end of its stdout+stderr
+  std::string pending;    // a partial line
+  std::optional<int> status;
+};
+
+// Starts `argv` with stdout and stderr into a pipe the launcher reads.
+Child spawn(const std::string& label, std::vector<std::string> argv, const sigset_t& blocked) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("dctrain-launch: pipe() failed");
+  Child child;
+  child.label = label;
+  child.pid = ::fork();
+  if (child.pid == 0) {
+    ::sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "dctrain-launch: cannot run %s\n", args[0]);
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+  child.out = fds[0];
+  return child;
+}
+
+// Prints the complete lines waiting on `child`'s pipe with its prefix.
+void drain(Child& child, bool flush_partial) {
+  char buffer[65536];
+  while (child.out >= 0) {
+    const ssize_t n = ::read(child.out, buffer, sizeof buffer);
+    if (n <= 0) {
+      if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        ::close(child.out);
+        child.out = -1;
+        flush_partial = true;
+      }
+      break;
+    }
+    child.pending.append(buffer, static_cast<size_t>(n));
+  }
+  size_t start = 0;
+  for (size_t nl; (nl = child.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const std::string line =
+        fmt::format("[{}] {}\n", child.label, std::string_view(child.pending).substr(start, nl - start));
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+  child.pending.erase(0, start);
+  if (flush_partial && !child.pending.empty()) {
+    std::fputs(fmt::format("[{}] {}\n", child.label, child.pending).c_str(), stdout);
+    child.pending.clear();
+  }
+  std::fflush(stdout);
+}
+
+void reap(std::vector<Child>& children) {
+  for (Child& c : children) {
+    if (c.status) continue;
+    int status = 0;
+    if (::waitpid(c.pid, &status, WNOHANG) == c.pid) {
+      c.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dctrain-launch: runs a coordinator and N workers on this host"};
+  int workers = 4;
+  std::string config, out_dir = "runs/latest", data_dir, tau, log_level = "info", resume;
+  int threads = 1;
+  int64_t steps = 0;
+  dctrain::add_common_options(app, "dctrain-launch", log_level);
+  app.add_option("--workers", workers, "Worker processes to start")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--config", config, "Run config file (Protobuf text format)")->check(CLI::ExistingFile);
+  app.add_option("--out", out_dir, "Run folder")->capture_default_str();
+  app.add_option("--resume", resume, "Continue the run in this folder from its last checkpoint")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--data-dir", data_dir, "Data root for every process (empty: synthetic data only)")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--threads", threads, "Compute threads per worker")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--tau", tau, "Override the config's threshold: seconds or 'inf'");
+  app.add_option("--steps", steps, "Override the config's max steps (0: keep)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (config.empty() && resume.empty()) {
+    std::fprintf(stderr, "dctrain-launch: pass --config FILE (see experiments/) or --resume RUN_DIR\n");
+    return 2;
+  }
+
+  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
+  const fs::path run_dir = resume.empty() ? fs::path(out_dir) : fs::path(resume);
+  fs::create_directories(run_dir);
+  fs::remove(run_dir / "endpoint");
+
+  sigset_t blocked;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGINT);
+  sigaddset(&blocked, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &blocked, nullptr);
+  const int signal_fd = ::signalfd(-1, &blocked, SFD_NONBLOCK | SFD_CLOEXEC);
+
+  std::vector<std::string> coordinator = {(bin / "dctrain-coordinator").string(), "--bind",
+                                          "tcp://127.0.0.1:*", "--log-level", log_level,
+                                          "--workers", std::to_string(workers)};
+  if (resume.empty()) {
+    coordinator.insert(coordinator.end(), {"--config", config, "--out", out_dir});
+  } else {
+    coordinator.insert(coordinator.end(), {"--resume", resume});
+  }
+  if (!data_dir.empty()) coordinator.insert(coordinator.end(), {"--data-dir", data_dir});
+  if (!tau.empty()) coordinator.insert(coordinator.end(), {"--tau", tau});
+  if (steps > 0) coordinator.insert(coordinator.end(), {"--steps", std::to_string(steps)});
+
+  std::vector<Child> children;
+  children.push_back(spawn("coordinator", coordinator, blocked));
+
+  // The coordinator reports its port in RUN_DIR/endpoint.
+  std::string endpoint;
+  const auto give_up = Clock::now() + std::chrono::seconds(120);
+  while (endpoint.empty()) {
+    drain(children[0], false);
+    reap(children);
+    if (children[0].status) {
+      drain(children[0], true);
+      std::fprintf(stderr, "dctrain-launch: the coordinator exited with status %d before listening\n",
+                   *children[0].status);
+      return 1;
+    }
+    std::ifstream in(run_dir / "endpoint");
+    std::getline(in, endpoint);
+    if (Clock::now() > give_up) {
+      std::fprintf(stderr, "dctrain-launch: the coordinator did not report its endpoint in 120 s\n");
+      ::kill(children[0].pid, SIGKILL);
+      return 1;
+    }
+    if (endpoint.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int w = 0; w < workers; ++w) {
+    std::vector<std::string> args = {(bin / "dctrain-worker").string(), "--connect", endpoint, "--name",
+                                     fmt::format("worker-{}", w), "--threads", std::to_string(threads),
+                                     "--log-level", log_level};
+    if (!data_dir.empty()) args.insert(args.end(), {"--data-dir", data_dir});
+    children.push_back(spawn(fmt::format("worker {}", w), args, blocked));
+  }
+
+  std::optional<Clock::time_point> coordinator_done;
+  bool interrupted = false;
+  while (true) {
+    std::vector<pollfd> fds;
+    for (Child& c : children) {
+      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+    }
+    fds.push_back({signal_fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 100);
+    for (Child& c : children) drain(c, false);
+    signalfd_siginfo info{};
+    if (::read(signal_fd, &info, sizeof info) == sizeof info) {
+      std::fprintf(stderr, "dctrain-launch: signal %u: stopping the run\n", info.ssi_signo);
+      interrupted = true;
+      for (Child& c : children) {
+        if (!c.status) ::kill(c.pid, SIGINT);
+      }
+    }
+    reap(children);
+    if (children[0].status && !coordinator_done) coordinator_done = Clock::now();
+    bool all_done = true;
+    for (const Child& c : children) all_done = all_done && c.status.has_value() && c.out < 0;
+    if (all_done) break;
+    // Workers leave when the coordinator says bye; do not wait for ever.
+    if (coordinator_done && Clock::now() - *coordinator_done > std::chrono::seconds(20)) {
+      for (Child& c : children) {
+        if (!c.status) {
+          std::fprintf(stderr, "dctrain-launch: %s still running 20 s after the coordinator; killing it\n",
+                       c.label.c_str());
+          ::kill(c.pid, SIGKILL);
+        }
+      }
+      coordinator_done = Clock::now();
+    }
+  }
+  int failed = 0;
+  for (const Child& c : children) {
+    if (*c.status != 0) {
+      ++failed;
+      std::fprintf(stderr, "dctrain-launch: %s exited with status %d\n", c.label.c_str(), *c.status);
+    }
+  }
+  ::close(signal_fd);
+  if (failed == 0) std::printf("dctrain-launch: run folder %s\n", run_dir.c_str());
+  return failed == 0 ? 0 : (interrupted ? 130 : 1);
+}

@@ -1,0 +1,76 @@
+#include "worker/compute_loop.h"
+
+#include <thread>
+
+#include "comm/envelope.h"
+#include "comm/framing.h"
+
+namespace dctrain {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+ComputeLoop::ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_seed,
+                         DelayModel& delays)
+    : replica_(replica), train_(train), data_seed_(data_seed), delays_(delays) {}
+
+Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string& sender,
+                         Clock::time_point received) {
+  Model& model = replica_.model();
+  Message out;
+  out.envelope = make_envelope(step, sender);
+  v1::Contribution& c = *out.envelope.mutable_contribution();
+  c.set_parameter_checksum(replica_.parameter_checksum());
+
+  model.gradients().zero();
+  if (replica_.buffer_count() > 0) model.statistics().zero();
+  const Clock::time_point start = Clock::now();
+  double loss_sum = 0.0;
+  int64_t loss_terms = 0, samples = 0, correct = 0;
+  for (const v1::MicroBatch& mb : plan.micro_batches()) {
+    if (since(start) >= plan.tau()) {
+      c.add_dropped(mb.id());
+      continue;
+    }
+    const Clock::time_point begin = Clock::now();
+    ids_.assign(mb.samples().begin(), mb.samples().end());
+    train_.fill(ids_, SampleContext{data_seed_, mb.epoch(), true}, batch_);
+    const MicroBatchResult r = model.train_micro_batch(batch_);
+    const double computed = since(begin);
+    const double delay = delays_.delay_after(computed);
+    if (delay > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    v1::MicroBatchTime& t = *c.add_completed();
+    t.set_id(mb.id());
+    t.set_compute_seconds(since(begin));
+    t.set_delay_seconds(delay);
+    loss_sum += r.loss_sum;
+    loss_terms += r.loss_terms;
+    samples += r.samples;
+    correct += r.correct;
+  }
+  const double compute = since(start);
+  c.set_compute_seconds(compute);
+  c.set_loss_sum(loss_sum);
+  c.set_loss_terms(static_cast<uint64_t>(loss_terms));
+  c.set_samples(static_cast<uint64_t>(samples));
+  c.set_correct(static_cast<uint64_t>(correct));
+  add_tensor(out, "gradient", model.gradients().flat());
+  if (replica_.buffer_count() > 0) add_tensor(out, "statistics", model.statistics().flat());
+  c.set_overhead_seconds(std::max(0.0, since(received) - compute));
+  return out;
+}
+
+void ComputeLoop::apply(const Message& update) {
+  if (!update.envelope.update().applied()) return;
+  Model& model = replica_.model();
+  // The gradient arena is free between steps: the update lands there.
+  std::span<float> gradient = model.gradients().flat();
+  copy_tensor(update, 0, gradient);
+  statistics_.resize(replica_.buffer_count());
+  if (!statistics_.empty()) copy_tensor(update, 1, statistics_);
+  replica_.apply_update(gradient, statistics_);
+}
+
+}  // namespace dctrain

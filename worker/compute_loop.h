@@ -1,0 +1,44 @@
+// The compute of one step on a worker: the plan's micro-batches in order
+// under the threshold tau, gradients summed into the replica's gradient
+// arena, and the contribution that reports them; then the step's update.
+//
+// The step compute clock starts when the plan's compute starts; injected
+// delay counts as compute. Before each micro-batch the clock is read: once it
+// has passed tau no further micro-batch starts (the rest are dropped); a
+// running micro-batch is never cut.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "comm/message.h"
+#include "comm/replica.h"
+#include "data/dataset.h"
+#include "worker/delay_model.h"
+
+namespace dctrain {
+
+class ComputeLoop {
+ public:
+  ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_seed, DelayModel& delays);
+
+  // Runs `plan` for `step`; returns the contribution, signed by `sender`.
+  // `received` is when the plan arrived (for the overhead figure).
+  Message run(const v1::Plan& plan, uint64_t step, const std::string& sender,
+              std::chrono::steady_clock::time_point received);
+
+  // Applies a validated update (tensor 0: gradient, 1: statistics if any).
+  void apply(const Message& update);
+
+ private:
+  Replica& replica_;
+  const Dataset& train_;
+  uint64_t data_seed_;
+  DelayModel& delays_;
+  Batch batch_;
+  std::vector<uint64_t> ids_;
+  std::vector<float> statistics_;
+};
+
+}  // namespace dctrain

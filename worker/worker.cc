@@ -1,0 +1,426 @@
+#include "worker/worker.h"
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "comm/envelope.h"
+#include "comm/framing.h"
+#include "comm/replica.h"
+#include "comm/setup.h"
+#include "comm/transport.h"
+#include "comm/validation.h"
+#include "common/cli.h"
+#include "common/version.h"
+#include "worker/compute_loop.h"
+#include "worker/delay_model.h"
+
+namespace dctrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Work for the compute thread, in arrival order.
+struct Job {
+  Message message;
+  Clock::time_point received;
+};
+
+class JobQueue {
+ public:
+  void push(Job job) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    ready_.notify_one();
+  }
+  // Blocks until a job arrives or the queue is closed (then nothing).
+  std::optional<Job> pop() {
+    std::unique_lock lock(mutex_);
+    ready_.wait(lock, [&] { return closed_ || !jobs_.empty(); });
+    if (jobs_.empty()) return std::nullopt;
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    return job;
+  }
+  void close() {
+    {
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+    }
+    ready_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Job> jobs_;
+  bool closed_ = false;
+};
+
+// What the compute thread tells the I/O thread, beside messages to forward.
+constexpr const char* kReady = "ready";
+
+// The compute thread: owns datasets, replica and compute loop. It sends, on
+// its PAIR socket, either a message to forward to the coordinator, or a
+// one-frame status ("ready" after a welcome, "exit:<code>" when finished).
+class ComputeThread {
+ public:
+  ComputeThread(const WorkerOptions& options, zmq::context_t& context, const std::string& endpoint,
+                std::shared_ptr<spdlog::logger> log)
+      : options_(options), pair_(context, zmq::socket_type::pair), log_(std::move(log)) {
+    pair_.connect(endpoint);
+  }
+
+  void run(JobQueue& jobs) {
+    while (std::optional<Job> job = jobs.pop()) {
+      try {
+        if (!handle(std::move(*job))) return;
+      } catch (const std::exception& e) {
+        log_->error("{}", e.what());
+        report_error(e.what());
+        status(fmt::format("exit:{}", kWorkerFailed));
+        return;
+      }
+    }
+  }
+
+ private:
+  // False once the worker should stop.
+  bool handle(Job job) {
+    const v1::Envelope& envelope = job.message.envelope;
+    switch (envelope.body_case()) {
+      case v1::Envelope::kWelcome: return on_welcome(job.message);
+      case v1::Envelope::kPlan: return on_plan(job);
+      case v1::Envelope::kUpdate: return on_update(job.message);
+      case v1::Envelope::kBye: return on_bye(envelope.bye());
+      default: return true;
+    }
+  }
+
+  bool on_welcome(const Message& welcome) {
+    const v1::Welcome& w = welcome.envelope.welcome();
+    config_ = w.config();
+    rank_ = w.rank();
+    if (needs_data_root(config_) && options_.data_dir.empty()) {
+      throw std::runtime_error(fmt::format(
+          "the run trains on '{}' data but this worker has no --data-dir", config_.dataset().kind()));
+    }
+    const std::string data_key = dataset_spec(config_, Split::kTrain).kind + "|" +
+                                 config_.dataset().SerializeAsString();
+    if (!train_ || data_key != data_key_) {
+      const auto begin = Clock::now();
+      train_ = open_dataset(config_, Split::kTrain, options_.data_dir);
+      data_key_ = data_key;
+      log_->info("training data: {} ({:.1f} s to load)", train_->describe(), seconds_since(begin));
+    }
+    replica_ = std::make_unique<Replica>(
+        make_model(model_spec(config_, train_->shape(), options_.threads)), config_.optimizer());
+    const std::vector<TensorSpec> specs = replica_->state_specs();
+    if (const auto problem = check_tensors(welcome, specs)) {
+      throw std::runtime_error(fmt::format("the welcome does not fit this build's model: {}", *problem));
+    }
+    replica_->load_state(welcome, 0, static_cast<int64_t>(w.optimizer_steps()));
+    if (replica_->parameter_checksum() != w.parameter_checksum()) {
+      throw std::runtime_error("the welcome's parameters do not match their checksum");
+    }
+    delays_ = std::make_unique<DelayModel>(config_.delay(), rank_);
+    loop_ = std::make_unique<ComputeLoop>(*replica_, *train_, config_.seed(), *delays_);
+    expected_ = {{"gradient", replica_->parameter_count()}};
+    if (replica_->buffer_count() > 0) expected_.push_back({"statistics", replica_->buffer_count()});
+    log_->info("welcomed as rank {} of {}: model {} ({} parameters), {} updates applied so far, "
+               "delay '{}'",
+               rank_, config_.workers(), config_.model().name(), replica_->parameter_count(),
+               w.optimizer_steps(), config_.delay().kind());
+    status(kReady);
+    return true;
+  }
+
+  bool on_plan(const Job& job) {
+    if (!loop_) return true;  // not welcomed yet: the coordinator will requeue
+    const v1::Plan& plan = job.message.envelope.plan();
+    const uint64_t step = job.message.envelope.step();
+    if (plan.parameter_checksum() != replica_->parameter_checksum()) {
+      log_->error("step {}: this replica differs from the coordinator's (checksum {:016x}, "
+                  "coordinator {:016x})",
+                  step, replica_->parameter_checksum(), plan.parameter_checksum());
+    }
+    for (const v1::MicroBatch& mb : plan.micro_batches()) {
+      for (uint64_t id : mb.samples()) {
+        if (id >= train_->size()) {
+          throw std::runtime_error(fmt::format(
+              "step {}: the plan names sample {} but the training set has {}; do the coordinator "
+              "and this worker read the same data?",
+              step, id, train_->size()));
+        }
+      }
+    }
+    Message contribution = loop_->run(plan, step, options_.name, job.received);
+    const v1::Contribution& c = contribution.envelope.contribution();
+    log_->debug("step {}: {} micro-batches done, {} dropped, {:.3f} s compute", step,
+                c.completed_size(), c.dropped_size(), c.compute_seconds());
+    forward(std::move(contribution));
+    return true;
+  }
+
+  bool on_update(const Message& update) {
+    if (!loop_) return true;
+    if (const auto problem = check_tensors(update, expected_)) {
+      throw std::runtime_error(fmt::format("step {}: unusable update: {}", update.envelope.step(), *problem));
+    }
+    loop_->apply(update);
+    return true;
+  }
+
+  bool on_bye(const v1::Bye& bye) {
+    int code = kWorkerDone;
+    if (bye.has_checksum() && replica_) {
+      const uint64_t mine = replica_->parameter_checksum();
+      if (mine == bye.parameter_checksum()) {
+        log_->info("final replica identical to the coordinator's (checksum {:016x})", mine);
+      } else {
+        log_->error("final replica differs from the coordinator's: {:016x} here, {:016x} there", mine,
+                    bye.parameter_checksum());
+        code = kWorkerDiverged;
+      }
+    }
+    status(fmt::format("exit:{}", code));
+    return false;
+  }
+
+  void forward(Message message) {
+    std::vector<zmq::message_t> parts = encode(std::move(message));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      pair_.send(parts[i], i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+
+  void status(const std::string& text) { pair_.send(zmq::buffer(text), zmq::send_flags::none); }
+
+  void report_error(const std::string& text) {
+    Message m;
+    m.envelope = make_envelope(0, options_.name);
+    m.envelope.mutable_error()->set_message(text);
+    forward(std::move(m));
+  }
+
+  const WorkerOptions& options_;
+  zmq::socket_t pair_;
+  std::shared_ptr<spdlog::logger> log_;
+  v1::RunConfig config_;
+  uint32_t rank_ = 0;
+  std::string data_key_;
+  std::unique_ptr<Dataset> train_;
+  std::unique_ptr<Replica> replica_;
+  std::unique_ptr<DelayModel> delays_;
+  std::unique_ptr<ComputeLoop> loop_;
+  std::vector<TensorSpec> expected_;
+};
+
+// SIGINT and SIGTERM as a file descriptor the poll loop watches.
+class SignalFd {
+ public:
+  SignalFd() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // threads started later inherit the mask
+    fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+  }
+  ~SignalFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  SignalFd(const SignalFd&) = delete;
+  SignalFd& operator=(const SignalFd&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+std::string default_worker_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return fmt::format("{}:{}", host, ::getpid());
+}
+
+int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> log) {
+  WorkerOptions options = options_in;
+  if (options.name.empty()) options.name = default_worker_name();
+  if (!options.data_dir.empty()) options.data_dir = std::filesystem::absolute(options.data_dir).string();
+
+  SignalFd signals;
+  zmq::context_t context(1);
+  DealerTransport dealer(context, options.connect, options.name, log);
+  const std::string inproc = "inproc://compute";
+  zmq::socket_t from_compute(context, zmq::socket_type::pair);
+  from_compute.bind(inproc);
+
+  JobQueue jobs;
+  ComputeThread compute(options, context, inproc, log);
+  std::thread compute_thread([&] { compute.run(jobs); });
+  struct Joiner {
+    JobQueue& jobs;
+    std::thread& thread;
+    ~Joiner() {
+      jobs.close();
+      if (thread.joinable()) thread.join();
+    }
+  } joiner{jobs, compute_thread};
+
+  auto hello = [&] {
+    Message m;
+    m.envelope = make_envelope(0, options.name);
+    v1::Hello& h = *m.envelope.mutable_hello();
+    h.set_worker_name(options.name);
+    h.set_software_version(kVersion);
+    h.set_threads(static_cast<uint32_t>(options.threads));
+    h.set_has_data_dir(!options.data_dir.empty());
+    dealer.send(std::move(m));
+  };
+  auto send_simple = [&](auto fill) {
+    Message m;
+    m.envelope = make_envelope(0, options.name);
+    fill(m.envelope);
+    dealer.send(std::move(m));
+  };
+
+  log->info("{} connecting to {} as '{}' ({} threads, data {})", version_line("dctrain-worker"),
+            options.connect, options.name, options.threads,
+            options.data_dir.empty() ? std::string("synthetic only") : options.data_dir);
+  hello();
+
+  double heartbeat_seconds = 0.5;
+  double silence_seconds = 10.0;
+  Clock::time_point last_sent = Clock::now(), last_heard = Clock::now();
+  bool welcomed = false;
+  int exit_code = -1;
+  std::vector<zmq::message_t> parts;
+
+  while (exit_code < 0) {
+    zmq::pollitem_t items[] = {
+        {static_cast<void*>(dealer.socket()), 0, ZMQ_POLLIN, 0},
+        {static_cast<void*>(from_compute), 0, ZMQ_POLLIN, 0},
+        {nullptr, signals.fd(), ZMQ_POLLIN, 0},
+    };
+    zmq::poll(items, 3, std::chrono::milliseconds(static_cast<int>(heartbeat_seconds * 500)));
+
+    if (items[2].revents & ZMQ_POLLIN) {
+      signalfd_siginfo info{};
+      [[maybe_unused]] const ssize_t n = ::read(signals.fd(), &info, sizeof info);
+      log->warn("signal {} received: leaving the run", info.ssi_signo);
+      send_simple([&](v1::Envelope& e) { e.mutable_bye()->set_reason("worker interrupted by a signal"); });
+      exit_code = kWorkerInterrupted;
+      break;
+    }
+
+    while (receive_parts(from_compute, parts, false)) {
+      if (parts.size() == 1 && parts[0].size() < 32) {
+        const std::string status = parts[0].to_string();
+        if (status == kReady) {
+          welcomed = true;
+        } else if (status.rfind("exit:", 0) == 0) {
+          exit_code = std::stoi(status.substr(5));
+        }
+        continue;
+      }
+      std::vector<zmq::message_t> out = std::move(parts);
+      // Forward the compute thread's message as it is.
+      for (size_t i = 0; i < out.size(); ++i) {
+        dealer.socket().send(out[i], i + 1 < out.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+      last_sent = Clock::now();
+    }
+    if (exit_code >= 0) break;
+
+    while (dealer.try_receive(parts)) {
+      Message message;
+      if (const auto problem = decode(std::move(parts), message)) {
+        log->warn("dropped a message from the coordinator: {}", *problem);
+        continue;
+      }
+      if (message.envelope.body_case() != v1::Envelope::kRefusal) {
+        if (const auto problem = version_problem(message.envelope)) {
+          log->warn("dropped a message: {}", *problem);
+          continue;
+        }
+      }
+      last_heard = Clock::now();
+      const Clock::time_point received = Clock::now();
+      switch (message.envelope.body_case()) {
+        case v1::Envelope::kWelcome:
+          heartbeat_seconds = message.envelope.welcome().config().liveness().heartbeat_seconds();
+          silence_seconds = message.envelope.welcome().config().liveness().silence_seconds();
+          jobs.push(Job{std::move(message), received});
+          break;
+        case v1::Envelope::kPlan:
+        case v1::Envelope::kUpdate:
+        case v1::Envelope::kBye:
+          if (message.envelope.body_case() == v1::Envelope::kBye) {
+            log->info("the coordinator ends the run: {}", message.envelope.bye().reason());
+          }
+          jobs.push(Job{std::move(message), received});
+          break;
+        case v1::Envelope::kRefusal:
+          log->error("the coordinator refused this worker: {}", message.envelope.refusal().reason());
+          exit_code = kWorkerRefused;
+          break;
+        case v1::Envelope::kError:
+          if (message.envelope.error().rejoin()) {
+            log->warn("{}; saying hello again", message.envelope.error().message());
+            hello();
+          } else {
+            log->warn("the coordinator reports: {}", message.envelope.error().message());
+          }
+          break;
+        case v1::Envelope::kHeartbeat:
+          break;
+        default:
+          log->warn("dropped a {} from the coordinator", body_name(message.envelope));
+      }
+      if (exit_code >= 0) break;
+    }
+    if (exit_code >= 0) break;
+
+    if (seconds_since(last_sent) >= heartbeat_seconds) {
+      send_simple([&](v1::Envelope& e) {
+        e.mutable_heartbeat()->set_sent_unix_micros(static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count()));
+      });
+      last_sent = Clock::now();
+    }
+    // A coordinator silent for long may have restarted (resume): say hello again.
+    const double patience = std::max(30.0, 3.0 * silence_seconds);
+    if (seconds_since(last_heard) > patience) {
+      log->warn("no word from the coordinator for {:.0f} s; saying hello again", patience);
+      hello();
+      last_heard = Clock::now();
+      welcomed = false;
+    }
+  }
+  (void)welcomed;
+  return exit_code;
+}
+
+}  // namespace dctrain

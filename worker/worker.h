@@ -1,0 +1,30 @@
+// The worker process: an I/O loop on the main thread (the DEALER to the
+// coordinator, heartbeats, signals) and a compute thread that owns the
+// replica and runs plans and updates in order. The two talk through a job
+// queue one way and an inproc PAIR socket the other, so the DEALER is only
+// ever touched by the main thread and heartbeats flow while a plan computes.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <spdlog/logger.h>
+
+#include "worker/options.h"
+
+namespace dctrain {
+
+// Exit codes of dctrain-worker.
+inline constexpr int kWorkerDone = 0;            // the run ended; replica identical to the coordinator's
+inline constexpr int kWorkerFailed = 1;          // a fatal problem (logged)
+inline constexpr int kWorkerRefused = 2;         // the coordinator refused this worker
+inline constexpr int kWorkerDiverged = 3;        // the final replica differs from the coordinator's
+inline constexpr int kWorkerInterrupted = 130;   // SIGINT / SIGTERM
+
+// Runs until the coordinator says bye, refuses, or a signal arrives.
+int run_worker(const WorkerOptions& options, std::shared_ptr<spdlog::logger> log);
+
+// host:pid, the default worker name.
+std::string default_worker_name();
+
+}  // namespace dctrain
