@@ -18,6 +18,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -154,6 +155,9 @@ stop {{ max_steps: {} }}
   // machine's load hits both alike; tau comes from the first baseline.
   std::printf("%d workers, %d steps per run, DropCompute delays x%.2g, %d rounds\n", workers, steps,
               factor, rounds);
+  std::printf("all %d workers and the coordinator share this host's %u cores: absolute times "
+              "are not a cluster's; compare the ratios\n",
+              workers, std::thread::hardware_concurrency());
   std::vector<RunFigures> bases, drops;
   double tau = 0.0;
   for (int round = 0; round < rounds; ++round) {
