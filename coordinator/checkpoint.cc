@@ -137,7 +137,7 @@ void load_checkpoint_state(const std::filesystem::path& path, Replica& replica) 
     if (at + views[i].size_bytes() > p.bytes.size() - 8) {
       throw std::runtime_error(fmt::format("checkpoint '{}' is truncated", path.string()));
     }
-    std::memcpy(views[i].data(), p.bytes.data() + at, views[i].size_bytes());
+    if (!views[i].empty()) std::memcpy(views[i].data(), p.bytes.data() + at, views[i].size_bytes());
     at += views[i].size_bytes();
   }
   replica.optimizer().set_steps(p.header.optimizer_steps());
