@@ -118,6 +118,22 @@ void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv
   if constexpr (std::is_same_v<T, float>) {
     if (conv2d_avx512::handles(s)) return conv2d_avx512::forward(y, col, x, w, b, s);
   }
+  conv2d_forward_gemm(y, col, x, w, b, s);
+}
+
+template <typename T>
+void conv2d_backward(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
+                     const Conv2dShape& s, bool accumulate_dx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (conv2d_avx512::handles(s)) {
+      return conv2d_avx512::backward(dx, dw, db, col, dy, x, w, s, accumulate_dx);
+    }
+  }
+  conv2d_backward_gemm(dx, dw, db, col, dy, x, w, s, accumulate_dx);
+}
+
+template <typename T>
+void conv2d_forward_gemm(T* y, T* col, const T* x, const T* w, const T* b, const Conv2dShape& s) {
   const int p = s.out_height() * s.out_width();
   const int k = s.in_channels * s.kernel_h * s.kernel_w;
   for (int i = 0; i < s.n; ++i) {
@@ -137,13 +153,8 @@ void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv
 }
 
 template <typename T>
-void conv2d_backward(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
-                     const Conv2dShape& s, bool accumulate_dx) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (conv2d_avx512::handles(s)) {
-      return conv2d_avx512::backward(dx, dw, db, col, dy, x, w, s, accumulate_dx);
-    }
-  }
+void conv2d_backward_gemm(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
+                          const Conv2dShape& s, bool accumulate_dx) {
   const int p = s.out_height() * s.out_width();
   const int k = s.in_channels * s.kernel_h * s.kernel_w;
   for (int i = 0; i < s.n; ++i) {
@@ -241,6 +252,9 @@ void conv2d_backward_reference(T* dx, T* dw, T* db, const T* dy, const T* x, con
   template void conv2d_forward<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&);      \
   template void conv2d_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,                  \
                                    const Conv2dShape&, bool);                                     \
+  template void conv2d_forward_gemm<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&); \
+  template void conv2d_backward_gemm<T>(T*, T*, T*, T*, const T*, const T*, const T*,             \
+                                        const Conv2dShape&, bool);                                \
   template void conv2d_forward_reference<T>(T*, const T*, const T*, const T*, const Conv2dShape&); \
   template void conv2d_backward_reference<T>(T*, T*, T*, const T*, const T*, const T*,            \
                                              const Conv2dShape&);

@@ -1,6 +1,7 @@
 // 2-D convolution (PyTorch's nn.Conv2d layout, no groups, no dilation).
 //
-// The fast path lowers each sample to a GEMM: im2col gathers the receptive
+// conv2d_forward / conv2d_backward pick the fastest path this host has. The
+// portable one lowers each sample to a GEMM: im2col gathers the receptive
 // fields into col (K, P) with K = in_channels * kernel_h * kernel_w and
 // P = out_height * out_width, then y (out_channels, P) = w (out_channels, K) *
 // col. A 1x1, stride-1, unpadded convolution skips im2col (col is x itself).
@@ -52,6 +53,16 @@ void conv2d_forward(T* y, T* col, const T* x, const T* w, const T* b, const Conv
 template <typename T>
 void conv2d_backward(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
                      const Conv2dShape& s, bool accumulate_dx = false);
+
+// The portable fast path: im2col + one BLAS GEMM per sample. conv2d_forward
+// and conv2d_backward take it for double, for pointwise layers, and on hosts
+// without AVX-512 (model/layers/conv2d_avx512.h); exposed so that tests hold
+// it to the reference on every host.
+template <typename T>
+void conv2d_forward_gemm(T* y, T* col, const T* x, const T* w, const T* b, const Conv2dShape& s);
+template <typename T>
+void conv2d_backward_gemm(T* dx, T* dw, T* db, T* col, const T* dy, const T* x, const T* w,
+                          const Conv2dShape& s, bool accumulate_dx = false);
 
 // Direct-loop references with the same contracts (no scratch).
 template <typename T>

@@ -43,7 +43,10 @@ std::vector<Conv2dShape> shapes() {
 
 std::vector<float> as_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
-TEST(Conv2d, FastPathMatchesTheDirectLoopsInFloat) {
+// Holds a float fast path (forward + backward) to the direct loops on every
+// test shape.
+template <typename Forward, typename Backward>
+void expect_matches_direct_loops_in_float(Forward forward, Backward backward) {
   for (const Conv2dShape& s : shapes()) {
     SCOPED_TRACE(::testing::PrintToString(std::vector<int>{s.in_channels, s.in_height, s.in_width,
                                                          s.out_channels, s.kernel_h, s.kernel_w,
@@ -54,19 +57,29 @@ TEST(Conv2d, FastPathMatchesTheDirectLoopsInFloat) {
     const auto dy = as_float(random_vector(s.n * s.out_size(), 4));
     std::vector<float> col(std::max<int64_t>(1, s.col_size()));
     std::vector<float> y(s.n * s.out_size()), y_ref(y.size());
-    conv2d_forward(y.data(), col.data(), x.data(), w.data(), b.data(), s);
+    forward(y.data(), col.data(), x.data(), w.data(), b.data(), s);
     conv2d_forward_reference(y_ref.data(), x.data(), w.data(), b.data(), s);
     for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], y_ref[i], 1e-5) << "y[" << i << "]";
 
     std::vector<float> dx(x.size(), 9.0f), dw(w.size(), 0.5f), db(b.size(), 0.25f);
     std::vector<float> dx_ref(x.size(), -9.0f), dw_ref = dw, db_ref = db;
-    conv2d_backward(dx.data(), dw.data(), db.data(), col.data(), dy.data(), x.data(), w.data(), s);
+    backward(dx.data(), dw.data(), db.data(), col.data(), dy.data(), x.data(), w.data(), s, false);
     conv2d_backward_reference(dx_ref.data(), dw_ref.data(), db_ref.data(), dy.data(), x.data(),
                               w.data(), s);
     for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx[i], dx_ref[i], 1e-5) << "dx[" << i << "]";
     for (size_t i = 0; i < dw.size(); ++i) ASSERT_NEAR(dw[i], dw_ref[i], 1e-4) << "dw[" << i << "]";
     for (size_t i = 0; i < db.size(); ++i) ASSERT_NEAR(db[i], db_ref[i], 1e-4) << "db[" << i << "]";
   }
+}
+
+// The path this host takes (AVX-512 direct convolution where available).
+TEST(Conv2d, FastPathMatchesTheDirectLoopsInFloat) {
+  expect_matches_direct_loops_in_float(conv2d_forward<float>, conv2d_backward<float>);
+}
+
+// The portable im2col + GEMM path, which hosts without AVX-512 take.
+TEST(Conv2d, GemmPathMatchesTheDirectLoopsInFloat) {
+  expect_matches_direct_loops_in_float(conv2d_forward_gemm<float>, conv2d_backward_gemm<float>);
 }
 
 TEST(Conv2d, ReferenceMatchesAHandComputedValue) {
