@@ -178,6 +178,38 @@ v1::CaseInfo case_info_from_config(const v1::RunConfig& config, const std::strin
   return info;
 }
 
+std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths) {
+  std::vector<fs::path> found;
+  for (const fs::path& path : paths) {
+    if (!fs::is_directory(path)) {
+      throw std::runtime_error(fmt::format("'{}' is not a folder: pass run folders or a sweep's --out folder",
+                                           path.string()));
+    }
+    if (run_finished(path)) {
+      found.push_back(path);
+      continue;
+    }
+    std::vector<fs::path> inside;
+    size_t unfinished = 0;
+    for (const fs::directory_entry& entry : fs::directory_iterator(path)) {
+      if (!entry.is_directory()) continue;
+      if (run_finished(entry.path())) {
+        inside.push_back(entry.path());
+      } else if (fs::exists(entry.path() / "config.cfg") || fs::exists(entry.path() / "case.txt")) {
+        ++unfinished;
+      }
+    }
+    if (inside.empty()) {
+      throw std::runtime_error(fmt::format(
+          "'{}' holds no finished run (no summary.json in it or in its subfolders{}): did the runs fail?",
+          path.string(), unfinished ? fmt::format("; {} unfinished run folders", unfinished) : ""));
+    }
+    std::sort(inside.begin(), inside.end());
+    found.insert(found.end(), inside.begin(), inside.end());
+  }
+  return found;
+}
+
 RunFolder read_run_folder(const fs::path& dir) {
   if (!run_finished(dir)) {
     throw std::runtime_error(fmt::format(

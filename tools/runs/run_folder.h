@@ -61,6 +61,11 @@ struct RunFolder {
 // A run is finished once its summary.json exists (written last, atomically).
 bool run_finished(const std::filesystem::path& dir);
 
+// The finished run folders named by `paths`: each a run folder, or a folder
+// of run folders (a sweep's --out), searched one level down, in name order.
+// Throws when a path holds no finished run, saying what was found.
+std::vector<std::filesystem::path> find_run_folders(const std::vector<std::filesystem::path>& paths);
+
 // Reads a finished run folder; throws std::runtime_error naming the file and
 // the problem.
 RunFolder read_run_folder(const std::filesystem::path& dir);
