@@ -266,7 +266,11 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir, const st
   }
   if (!problems.empty()) {
     std::string text = fmt::format("sweep '{}' cannot run:", plan.name);
-    for (const std::string& p : problems) text += "\n  - " + p;
+    for (const std::string& p : problems) {
+      std::string indented;
+      for (char ch : p) indented += ch == '\n' ? std::string("\n    ") : std::string(1, ch);
+      text += "\n  - " + indented;
+    }
     throw std::runtime_error(text);
   }
   std::string per_model;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -244,12 +245,20 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
     std::string data, plot;
     size_t index = 0;
     uint32_t max_workers = 1;
+    double y_lo = 1.0, y_hi = 1.0;
+    std::set<uint32_t> worker_counts;
     for (auto& [policy, points] : series) {
       std::sort(points.begin(), points.end());
       data += fmt::format("# {}\n# workers measured_speedup predicted_speedup\n", policy);
       for (const auto& [w, measured, predicted] : points) {
         data += fmt::format("{} {} {}\n", w, measured, predicted);
         max_workers = std::max(max_workers, w);
+        for (double y : {measured, predicted}) {
+          if (!std::isfinite(y)) continue;
+          y_lo = std::min(y_lo, y);
+          y_hi = std::max(y_hi, y);
+        }
+        worker_counts.insert(w);
       }
       data += "\n\n";
       plot += fmt::format(
@@ -259,13 +268,16 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
           gp_string(policy + ": measured"), index, index + 1, gp_string(policy + ": predicted"));
       ++index;
     }
+    std::string tics;
+    for (uint32_t w : worker_counts) tics += (tics.empty() ? "(" : ", ") + std::to_string(w);
+    const double pad = std::max(0.02, 0.15 * (y_hi - y_lo));
     const std::string body = fmt::format(
         "set xlabel 'workers'\nset ylabel 'speedup over tau = inf (samples/s)'\nset xrange [0:{}]\n"
-        "set yrange [0:*]\nset arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
-        max_workers + 1, plot);
+        "set xtics {})\nset yrange [{}:{}]\n"
+        "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
+        max_workers + 1, tics, y_lo - pad, y_hi + pad, plot);
     writer.draw("", fmt::format("speedup_{}_{}", key.first, key.second),
-                fmt::format("{}, {} delays: speedup against worker count (predicted: baseline steps replayed under tau)",
-                            key.first, key.second),
+                fmt::format("{}, {} delays: speedup against worker count, measured and predicted", key.first, key.second),
                 data, body);
   }
 }
