@@ -120,6 +120,16 @@ void apply_defaults(v1::RunConfig& c) {
   if (s.tau() == 0.0) s.set_tau(std::numeric_limits<double>::infinity());
   if (!s.has_requeue()) s.set_requeue(true);
   if (s.normalize().empty()) s.set_normalize("completed");
+  if (s.tau_policy().empty()) s.set_tau_policy("fixed");
+  if (s.tau_policy() == "auto") {
+    v1::AutoTauConfig& a = *s.mutable_auto_tau();
+    DCTRAIN_DEFAULT(a, warmup_steps, 10u);
+    DCTRAIN_DEFAULT(a, window_steps, 50u);
+    DCTRAIN_DEFAULT(a, grid_points, 200u);
+    if (!a.has_reestimate_every_steps()) a.set_reestimate_every_steps(10);
+    if (!a.has_min_change()) a.set_min_change(0.05);
+    if (!a.has_min_gain()) a.set_min_gain(0.01);
+  }
 
   v1::DelayConfig& delay = *c.mutable_delay();
   if (delay.kind().empty()) delay.set_kind("none");
@@ -221,6 +231,25 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
             s.global_batch() / s.micro_batch(), c.workers());
   }
   if (std::isnan(s.tau()) || s.tau() <= 0.0) problem("step.tau is {}; use seconds > 0 or inf", s.tau());
+  if (!one_of(s.tau_policy(), {"fixed", "auto"})) {
+    problem("step.tau_policy '{}' is not known; use 'fixed' or 'auto'", s.tau_policy());
+  }
+  if (s.tau_policy() == "auto") {
+    const v1::AutoTauConfig& a = s.auto_tau();
+    if (!std::isinf(s.tau())) {
+      problem("step.tau is {} but step.tau_policy is 'auto', which chooses tau itself: remove "
+              "step.tau (or use tau_policy 'fixed')", s.tau());
+    }
+    if (a.warmup_steps() == 0) problem("step.auto_tau.warmup_steps is 0; use >= 1 (e.g. 10)");
+    if (a.window_steps() == 0) problem("step.auto_tau.window_steps is 0; use >= 1 (e.g. 50)");
+    if (a.grid_points() < 2) problem("step.auto_tau.grid_points is {}; use >= 2 (e.g. 200)", a.grid_points());
+    if (!(a.min_change() >= 0.0) || !(a.min_gain() >= 0.0)) {
+      problem("step.auto_tau.min_change ({}) and min_gain ({}) must be >= 0", a.min_change(), a.min_gain());
+    }
+  } else if (s.has_auto_tau()) {
+    problem("step.auto_tau is set but step.tau_policy is '{}': set tau_policy: \"auto\" (or "
+            "--tau auto) to use it", s.tau_policy());
+  }
   if (!one_of(s.normalize(), {"completed", "nominal"})) {
     problem("step.normalize '{}' is not known; use 'completed' or 'nominal'", s.normalize());
   }
@@ -287,9 +316,20 @@ double parse_tau(const std::string& text) {
   }
   if (used != text.size() || !(value > 0.0)) {
     throw std::invalid_argument(fmt::format(
-        "tau '{}' is not a threshold: give seconds > 0 (e.g. 0.25) or 'inf'", text));
+        "tau '{}' is not a threshold: give seconds > 0 (e.g. 0.25), 'inf' or 'auto'", text));
   }
   return value;
+}
+
+void apply_tau_option(const std::string& text, v1::StepConfig& step) {
+  if (text == "auto") {
+    step.set_tau_policy("auto");
+    step.set_tau(std::numeric_limits<double>::infinity());
+    return;
+  }
+  step.set_tau(parse_tau(text));
+  step.set_tau_policy("fixed");
+  step.clear_auto_tau();
 }
 
 std::string to_text(const v1::RunConfig& config) {

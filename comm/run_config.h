@@ -33,6 +33,11 @@ void finalize_run_config(v1::RunConfig& config);
 // "0.25", "inf" or "infinity" -> seconds; throws std::invalid_argument otherwise.
 double parse_tau(const std::string& text);
 
+// Applies a --tau option: "auto" selects the automatic threshold; seconds or
+// "inf" a fixed one (and drop any auto_tau settings). Throws
+// std::invalid_argument otherwise.
+void apply_tau_option(const std::string& text, v1::StepConfig& step);
+
 // Human-readable text format, as written to RUN_DIR/config.cfg.
 std::string to_text(const v1::RunConfig& config);
 

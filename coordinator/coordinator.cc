@@ -53,6 +53,7 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
       ledger_(initial_ledger(setup_)),
       reducer_(replica.parameter_count(), replica.buffer_count()),
       metrics_(setup_.run_dir, setup_.resume.has_value()),
+      threshold_(config_.step(), config_.seed()),
       needs_data_root_(needs_data_root(config_)),
       created_(now),
       run_started_(now),
@@ -67,6 +68,18 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
                ledger_.epoch(), replica_.optimizer_steps(), wall_offset_);
   }
   start_checksum_ = replica_.parameter_checksum();
+  if (threshold_.automatic()) {
+    const v1::AutoTauConfig& a = config_.step().auto_tau();
+    log_->info("tau: auto; inf for a warm-up of {} steps, then estimated from the recorded "
+               "micro-batch times and re-estimated every {} steps on the last {}",
+               a.warmup_steps(), a.reestimate_every_steps(), a.window_steps());
+  }
+  // A resumed run starts its automatic threshold afresh, with a warm-up.
+  metrics_.totals().set_tau(threshold_.tau());
+  metrics_.totals().set_steps_at_tau(0);
+  metrics_.totals().set_step_seconds_at_tau(0.0);
+  metrics_.totals().set_microbatches_planned_at_tau(0);
+  metrics_.totals().set_microbatches_dropped_at_tau(0);
 }
 
 double Coordinator::epochs() const {
@@ -325,7 +338,7 @@ void Coordinator::start_step(double now) {
   }
   planned_.clear();
   std::vector<uint32_t> expected;
-  const double tau = config_.step().tau();
+  const double tau = threshold_.tau();
   for (WorkerPlan& plan : plans) {
     Planned& p = planned_[plan.rank];
     p.rank = plan.rank;
@@ -364,7 +377,7 @@ void Coordinator::close_step(double now) {
   const auto reduce_begin = clock();
   StepRecord record;
   record.step = step_;
-  record.tau = config_.step().tau();
+  record.tau = threshold_.tau();
   record.lr = replica_.next_learning_rate();
   const bool requeue = config_.step().requeue();
 
@@ -462,6 +475,10 @@ void Coordinator::close_step(double now) {
   t.set_compute_seconds(t.compute_seconds() + compute_total);
   t.set_step_seconds(t.step_seconds() + record.step_seconds);
   t.set_max_compute_seconds(t.max_compute_seconds() + max_compute);
+  t.set_steps_at_tau(t.steps_at_tau() + 1);
+  t.set_step_seconds_at_tau(t.step_seconds_at_tau() + record.step_seconds + record.apply_seconds);
+  t.set_microbatches_planned_at_tau(t.microbatches_planned_at_tau() + record.planned);
+  t.set_microbatches_dropped_at_tau(t.microbatches_dropped_at_tau() + record.dropped + record.orphaned);
   epoch_samples_ += samples + record.lost_samples;
   progress_samples_ += samples;
   recent_step_seconds_ = recent_step_seconds_ == 0.0
@@ -472,6 +489,7 @@ void Coordinator::close_step(double now) {
   record.epochs = epochs();
   record.wall_seconds = wall(now);
   metrics_.record_step(record);
+  observe_threshold(record, now);
   planned_.clear();
   ++step_;
 
@@ -505,6 +523,60 @@ void Coordinator::close_step(double now) {
     return;
   }
   start_step(now);
+}
+
+void Coordinator::observe_threshold(const StepRecord& record, double now) {
+  if (!threshold_.automatic()) return;
+  StepObservation observation;
+  observation.step = record.step;
+  double max_compute = 0.0;
+  for (const WorkerStepRecord& w : record.workers) {
+    // A worker that missed the deadline or died leaves its times unknown:
+    // the step says nothing reliable about the slowest worker.
+    if (!w.contributed) return;
+    observation.workers.push_back(
+        {w.rank, w.micro_batch_seconds, static_cast<uint32_t>(w.dropped)});
+    max_compute = std::max(max_compute, w.compute_seconds);
+  }
+  if (observation.workers.empty()) return;
+  observation.overhead_seconds =
+      std::max(0.0, record.step_seconds + record.apply_seconds - max_compute);
+  const std::optional<ThresholdDecision> d = threshold_.observe(std::move(observation));
+  if (!d) return;
+
+  const ThresholdEstimate& e = d->estimate;
+  v1::RunTotals& t = metrics_.totals();
+  v1::TauEstimate& last = *t.mutable_last_tau_estimate();
+  last.set_step(d->step);
+  last.set_tau(e.tau);
+  last.set_drop_rate(e.drop_rate);
+  last.set_speedup(e.speedup);
+  last.set_step_seconds(e.step_seconds);
+  last.set_baseline_step_seconds(e.baseline_step_seconds);
+  last.set_overhead_seconds(e.overhead_seconds);
+  last.set_steps(static_cast<uint32_t>(e.steps));
+  metrics_.record_tau(TauRecord{d->step, wall(now), d->why, d->changed, d->old_tau, d->new_tau, e.tau,
+                                e.drop_rate, e.speedup, e.step_seconds, e.baseline_step_seconds,
+                                e.overhead_seconds, e.steps, d->in_force.drop_rate,
+                                d->in_force.speedup});
+  if (d->changed) {
+    t.set_tau_changes(t.tau_changes() + 1);
+    t.set_tau(d->new_tau);
+    t.set_steps_at_tau(0);
+    t.set_step_seconds_at_tau(0.0);
+    t.set_microbatches_planned_at_tau(0);
+    t.set_microbatches_dropped_at_tau(0);
+    log_->info("tau {} -> {} after step {} ({} over {} steps): predicted drop rate {:.1f}%, "
+               "step {:.4g} s against {:.4g} s at inf, speedup {:+.1f}% (tau in force: {:+.1f}%)",
+               describe_tau(d->old_tau), describe_tau(d->new_tau), d->step, d->why, e.steps,
+               100.0 * e.drop_rate, e.step_seconds, e.baseline_step_seconds, 100.0 * e.speedup,
+               100.0 * d->in_force.speedup);
+  } else {
+    log_->debug("tau stays {} after step {} ({} over {} steps): best {} would give {:+.1f}% "
+                "against {:+.1f}% in force",
+                describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau),
+                100.0 * e.speedup, 100.0 * d->in_force.speedup);
+  }
 }
 
 void Coordinator::evaluate(double now) {
@@ -650,7 +722,7 @@ void Coordinator::tick(double now) {
         for (const auto& [rank, p] : planned_) {
           if (reducer_.expects(rank)) {
             abandon(rank, fmt::format("it missed the deadline (tau {} + grace {:.3g} s)",
-                                      describe_tau(config_.step().tau()), live.grace_seconds()));
+                                      describe_tau(threshold_.tau()), live.grace_seconds()));
           }
         }
       }
@@ -687,7 +759,7 @@ void Coordinator::progress(double now) {
   log_->info("step {} | epoch {:.2f} | {:.0f} samples/s | loss {:.4f} | eval {} | drop {:.1f}% | "
              "tau {} | {} workers | ETA {}",
              t.steps(), epochs(), period > 0 ? static_cast<double>(progress_samples_) / period : 0.0,
-             last_loss_, eval, drop, describe_tau(config_.step().tau()), membership_.live_count(),
+             last_loss_, eval, drop, describe_tau(threshold_.tau()), membership_.live_count(),
              describe_seconds(eta));
   last_progress_ = now;
   progress_samples_ = 0;

@@ -26,6 +26,7 @@
 #include "coordinator/planner.h"
 #include "coordinator/reducer.h"
 #include "coordinator/run_metrics.h"
+#include "coordinator/threshold.h"
 #include "data/ledger.h"
 #include "proto/config.pb.h"
 
@@ -60,6 +61,8 @@ class Coordinator {
   uint64_t step() const { return step_; }
   const Ledger& ledger() const { return ledger_; }
   const v1::RunTotals& totals() const { return metrics_.totals(); }
+  // The threshold in force for the next step.
+  double tau() const { return threshold_.tau(); }
   double epochs() const;
 
  private:
@@ -86,6 +89,8 @@ class Coordinator {
   void abandon(uint32_t rank, const std::string& why);
   void start_step(double now);
   void close_step(double now);
+  // Feeds a closed step to the threshold; logs and records its estimates.
+  void observe_threshold(const StepRecord& record, double now);
   void evaluate(double now);
   void checkpoint(double now);
   std::optional<std::string> stop_reached(double now) const;
@@ -105,6 +110,7 @@ class Coordinator {
   Ledger ledger_;
   Reducer reducer_;
   RunMetrics metrics_;
+  Threshold threshold_;
 
   bool needs_data_root_ = false;
   Phase phase_ = Phase::kJoining;

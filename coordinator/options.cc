@@ -18,7 +18,8 @@ void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--tau", options.tau,
-                 "Step compute threshold: seconds or 'inf' (empty: the config's value)");
+                 "Step compute threshold: seconds, 'inf', or 'auto' (chosen from measured "
+                 "micro-batch times after a warm-up at inf); empty: the config's value");
   app.add_option("--steps", options.steps, "Stop after this many steps (0: the config's limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

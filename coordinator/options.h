@@ -14,7 +14,7 @@ struct CoordinatorOptions {
   std::string out_dir = "runs/latest";  // run folder: config, metrics, summary, logs
   std::string resume_dir;               // continue from this run folder's checkpoint
   int workers = 0;                      // 0: take the config's value
-  std::string tau;                      // "": config's; seconds or "inf"
+  std::string tau;                      // "": config's; seconds, "inf" or "auto"
   int64_t steps = 0;                    // 0: config's max steps
   std::string data_dir;                 // data root for the held-out split; empty: synthetic only
   int threads = 1;                      // compute threads of the coordinator's replica (evaluation)

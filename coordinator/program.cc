@@ -33,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 // Command-line flags override the config's fields.
 void apply_overrides(const CoordinatorOptions& options, v1::RunConfig& config) {
   if (options.workers > 0) config.set_workers(static_cast<uint32_t>(options.workers));
-  if (!options.tau.empty()) config.mutable_step()->set_tau(parse_tau(options.tau));
+  if (!options.tau.empty()) apply_tau_option(options.tau, *config.mutable_step());
   if (options.steps > 0) config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.steps));
 }
 

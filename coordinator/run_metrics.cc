@@ -123,6 +123,24 @@ void RunMetrics::record_epoch(const EpochAudit& a, double wall_seconds) {
   out_.flush();
 }
 
+namespace {
+std::string json_tau(double tau) { return std::isinf(tau) ? std::string("\"inf\"") : json_number(tau); }
+}  // namespace
+
+void RunMetrics::record_tau(const TauRecord& r) {
+  out_ << fmt::format(
+      "{{\"type\":\"tau\",\"step\":{},\"wall_seconds\":{},\"why\":{},\"changed\":{},\"old_tau\":{},"
+      "\"new_tau\":{},\"best_tau\":{},\"predicted_drop_rate\":{},\"predicted_speedup\":{},"
+      "\"predicted_step_seconds\":{},\"predicted_baseline_step_seconds\":{},"
+      "\"overhead_seconds\":{},\"steps\":{},\"old_tau_drop_rate\":{},\"old_tau_speedup\":{}}}\n",
+      r.step, json_number(r.wall_seconds), json_string(r.why), r.changed, json_tau(r.old_tau),
+      json_tau(r.new_tau), json_tau(r.best_tau), json_number(r.drop_rate), json_number(r.speedup),
+      json_number(r.step_seconds), json_number(r.baseline_step_seconds),
+      json_number(r.overhead_seconds), r.steps, json_number(r.old_drop_rate),
+      json_number(r.old_speedup));
+  out_.flush();
+}
+
 void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunConfig& config,
                                double wall_seconds, double epochs,
                                const std::string& stop_reason) const {
@@ -132,7 +150,12 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
   const double drop_rate =
       planned == 0 ? 0.0 : static_cast<double>(t.microbatches_dropped() + t.microbatches_orphaned()) /
                                static_cast<double>(planned);
-  const double tau = config.step().tau();
+  // The threshold in force at the end (a fixed one: the config's).
+  const double tau = t.tau() != 0.0 ? t.tau() : config.step().tau();
+  const bool estimated = t.has_last_tau_estimate();
+  const v1::TauEstimate& e = t.last_tau_estimate();
+  const auto predicted = [&](double value) { return estimated ? json_number(value) : std::string("null"); };
+  const uint64_t planned_at_tau = t.microbatches_planned_at_tau();
   const std::string text = fmt::format(
       "{{\n"
       "  \"name\": {},\n"
@@ -158,6 +181,17 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       "  \"mean_max_compute_seconds\": {},\n"
       "  \"workers\": {},\n"
       "  \"tau\": {},\n"
+      "  \"tau_policy\": {},\n"
+      "  \"tau_changes\": {},\n"
+      "  \"steps_at_final_tau\": {},\n"
+      "  \"mean_step_seconds_at_final_tau\": {},\n"
+      "  \"drop_rate_at_final_tau\": {},\n"
+      "  \"predicted_at_step\": {},\n"
+      "  \"predicted_tau\": {},\n"
+      "  \"predicted_speedup\": {},\n"
+      "  \"predicted_drop_rate\": {},\n"
+      "  \"predicted_step_seconds\": {},\n"
+      "  \"predicted_baseline_step_seconds\": {},\n"
       "  \"requeue\": {},\n"
       "  \"normalize\": {},\n"
       "  \"delay\": {},\n"
@@ -175,7 +209,16 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       t.checksum_mismatches(), t.epochs_completed(), t.audits_failed(),
       json_number(t.steps() > 0 ? t.step_seconds() / static_cast<double>(t.steps()) : 0.0),
       json_number(t.steps() > 0 ? t.max_compute_seconds() / static_cast<double>(t.steps()) : 0.0),
-      config.workers(), std::isinf(tau) ? std::string("\"inf\"") : json_number(tau),
+      config.workers(), json_tau(tau), json_string(config.step().tau_policy()), t.tau_changes(),
+      t.steps_at_tau(),
+      json_number(t.steps_at_tau() > 0 ? t.step_seconds_at_tau() / static_cast<double>(t.steps_at_tau())
+                                       : 0.0),
+      json_number(planned_at_tau > 0 ? static_cast<double>(t.microbatches_dropped_at_tau()) /
+                                           static_cast<double>(planned_at_tau)
+                                     : 0.0),
+      estimated ? std::to_string(e.step()) : std::string("null"),
+      estimated ? json_tau(e.tau()) : std::string("null"), predicted(e.speedup()),
+      predicted(e.drop_rate()), predicted(e.step_seconds()), predicted(e.baseline_step_seconds()),
       config.step().requeue(), json_string(config.step().normalize()),
       json_string(config.delay().kind()), json_string(stop_reason));
   write_file_atomically(path, text);

@@ -1,6 +1,7 @@
 // What a run records: metrics.jsonl (one JSON object per line: a "step"
 // record per step, an "eval" record per evaluation, an "epoch" record with
-// the ledger's audit per epoch), the totals behind summary.json, and the
+// the ledger's audit per epoch, a "tau" record per automatic threshold
+// estimate), the totals behind summary.json, and the
 // progress line.
 #pragma once
 
@@ -54,6 +55,23 @@ struct EvalRecord {
   double seconds = 0.0;              // time the evaluation took
 };
 
+// An estimate of the automatic threshold (coordinator/threshold.h), recorded
+// whether or not it moved tau.
+struct TauRecord {
+  uint64_t step = 0;                 // estimated after this step; a change applies from the next
+  double wall_seconds = 0.0;
+  std::string why;                   // "warm-up" or "re-estimate"
+  bool changed = false;
+  double old_tau = 0.0, new_tau = 0.0;
+  double best_tau = 0.0;             // the estimate's argmax
+  double drop_rate = 0.0, speedup = 0.0;  // predicted at best_tau
+  double step_seconds = 0.0;         // predicted at best_tau, overhead included
+  double baseline_step_seconds = 0.0;// predicted at tau = inf
+  double overhead_seconds = 0.0;
+  uint64_t steps = 0;                // recorded steps used
+  double old_drop_rate = 0.0, old_speedup = 0.0;  // predicted at old_tau on the same steps
+};
+
 class RunMetrics {
  public:
   // Opens `run_dir`/metrics.jsonl, appending when resuming.
@@ -62,6 +80,7 @@ class RunMetrics {
   void record_step(const StepRecord& record);
   void record_eval(const EvalRecord& record);
   void record_epoch(const EpochAudit& audit, double wall_seconds);
+  void record_tau(const TauRecord& record);
 
   v1::RunTotals& totals() { return totals_; }
   const v1::RunTotals& totals() const { return totals_; }

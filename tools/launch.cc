@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "Data root for every process (empty: synthetic data only)")
       ->check(CLI::ExistingDirectory);
   app.add_option("--threads", threads, "Compute threads per worker")->check(CLI::Range(1, 256))->capture_default_str();
-  app.add_option("--tau", tau, "Override the config's threshold: seconds or 'inf'");
+  app.add_option("--tau", tau, "Override the config's threshold: seconds, 'inf' or 'auto'");
   app.add_option("--steps", steps, "Override the config's max steps (0: keep)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (config.empty() && resume.empty()) {

@@ -233,7 +233,6 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
                                      "--out", dir.string(),
                                      "--threads", std::to_string(options.threads)};
     if (!options.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", options.data_dir});
-    if (c.tau.kind == TauPolicy::Kind::kAuto) argv.insert(argv.end(), {"--tau", "auto"});
     const auto start = Clock::now();
     const LaunchResult result = run_logged(argv, dir / "launch.log", signals);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -222,9 +222,18 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir, const st
               *c.config.mutable_delay() = delay.delay();
               c.config.set_seed(seed);
               c.config.mutable_step()->set_requeue(requeue);
-              c.config.mutable_step()->set_tau(tau.kind == TauPolicy::Kind::kSeconds
-                                                   ? tau.value
-                                                   : std::numeric_limits<double>::infinity());
+              // As dctrain-launch --tau does: "auto" hands tau to the
+              // coordinator; any other policy is fixed (a percentile is
+              // resolved when its baseline has run).
+              v1::StepConfig& step = *c.config.mutable_step();
+              step.set_tau(tau.kind == TauPolicy::Kind::kSeconds ? tau.value
+                                                                 : std::numeric_limits<double>::infinity());
+              if (tau.kind == TauPolicy::Kind::kAuto) {
+                step.set_tau_policy("auto");
+              } else {
+                step.set_tau_policy("fixed");
+                step.clear_auto_tau();
+              }
               const std::string name = case_name(model, w, delay.name(), tau, requeue, seed);
               c.config.set_name(name);
               c.info.set_sweep(plan.name);

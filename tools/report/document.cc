@@ -50,9 +50,10 @@ size_t run_count(const Report& report) {
 }
 
 constexpr const char* kPredictionNote =
-    "Predicted speedup: the tau = inf baseline's recorded steps replayed under the case's tau (each worker "
-    "keeps its measured micro-batch times and starts none once its compute clock has passed tau; a step "
-    "takes its slowest worker plus the baseline's mean time outside compute), as samples/s against the "
+    "Predicted speedup (coordinator/threshold.h): the tau = inf baseline's recorded steps replayed under the "
+    "case's tau (each worker keeps its rank and measured micro-batch times and starts none once its compute "
+    "clock has reached tau; a step takes its slowest worker plus the baseline's mean time outside compute), "
+    "as completed micro-batches per second against the baseline's. Measured: samples/s against the "
     "baseline's.";
 
 }  // namespace

@@ -1,48 +1,39 @@
 #include "tools/report/prediction.h"
 
 #include <algorithm>
+#include <limits>
+
+#include "coordinator/threshold.h"
 
 namespace dctrain {
 
 std::optional<Prediction> predict_speedup(const RunFolder& baseline, double tau) {
-  const size_t skip = warmup_steps(baseline.steps.size());
-  double sum_inf = 0.0, sum_tau = 0.0, outside = 0.0;
-  uint64_t planned = 0, completed = 0;
-  size_t steps = 0;
-  for (size_t s = skip; s < baseline.steps.size(); ++s) {
+  std::vector<RecordedStep> steps;
+  double outside = 0.0;
+  for (size_t s = warmup_steps(baseline.steps.size()); s < baseline.steps.size(); ++s) {
     const StepPoint& step = baseline.steps[s];
-    double max_inf = 0.0, max_tau = 0.0, max_measured = 0.0;
-    bool any = false;
+    RecordedStep recorded;
+    double slowest = 0.0;
     for (const WorkerStepPoint& w : step.workers) {
       if (!w.contributed || w.micro_batch_seconds.empty()) continue;
-      any = true;
-      double all = 0.0, clock = 0.0;
-      for (double t : w.micro_batch_seconds) {
-        all += t;
-        ++planned;
-        if (clock < tau) {  // the worker checks its clock before each micro-batch
-          clock += t;
-          ++completed;
-        }
-      }
-      max_inf = std::max(max_inf, all);
-      max_tau = std::max(max_tau, clock);
-      max_measured = std::max(max_measured, w.compute_seconds);
+      recorded.workers.push_back(w.micro_batch_seconds);
+      slowest = std::max(slowest, w.compute_seconds);
     }
-    if (!any) continue;
-    ++steps;
-    sum_inf += max_inf;
-    sum_tau += max_tau;
-    outside += std::max(0.0, step.step_seconds - max_measured);
+    if (recorded.workers.empty()) continue;
+    steps.push_back(std::move(recorded));
+    outside += std::max(0.0, step.step_seconds - slowest);
   }
-  if (steps == 0 || planned == 0) return std::nullopt;
+  if (steps.empty()) return std::nullopt;
+  const double overhead = outside / static_cast<double>(steps.size());
+  const ThresholdCandidate none =
+      evaluate_threshold(steps, overhead, std::numeric_limits<double>::infinity());
+  const ThresholdCandidate at = evaluate_threshold(steps, overhead, tau);
   Prediction p;
-  p.steps = steps;
-  const double n = static_cast<double>(steps);
-  p.step_seconds_inf = (sum_inf + outside) / n;
-  p.step_seconds_tau = (sum_tau + outside) / n;
-  p.completed_fraction = static_cast<double>(completed) / static_cast<double>(planned);
-  p.speedup = p.step_seconds_tau > 0 ? p.completed_fraction * p.step_seconds_inf / p.step_seconds_tau : 1.0;
+  p.steps = steps.size();
+  p.step_seconds_inf = none.compute_seconds + overhead;
+  p.step_seconds_tau = at.compute_seconds + overhead;
+  p.completed_fraction = 1.0 - at.drop_rate;
+  p.speedup = 1.0 + at.speedup;  // threshold.h's speedup is the gain over tau = inf
   return p;
 }
 
