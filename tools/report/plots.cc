@@ -200,15 +200,14 @@ void tau_plot(const Experiment& e, PlotWriter& writer) {
       bool varies = false;
       for (const StepPoint& s : run.steps) varies = varies || s.tau != run.steps.front().tau;
       if (row.tau_policy != "auto" && !varies) continue;
-      data += fmt::format("# {}\n# wall_seconds tau_seconds\n", run.info.case_name());
-      size_t points = 0;
+      // Steps at tau = inf (the warm-up) have no point; a run that never
+      // left it has no line (its table row says so).
+      std::string points;
       for (const StepPoint& s : run.steps) {
-        if (!std::isfinite(s.tau)) continue;
-        data += fmt::format("{} {}\n", s.wall_seconds, s.tau);
-        ++points;
+        if (std::isfinite(s.tau)) points += fmt::format("{} {}\n", s.wall_seconds, s.tau);
       }
-      if (points == 0) data += "0 NaN\n";
-      data += "\n\n";
+      if (points.empty()) continue;
+      data += fmt::format("# {}\n# wall_seconds tau_seconds\n{}\n\n", run.info.case_name(), points);
       plot += fmt::format("{}data index {} using 1:2 with steps lw 2 title {}", index ? ", \\\n     " : "plot ",
                           index, gp_string(run_title(e, row, i)));
       ++index;
@@ -217,7 +216,7 @@ void tau_plot(const Experiment& e, PlotWriter& writer) {
   if (index == 0) return;
   writer.draw(e.slug, e.slug + "_tau",
               fmt::format("{}, {} workers, {} delays: tau over time", e.model, e.workers, e.delay), data,
-              "set xlabel 'wall time (s)'\nset ylabel 'tau (s)'\n" + plot);
+              "set xlabel 'wall time (s)'\nset ylabel 'tau (s)'\nset yrange [0:*]\n" + plot);
 }
 
 // Speedup against worker count for each (model, delay): measured beside

@@ -135,7 +135,9 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       } else {
         std::string tau_label = row.tau_policy + " s";
         if (row.tau_policy == "auto") {
-          tau_label = fmt::format("auto (median {:.4g} s)", row.tau_seconds.mean);
+          tau_label = std::isfinite(row.tau_seconds.mean)
+                          ? fmt::format("auto (median {:.4g} s)", row.tau_seconds.mean)
+                          : std::string("auto (stayed inf)");
         } else if (row.tau_policy[0] == 'p') {
           tau_label = fmt::format("{} ({:.4g} s)", row.tau_policy, row.tau_seconds.mean);
         }
