@@ -2,9 +2,8 @@
 // tiny cases (tau = inf and tau = p80 of the baseline, synthetic MLP, 2
 // workers) end to end; the report's table against the runs' summary.json;
 // the plots; a rerun that skips finished cases; bad sweep files.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
@@ -56,7 +55,9 @@ class ExperimentReport : public ::testing::Test {
   void TearDown() override {
     if (!HasFailure()) fs::remove_all(dir_);
   }
-  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
 
   // Runs a program to completion (at most `limit`); returns its exit code.
   int run(const std::string& program, const std::vector<std::string>& args, const std::string& log,
@@ -106,11 +107,15 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
   write("tiny.cfg", kConfig);
   write("tiny.sweep", kSweep);
   const fs::path out = dir_ / "runs";
-  ASSERT_EQ(run("dctrain-experiment", {(dir_ / "tiny.sweep").string(), "--out", out.string()}, "experiment.log"), 0)
+  ASSERT_EQ(run("dctrain-experiment", {(dir_ / "tiny.sweep").string(), "--out", out.string()},
+                "experiment.log"),
+            0)
       << last_output_;
-  EXPECT_NE(last_output_.find("2 cases, 0 finished before, 2 to run; expected run time"), std::string::npos)
+  EXPECT_NE(last_output_.find("2 cases, 0 finished before, 2 to run; expected run time"),
+            std::string::npos)
       << last_output_;
-  EXPECT_NE(last_output_.find("[1/2] tiny-mlp_w2_dropcompute_tau-inf_s5: running"), std::string::npos);
+  EXPECT_NE(last_output_.find("[1/2] tiny-mlp_w2_dropcompute_tau-inf_s5: running"),
+            std::string::npos);
   EXPECT_NE(last_output_.find("sweep ETA"), std::string::npos);
   const fs::path base = out / "tiny-mlp_w2_dropcompute_tau-inf_s5";
   const fs::path drop = out / "tiny-mlp_w2_dropcompute_tau-p80_requeue_s5";
@@ -125,33 +130,42 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
   EXPECT_TRUE(std::isfinite(tau) && tau > 0) << drop_json;
   EXPECT_EQ(summary_number(base_json, "steps"), 12);
   EXPECT_EQ(summary_number(drop_json, "steps"), 12);
-  EXPECT_NE(read_text(drop / "case.txt").find("baseline: \"tiny-mlp_w2_dropcompute_tau-inf_s5\""), std::string::npos);
+  EXPECT_NE(read_text(drop / "case.txt").find("baseline: \"tiny-mlp_w2_dropcompute_tau-inf_s5\""),
+            std::string::npos);
 
   // Rerun: both cases are finished, nothing runs, the summaries stay.
   const auto stamp = fs::last_write_time(base / "summary.json");
-  ASSERT_EQ(run("dctrain-experiment", {(dir_ / "tiny.sweep").string(), "--out", out.string()}, "rerun.log"), 0)
+  ASSERT_EQ(run("dctrain-experiment", {(dir_ / "tiny.sweep").string(), "--out", out.string()},
+                "rerun.log"),
+            0)
       << last_output_;
-  EXPECT_NE(last_output_.find("2 cases, 2 finished before, 0 to run"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("2 cases, 2 finished before, 0 to run"), std::string::npos)
+      << last_output_;
   EXPECT_NE(last_output_.find("[1/2] tiny-mlp_w2_dropcompute_tau-inf_s5: finished before, skipped"),
             std::string::npos);
-  EXPECT_NE(last_output_.find("[2/2] tiny-mlp_w2_dropcompute_tau-p80_requeue_s5: finished before, skipped"),
+  EXPECT_NE(last_output_.find(
+                "[2/2] tiny-mlp_w2_dropcompute_tau-p80_requeue_s5: finished before, skipped"),
             std::string::npos);
   EXPECT_NE(last_output_.find("0 ran in"), std::string::npos) << last_output_;
   EXPECT_EQ(fs::last_write_time(base / "summary.json"), stamp);
 
   // The report: the table against the summaries.
   const fs::path report = dir_ / "report";
-  ASSERT_EQ(run("dctrain-report", {out.string(), "--out", report.string()}, "report.log"), 0) << last_output_;
+  ASSERT_EQ(run("dctrain-report", {out.string(), "--out", report.string()}, "report.log"), 0)
+      << last_output_;
   const std::string markdown = read_text(report / "report.md");
-  EXPECT_NE(last_output_.find("### tiny-mlp: 2 workers, dropcompute delays"), std::string::npos) << last_output_;
-  EXPECT_NE(markdown.find("## tiny-mlp: 2 workers, dropcompute delays"), std::string::npos) << markdown;
+  EXPECT_NE(last_output_.find("### tiny-mlp: 2 workers, dropcompute delays"), std::string::npos)
+      << last_output_;
+  EXPECT_NE(markdown.find("## tiny-mlp: 2 workers, dropcompute delays"), std::string::npos)
+      << markdown;
   const std::vector<std::string> header = table_row(markdown, "case");
   ASSERT_EQ(header.size(), 8u);
   EXPECT_EQ(header[2], "final accuracy");
   EXPECT_EQ(header[4], "samples/s");
   EXPECT_EQ(header[5], "speedup vs tau = inf");
   const std::vector<std::string> base_row = table_row(markdown, "tau = inf (baseline)");
-  const std::vector<std::string> drop_row = table_row(markdown, fmt::format("tau = p80 ({:.4g} s), requeue", tau));
+  const std::vector<std::string> drop_row =
+      table_row(markdown, fmt::format("tau = p80 ({:.4g} s), requeue", tau));
   ASSERT_EQ(base_row.size(), 8u);
   ASSERT_EQ(drop_row.size(), 8u);
   for (const auto& [row, json] : {std::pair{base_row, base_json}, std::pair{drop_row, drop_json}}) {
@@ -163,10 +177,12 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
     EXPECT_EQ(row[7], fmt::format("{:.0f}", summary_number(json, "samples_lost")));
   }
   EXPECT_EQ(base_row[5], "1.000x (samples/s)");
-  EXPECT_EQ(drop_row[5], fmt::format("{:.3f}x (samples/s)", summary_number(drop_json, "samples_per_second") /
-                                                                summary_number(base_json, "samples_per_second")));
+  EXPECT_EQ(drop_row[5], fmt::format("{:.3f}x (samples/s)",
+                                     summary_number(drop_json, "samples_per_second") /
+                                         summary_number(base_json, "samples_per_second")));
   // The printed table is the file's.
-  EXPECT_NE(last_output_.find(fmt::format("| {} |", fmt::join(drop_row, " | "))), std::string::npos);
+  EXPECT_NE(last_output_.find(fmt::format("| {} |", fmt::join(drop_row, " | "))),
+            std::string::npos);
 
   // report.json carries the same numbers.
   const std::string json = read_text(report / "report.json");
@@ -186,10 +202,13 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
   }
   const std::string html = read_text(report / "report.html");
   size_t embedded = 0;
-  for (size_t at = 0; (at = html.find("src=\"data:image/png;base64,iVBOR", at)) != std::string::npos; ++at) ++embedded;
+  for (size_t at = 0;
+       (at = html.find("src=\"data:image/png;base64,iVBOR", at)) != std::string::npos; ++at)
+    ++embedded;
   EXPECT_EQ(embedded, plots.size());
   // The compute-time histogram marks tau.
-  EXPECT_NE(read_text(report / "plots" / "tiny-mlp_w2_dropcompute_compute.dat").find(fmt::format("{} 0", tau)),
+  EXPECT_NE(read_text(report / "plots" / "tiny-mlp_w2_dropcompute_compute.dat")
+                .find(fmt::format("{} 0", tau)),
             std::string::npos);
 }
 
@@ -197,13 +216,21 @@ TEST_F(ExperimentReport, BadSweepFilesAreRefusedBeforeAnythingRuns) {
   write("tiny.cfg", kConfig);
   const fs::path out = dir_ / "runs";
   write("syntax.sweep", "configs: \"tiny.cfg\"\ntau: [\"inf\"]\n");
-  EXPECT_EQ(run("dctrain-experiment", {(dir_ / "syntax.sweep").string(), "--out", out.string()}, "a.log"), 2);
-  EXPECT_NE(last_output_.find("syntax.sweep:2:4: Message type \"dctrain.v1.Sweep\" has no field named \"tau\""), std::string::npos) << last_output_;
+  EXPECT_EQ(
+      run("dctrain-experiment", {(dir_ / "syntax.sweep").string(), "--out", out.string()}, "a.log"),
+      2);
+  EXPECT_NE(last_output_.find(
+                "syntax.sweep:2:4: Message type \"dctrain.v1.Sweep\" has no field named \"tau\""),
+            std::string::npos)
+      << last_output_;
   EXPECT_NE(last_output_.find("proto/sweep.proto"), std::string::npos) << last_output_;
 
-  write("values.sweep", "configs: \"missing.cfg\"\nconfigs: \"tiny.cfg\"\ntaus: [\"fast\", \"p0\"]\n"
-                        "delays { name: \"bad name\" delay { kind: \"none\" } }\n");
-  EXPECT_EQ(run("dctrain-experiment", {(dir_ / "values.sweep").string(), "--out", out.string()}, "b.log"), 2);
+  write("values.sweep",
+        "configs: \"missing.cfg\"\nconfigs: \"tiny.cfg\"\ntaus: [\"fast\", \"p0\"]\n"
+        "delays { name: \"bad name\" delay { kind: \"none\" } }\n");
+  EXPECT_EQ(
+      run("dctrain-experiment", {(dir_ / "values.sweep").string(), "--out", out.string()}, "b.log"),
+      2);
   EXPECT_NE(last_output_.find("sweep 'values' cannot run"), std::string::npos) << last_output_;
   EXPECT_NE(last_output_.find("'missing.cfg'"), std::string::npos) << last_output_;
   EXPECT_NE(last_output_.find("tau policy 'fast'"), std::string::npos) << last_output_;
@@ -211,13 +238,18 @@ TEST_F(ExperimentReport, BadSweepFilesAreRefusedBeforeAnythingRuns) {
   EXPECT_NE(last_output_.find("name 'bad name'"), std::string::npos) << last_output_;
 
   write("invalid.sweep", "configs: \"tiny.cfg\"\noverrides { step { micro_batch: 7 } }\n");
-  EXPECT_EQ(run("dctrain-experiment", {(dir_ / "invalid.sweep").string(), "--out", out.string()}, "c.log"), 2);
-  EXPECT_NE(last_output_.find("case tiny-mlp_w2_dropcompute_tau-inf_s5:"), std::string::npos) << last_output_;
+  EXPECT_EQ(run("dctrain-experiment", {(dir_ / "invalid.sweep").string(), "--out", out.string()},
+                "c.log"),
+            2);
+  EXPECT_NE(last_output_.find("case tiny-mlp_w2_dropcompute_tau-inf_s5:"), std::string::npos)
+      << last_output_;
   EXPECT_FALSE(fs::exists(out)) << "nothing may run for a bad sweep";
 
   // The report refuses a folder with no finished run.
   fs::create_directories(dir_ / "empty");
-  EXPECT_EQ(run("dctrain-report", {(dir_ / "empty").string(), "--out", (dir_ / "r").string()}, "d.log"), 1);
+  EXPECT_EQ(
+      run("dctrain-report", {(dir_ / "empty").string(), "--out", (dir_ / "r").string()}, "d.log"),
+      1);
   EXPECT_NE(last_output_.find("holds no finished run"), std::string::npos) << last_output_;
 }
 

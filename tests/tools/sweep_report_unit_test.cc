@@ -1,9 +1,8 @@
 // The sweep's expansion into cases and the report's arithmetic, in one
 // process: tau policies, case names and order, percentiles, aggregation over
 // seeds, the speedup's two bases and the replay prediction.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
@@ -101,8 +100,10 @@ TEST(RunFolder, ParsesSummaryAndMetrics) {
   std::vector<StepPoint> steps;
   std::vector<EvalPoint> evals;
   parse_metrics(
-      "{\"type\":\"step\",\"step\":0,\"wall_seconds\":1,\"step_seconds\":0.5,\"tau\":0.2,\"workers\":["
-      "{\"rank\":0,\"contributed\":true,\"compute_seconds\":0.3,\"micro_batch_seconds\":[0.1,0.2]}]}\n"
+      "{\"type\":\"step\",\"step\":0,\"wall_seconds\":1,\"step_seconds\":0.5,\"tau\":0.2,"
+      "\"workers\":["
+      "{\"rank\":0,\"contributed\":true,\"compute_seconds\":0.3,\"micro_batch_seconds\":[0.1,0.2]}]"
+      "}\n"
       "{\"type\":\"eval\",\"step\":1,\"wall_seconds\":2,\"eval_accuracy\":0.75,\"eval_loss\":1}\n"
       "{\"type\":\"step\",\"step\":1,\"wal",  // cut short by a kill: ignored
       "metrics.jsonl", steps, evals);
@@ -116,8 +117,8 @@ TEST(RunFolder, ParsesSummaryAndMetrics) {
 }
 
 // A finished run folder in memory.
-RunFolder fake_run(const std::string& policy, bool requeue, uint64_t seed, double accuracy, double sps,
-                   std::optional<double> ttt, double tau = kInf) {
+RunFolder fake_run(const std::string& policy, bool requeue, uint64_t seed, double accuracy,
+                   double sps, std::optional<double> ttt, double tau = kInf) {
   RunFolder r;
   r.dir = fmt::format("{}_{}_{}", policy, requeue, seed);
   r.info.set_model("m");

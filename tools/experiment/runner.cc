@@ -1,6 +1,8 @@
 #include "tools/experiment/runner.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <google/protobuf/text_format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -14,9 +16,6 @@
 #include <set>
 #include <stdexcept>
 #include <vector>
-
-#include <fmt/format.h>
-#include <google/protobuf/text_format.h>
 
 #include "comm/run_config.h"
 #include "tools/runs/run_folder.h"
@@ -118,17 +117,18 @@ std::string last_lines(const fs::path& path, size_t count) {
 double percentile_tau(const fs::path& baseline_dir, double p, std::string& how) {
   std::vector<StepPoint> steps;
   std::vector<EvalPoint> evals;
-  parse_metrics(read_text_file(baseline_dir / "metrics.jsonl"), (baseline_dir / "metrics.jsonl").string(), steps,
-                evals);
+  parse_metrics(read_text_file(baseline_dir / "metrics.jsonl"),
+                (baseline_dir / "metrics.jsonl").string(), steps, evals);
   const size_t skip = warmup_steps(steps.size());
   const std::vector<double> times = worker_compute_times(steps, skip);
   if (times.empty()) {
-    throw std::runtime_error(fmt::format("the baseline {} recorded no worker compute times in metrics.jsonl",
-                                         baseline_dir.string()));
+    throw std::runtime_error(
+        fmt::format("the baseline {} recorded no worker compute times in metrics.jsonl",
+                    baseline_dir.string()));
   }
   const double tau = percentile(times, p);
-  how = fmt::format("p{} of {} worker step compute times of {} (steps after the first {})", p, times.size(),
-                    baseline_dir.filename().string(), skip);
+  how = fmt::format("p{} of {} worker step compute times of {} (steps after the first {})", p,
+                    times.size(), baseline_dir.filename().string(), skip);
   return tau;
 }
 
@@ -141,7 +141,8 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     std::set<size_t> chosen;
     for (size_t i = 0; i < plan.cases.size(); ++i) {
       const SweepCase& c = plan.cases[i];
-      if (!options.only.empty() && c.info.case_name().find(options.only) == std::string::npos) continue;
+      if (!options.only.empty() && c.info.case_name().find(options.only) == std::string::npos)
+        continue;
       chosen.insert(i);
       if (c.baseline) chosen.insert(*c.baseline);
     }
@@ -166,9 +167,11 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     for (size_t k = 0; k < n; ++k) {
       const SweepCase& c = plan.cases[selected[k]];
       const bool done = run_finished(options.out_dir / c.info.case_name());
-      std::fprintf(out, "  [%zu/%zu] %s: %s\n", k + 1, n, c.info.case_name().c_str(),
-                   done ? "finished" : fmt::format("{} steps, ~{}", c.expected_steps,
-                                                   format_duration(c.expected_seconds)).c_str());
+      std::fprintf(
+          out, "  [%zu/%zu] %s: %s\n", k + 1, n, c.info.case_name().c_str(),
+          done ? "finished"
+               : fmt::format("{} steps, ~{}", c.expected_steps, format_duration(c.expected_seconds))
+                     .c_str());
     }
     std::fflush(out);
     return 0;
@@ -196,8 +199,10 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     if (c.tau.kind == TauPolicy::Kind::kPercentile) {
       const fs::path baseline_dir = options.out_dir / plan.cases[*c.baseline].info.case_name();
       if (!run_finished(baseline_dir)) {
-        std::fprintf(out, "[%zu/%zu] %s: FAILED: its baseline %s did not finish, so there is no p%g to take\n",
-                     k + 1, n, name.c_str(), baseline_dir.filename().c_str(), c.tau.value);
+        std::fprintf(
+            out,
+            "[%zu/%zu] %s: FAILED: its baseline %s did not finish, so there is no p%g to take\n",
+            k + 1, n, name.c_str(), baseline_dir.filename().c_str(), c.tau.value);
         failed.push_back(name);
         continue;
       }
@@ -228,10 +233,14 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     std::fflush(out);
 
     std::vector<std::string> argv = {(options.bin_dir / "dctrain-launch").string(),
-                                     "--workers", std::to_string(config.workers()),
-                                     "--config", (dir / "input.cfg").string(),
-                                     "--out", dir.string(),
-                                     "--threads", std::to_string(options.threads)};
+                                     "--workers",
+                                     std::to_string(config.workers()),
+                                     "--config",
+                                     (dir / "input.cfg").string(),
+                                     "--out",
+                                     dir.string(),
+                                     "--threads",
+                                     std::to_string(options.threads)};
     if (!options.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", options.data_dir});
     const auto start = Clock::now();
     const LaunchResult result = run_logged(argv, dir / "launch.log", signals);
@@ -240,29 +249,35 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     expected_done += c.expected_seconds;
     actual_done += seconds;
     if (result.interrupted) {
-      std::fprintf(out, "[%zu/%zu] %s: interrupted; rerun the same command to continue the sweep\n", k + 1, n,
-                   name.c_str());
+      std::fprintf(out, "[%zu/%zu] %s: interrupted; rerun the same command to continue the sweep\n",
+                   k + 1, n, name.c_str());
       return 130;
     }
     const double eta_scale = actual_done / expected_done;
     if (result.status != 0 || !run_finished(dir)) {
-      std::fprintf(out, "[%zu/%zu] %s: FAILED (dctrain-launch status %d) after %s; last lines of %s:\n%s", k + 1,
-                   n, name.c_str(), result.status, format_duration(seconds).c_str(),
-                   (dir / "launch.log").c_str(), last_lines(dir / "launch.log", 15).c_str());
+      std::fprintf(
+          out, "[%zu/%zu] %s: FAILED (dctrain-launch status %d) after %s; last lines of %s:\n%s",
+          k + 1, n, name.c_str(), result.status, format_duration(seconds).c_str(),
+          (dir / "launch.log").c_str(), last_lines(dir / "launch.log", 15).c_str());
       failed.push_back(name);
     } else {
-      const RunSummary s = parse_summary(read_text_file(dir / "summary.json"), (dir / "summary.json").string());
-      std::fprintf(out, "[%zu/%zu] %s: done in %s: accuracy %s, %.0f samples/s, %.1f%% dropped; sweep ETA %s\n",
-                   k + 1, n, name.c_str(), format_duration(seconds).c_str(),
-                   s.final_eval_accuracy ? fmt::format("{:.4f}", *s.final_eval_accuracy).c_str() : "none",
-                   s.samples_per_second, 100 * s.drop_rate, format_duration(expected_left * eta_scale).c_str());
+      const RunSummary s =
+          parse_summary(read_text_file(dir / "summary.json"), (dir / "summary.json").string());
+      std::fprintf(
+          out,
+          "[%zu/%zu] %s: done in %s: accuracy %s, %.0f samples/s, %.1f%% dropped; sweep ETA %s\n",
+          k + 1, n, name.c_str(), format_duration(seconds).c_str(),
+          s.final_eval_accuracy ? fmt::format("{:.4f}", *s.final_eval_accuracy).c_str() : "none",
+          s.samples_per_second, 100 * s.drop_rate,
+          format_duration(expected_left * eta_scale).c_str());
     }
     std::fflush(out);
   }
   const double total = std::chrono::duration<double>(Clock::now() - sweep_start).count();
-  std::fprintf(out, "sweep %s: %zu ran in %s, %zu finished before, %zu failed\n", plan.name.c_str(), ran,
-               format_duration(total).c_str(), finished_before, failed.size());
-  for (const std::string& f : failed) std::fprintf(out, "  failed: %s (see its launch.log)\n", f.c_str());
+  std::fprintf(out, "sweep %s: %zu ran in %s, %zu finished before, %zu failed\n", plan.name.c_str(),
+               ran, format_duration(total).c_str(), finished_before, failed.size());
+  for (const std::string& f : failed)
+    std::fprintf(out, "  failed: %s (see its launch.log)\n", f.c_str());
   if (failed.empty()) {
     std::fprintf(out, "report: dctrain-report %s --out %s\n", options.out_dir.c_str(),
                  (options.out_dir / "report").c_str());

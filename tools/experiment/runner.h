@@ -13,12 +13,12 @@
 namespace dctrain {
 
 struct RunnerOptions {
-  std::filesystem::path out_dir;   // one run folder per case below it
-  std::filesystem::path bin_dir;   // where dctrain-launch is
-  std::string data_dir;            // passed to every process; empty: synthetic data only
-  int threads = 1;                 // compute threads per worker
-  std::string only;                // run only cases whose name contains this (and their baselines)
-  bool dry_run = false;            // list the cases and the expected time, run nothing
+  std::filesystem::path out_dir;  // one run folder per case below it
+  std::filesystem::path bin_dir;  // where dctrain-launch is
+  std::string data_dir;           // passed to every process; empty: synthetic data only
+  int threads = 1;                // compute threads per worker
+  std::string only;               // run only cases whose name contains this (and their baselines)
+  bool dry_run = false;           // list the cases and the expected time, run nothing
 };
 
 // Runs `plan`; progress goes to `out`. Returns 0 when every case finished,

@@ -1,14 +1,14 @@
 #include "tools/experiment/sweep.h"
 
+#include <fmt/format.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
 #include <cmath>
 #include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
-
-#include <fmt/format.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include "comm/run_config.h"
 #include "tools/runs/run_folder.h"
@@ -22,8 +22,10 @@ namespace {
 class ErrorList : public google::protobuf::io::ErrorCollector {
  public:
   explicit ErrorList(std::string origin) : origin_(std::move(origin)) {}
-  void AddError(int line, google::protobuf::io::ColumnNumber column, const std::string& message) override {
-    text_ += fmt::format("{}{}:{}:{}: {}", text_.empty() ? "" : "\n", origin_, line + 1, column + 1, message);
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    text_ += fmt::format("{}{}:{}:{}: {}", text_.empty() ? "" : "\n", origin_, line + 1, column + 1,
+                         message);
   }
   const std::string& text() const { return text_; }
 
@@ -36,8 +38,8 @@ class ErrorList : public google::protobuf::io::ErrorCollector {
 bool name_safe(const std::string& name) {
   if (name.empty()) return false;
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '.';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '.';
     if (!ok) return false;
   }
   return true;
@@ -72,10 +74,11 @@ TauPolicy parse_tau_policy(const std::string& text) {
     return p;
   }
   const auto fail = [&] {
-    return std::invalid_argument(fmt::format(
-        "tau policy '{}' is not one of: \"inf\", \"auto\", seconds > 0 (\"0.05\"), or a percentile of the "
-        "baseline's worker step compute times (\"p90\", 0 < p <= 100)",
-        text));
+    return std::invalid_argument(
+        fmt::format("tau policy '{}' is not one of: \"inf\", \"auto\", seconds > 0 (\"0.05\"), or "
+                    "a percentile of the "
+                    "baseline's worker step compute times (\"p90\", 0 < p <= 100)",
+                    text));
   };
   if (!text.empty() && text[0] == 'p') {
     size_t used = 0;
@@ -136,12 +139,14 @@ v1::Sweep parse_sweep(const std::string& text, const std::string& origin) {
   return sweep;
 }
 
-SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir, const std::string& default_name) {
+SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
+                     const std::string& default_name) {
   std::vector<std::string> problems;
   SweepPlan plan;
   plan.name = sweep.name().empty() ? default_name : sweep.name();
   if (sweep.configs().empty()) {
-    problems.push_back("the sweep names no run config: add configs: \"NAME.cfg\" (relative to the sweep file)");
+    problems.push_back(
+        "the sweep names no run config: add configs: \"NAME.cfg\" (relative to the sweep file)");
   }
 
   std::vector<TauPolicy> taus;
@@ -163,8 +168,10 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir, const st
   std::set<std::string> delay_names;
   for (const v1::DelayCase& d : sweep.delays()) {
     if (!name_safe(d.name())) {
-      problems.push_back(fmt::format(
-          "delays: name '{}' must be non-empty letters, digits, '-' or '.' (it goes into folder names)", d.name()));
+      problems.push_back(
+          fmt::format("delays: name '{}' must be non-empty letters, digits, '-' or '.' (it goes "
+                      "into folder names)",
+                      d.name()));
     }
     if (!delay_names.insert(d.name()).second) {
       problems.push_back(fmt::format("delays: the name '{}' is used twice", d.name()));
@@ -180,15 +187,18 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir, const st
     try {
       base = load_run_config((sweep_dir / config_file).string());
     } catch (const std::exception& e) {
-      problems.push_back(fmt::format("configs: '{}' (relative to the sweep file): {}", config_file, e.what()));
+      problems.push_back(
+          fmt::format("configs: '{}' (relative to the sweep file): {}", config_file, e.what()));
       continue;
     }
     base.MergeFrom(sweep.overrides());
-    const std::string model = base.name().empty() ? fs::path(config_file).stem().string() : base.name();
+    const std::string model =
+        base.name().empty() ? fs::path(config_file).stem().string() : base.name();
     if (!name_safe(model)) {
-      problems.push_back(fmt::format(
-          "'{}': the config's name '{}' must be letters, digits, '-' or '.' (it goes into folder names)",
-          config_file, model));
+      problems.push_back(
+          fmt::format("'{}': the config's name '{}' must be letters, digits, '-' or '.' (it goes "
+                      "into folder names)",
+                      config_file, model));
       continue;
     }
     const double step_seconds =
@@ -226,8 +236,9 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir, const st
               // coordinator; any other policy is fixed (a percentile is
               // resolved when its baseline has run).
               v1::StepConfig& step = *c.config.mutable_step();
-              step.set_tau(tau.kind == TauPolicy::Kind::kSeconds ? tau.value
-                                                                 : std::numeric_limits<double>::infinity());
+              step.set_tau(tau.kind == TauPolicy::Kind::kSeconds
+                               ? tau.value
+                               : std::numeric_limits<double>::infinity());
               if (tau.kind == TauPolicy::Kind::kAuto) {
                 step.set_tau_policy("auto");
               } else {
@@ -259,11 +270,13 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir, const st
               if (c.expected_steps == 0) unknown_steps = true;
               c.expected_seconds = startup + static_cast<double>(c.expected_steps) * step_seconds;
               if (check.stop().max_wall_seconds() > 0) {
-                c.expected_seconds = std::min(c.expected_seconds, startup + check.stop().max_wall_seconds());
+                c.expected_seconds =
+                    std::min(c.expected_seconds, startup + check.stop().max_wall_seconds());
               }
               if (!names.insert(name).second) {
                 problems.push_back(fmt::format(
-                    "case {} appears twice: two configs share a name, or an axis repeats a value", name));
+                    "case {} appears twice: two configs share a name, or an axis repeats a value",
+                    name));
               }
               if (infinite) baseline = plan.cases.size();
               plan.cases.push_back(std::move(c));
@@ -287,10 +300,12 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir, const st
     per_model += fmt::format("{}{} {} s", per_model.empty() ? "" : ", ", model, seconds);
   }
   plan.estimate_basis = fmt::format(
-      "per case {} s start-up + steps x seconds per step ({}{}default {} s; set in the sweep file, measured "
+      "per case {} s start-up + steps x seconds per step ({}{}default {} s; set in the sweep file, "
+      "measured "
       "on a 2-core machine){}",
       startup, per_model, per_model.empty() ? "" : "; ", default_step,
-      unknown_steps ? "; cases without stop.max_steps and a known training-set size count no steps" : "");
+      unknown_steps ? "; cases without stop.max_steps and a known training-set size count no steps"
+                    : "");
   return plan;
 }
 

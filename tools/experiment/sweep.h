@@ -18,8 +18,8 @@ namespace dctrain {
 struct TauPolicy {
   enum class Kind { kInfinity, kSeconds, kPercentile, kAuto };
   Kind kind = Kind::kInfinity;
-  double value = 0.0;   // seconds, or the percentile (0, 100]
-  std::string text;     // canonical: "inf", "0.05", "p90", "auto"
+  double value = 0.0;  // seconds, or the percentile (0, 100]
+  std::string text;    // canonical: "inf", "0.05", "p90", "auto"
 };
 
 // "inf" / "infinity", "auto", "pNN" (0 < NN <= 100) or seconds > 0; throws
@@ -27,8 +27,8 @@ struct TauPolicy {
 TauPolicy parse_tau_policy(const std::string& text);
 
 struct SweepCase {
-  v1::CaseInfo info;          // axes; tau_seconds is resolved when the case runs
-  v1::RunConfig config;       // ready to run, but for a percentile tau
+  v1::CaseInfo info;     // axes; tau_seconds is resolved when the case runs
+  v1::RunConfig config;  // ready to run, but for a percentile tau
   TauPolicy tau;
   std::optional<size_t> baseline;  // index of the tau = inf case it compares with
   uint64_t expected_steps = 0;     // 0: unknown

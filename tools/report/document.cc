@@ -1,9 +1,9 @@
 #include "tools/report/document.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <iterator>
-
-#include <fmt/format.h>
 
 #include "coordinator/run_metrics.h"
 
@@ -17,18 +17,28 @@ std::string html_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
 }
 
 std::string base64(const std::string& bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
   for (size_t i = 0; i < bytes.size(); i += 3) {
@@ -50,17 +60,20 @@ size_t run_count(const Report& report) {
 }
 
 constexpr const char* kPredictionNote =
-    "Predicted speedup (coordinator/threshold.h): the tau = inf baseline's recorded steps replayed under the "
-    "case's tau (each worker keeps its rank and measured micro-batch times and starts none once its compute "
-    "clock has reached tau; a step takes its slowest worker plus the baseline's mean time outside compute), "
+    "Predicted speedup (coordinator/threshold.h): the tau = inf baseline's recorded steps replayed "
+    "under the "
+    "case's tau (each worker keeps its rank and measured micro-batch times and starts none once "
+    "its compute "
+    "clock has reached tau; a step takes its slowest worker plus the baseline's mean time outside "
+    "compute), "
     "as completed micro-batches per second against the baseline's. Measured: samples/s against the "
     "baseline's.";
 
 }  // namespace
 
 std::string report_markdown(const Report& report, const std::vector<Plot>& plots) {
-  std::string out = fmt::format("# dctrain report\n\n{} runs in {} experiments.\n\n", run_count(report),
-                                report.experiments.size());
+  std::string out = fmt::format("# dctrain report\n\n{} runs in {} experiments.\n\n",
+                                run_count(report), report.experiments.size());
   for (const Experiment& e : report.experiments) {
     out += "## " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
     out += "Run folders:";
@@ -82,12 +95,15 @@ std::string report_markdown(const Report& report, const std::vector<Plot>& plots
   return out;
 }
 
-std::string report_html(const Report& report, const std::vector<Plot>& plots, const fs::path& out_dir) {
+std::string report_html(const Report& report, const std::vector<Plot>& plots,
+                        const fs::path& out_dir) {
   auto image = [&](const Plot& p) {
     std::ifstream in(out_dir / p.image, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return fmt::format("<figure><img alt=\"{0}\" src=\"data:image/png;base64,{1}\"><figcaption>{0}</figcaption></figure>\n",
-                       html_escape(p.title), base64(bytes));
+    return fmt::format(
+        "<figure><img alt=\"{0}\" "
+        "src=\"data:image/png;base64,{1}\"><figcaption>{0}</figcaption></figure>\n",
+        html_escape(p.title), base64(bytes));
   };
   std::string out =
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>dctrain report</title>\n"
@@ -96,8 +112,8 @@ std::string report_html(const Report& report, const std::vector<Plot>& plots, co
       "td{text-align:right;}td:first-child{text-align:left;}th{background:#f0f0f0;}"
       "img{max-width:100%;}figure{margin:1em 0;}figcaption{color:#555;font-size:90%;}</style>\n"
       "</head><body>\n";
-  out += fmt::format("<h1>dctrain report</h1>\n<p>{} runs in {} experiments.</p>\n", run_count(report),
-                     report.experiments.size());
+  out += fmt::format("<h1>dctrain report</h1>\n<p>{} runs in {} experiments.</p>\n",
+                     run_count(report), report.experiments.size());
   for (const Experiment& e : report.experiments) {
     out += "<h2>" + html_escape(experiment_title(e)) + "</h2>\n<table>\n<tr>";
     for (const std::string& h : table_header()) out += "<th>" + html_escape(h) + "</th>";
@@ -108,7 +124,8 @@ std::string report_html(const Report& report, const std::vector<Plot>& plots, co
       out += "</tr>\n";
     }
     out += "</table>\n<p>Run folders:";
-    for (const RunFolder& run : e.runs) out += " <code>" + html_escape(run.dir.string()) + "</code>";
+    for (const RunFolder& run : e.runs)
+      out += " <code>" + html_escape(run.dir.string()) + "</code>";
     out += "</p>\n";
     for (const Plot& p : plots) {
       if (p.section == e.slug) out += image(p);

@@ -15,9 +15,11 @@ namespace dctrain {
 std::string report_markdown(const Report& report, const std::vector<Plot>& plots);
 
 // Plot images are read from `out_dir` and embedded as data: URIs.
-std::string report_html(const Report& report, const std::vector<Plot>& plots, const std::filesystem::path& out_dir);
+std::string report_html(const Report& report, const std::vector<Plot>& plots,
+                        const std::filesystem::path& out_dir);
 
 // Writes report.md, report.html and report.json into `out_dir`.
-void write_report(const Report& report, const std::vector<Plot>& plots, const std::filesystem::path& out_dir);
+void write_report(const Report& report, const std::vector<Plot>& plots,
+                  const std::filesystem::path& out_dir);
 
 }  // namespace dctrain

@@ -1,12 +1,11 @@
 // dctrain-report RUN_DIR... --out DIR: tables and plots of finished runs
 // (report.md, report.html, report.json); prints the Markdown tables.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "common/cli.h"
 #include "tools/report/document.h"
@@ -14,17 +13,22 @@
 #include "tools/report/tables.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"dctrain-report: tables and gnuplot plots of finished runs, grouped into experiments (same model, "
-               "workers and delay), seeds aggregated, speedup against the tau = inf baseline"};
+  CLI::App app{
+      "dctrain-report: tables and gnuplot plots of finished runs, grouped into experiments (same "
+      "model, "
+      "workers and delay), seeds aggregated, speedup against the tau = inf baseline"};
   std::vector<std::string> inputs;
   std::string out_dir, gnuplot, log_level = "info";
   double target = 0.0;
   bool no_plots = false;
   dctrain::add_common_options(app, "dctrain-report", log_level);
-  app.add_option("runs", inputs, "Run folders, or folders of run folders (a sweep's --out)")->required();
-  app.add_option("--out", out_dir, "Report folder: report.md, report.html, report.json, plots/")->required();
-  app.add_option("--target", target,
-                 "Target accuracy for time to target, for runs whose config set none (0: the runs' own)")
+  app.add_option("runs", inputs, "Run folders, or folders of run folders (a sweep's --out)")
+      ->required();
+  app.add_option("--out", out_dir, "Report folder: report.md, report.html, report.json, plots/")
+      ->required();
+  app.add_option(
+         "--target", target,
+         "Target accuracy for time to target, for runs whose config set none (0: the runs' own)")
       ->capture_default_str();
   app.add_option("--gnuplot", gnuplot, "gnuplot program (default: gnuplot on PATH)");
   app.add_flag("--no-plots", no_plots, "Tables only; gnuplot is not needed");
@@ -33,10 +37,11 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::filesystem::path> paths(inputs.begin(), inputs.end());
     std::vector<dctrain::RunFolder> runs;
-    for (const auto& dir : dctrain::find_run_folders(paths)) runs.push_back(dctrain::read_run_folder(dir));
+    for (const auto& dir : dctrain::find_run_folders(paths))
+      runs.push_back(dctrain::read_run_folder(dir));
     const size_t count = runs.size();
-    const dctrain::Report report =
-        dctrain::build_report(std::move(runs), target > 0 ? std::optional<double>(target) : std::nullopt);
+    const dctrain::Report report = dctrain::build_report(
+        std::move(runs), target > 0 ? std::optional<double>(target) : std::nullopt);
     std::vector<dctrain::Plot> plots;
     if (!no_plots) {
       if (gnuplot.empty()) gnuplot = dctrain::find_gnuplot();

@@ -1,6 +1,7 @@
 #include "tools/report/plots.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,8 +12,6 @@
 #include <map>
 #include <set>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "tools/report/prediction.h"
 
@@ -30,7 +29,8 @@ std::string gp_string(const std::string& text) {
 }
 
 // Runs `gnuplot script` in `dir`; returns its exit status, its messages in `log`.
-int run_gnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& script, std::string& log) {
+int run_gnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& script,
+                std::string& log) {
   const fs::path log_path = dir / (script + ".log");
   std::fflush(nullptr);
   const pid_t pid = ::fork();
@@ -59,15 +59,17 @@ int run_gnuplot(const std::string& gnuplot, const fs::path& dir, const std::stri
 class PlotWriter {
  public:
   PlotWriter(fs::path out_dir, std::string gnuplot)
-      : out_dir_(std::move(out_dir)), plots_dir_(out_dir_ / "plots"), gnuplot_(std::move(gnuplot)),
+      : out_dir_(std::move(out_dir)),
+        plots_dir_(out_dir_ / "plots"),
+        gnuplot_(std::move(gnuplot)),
         terminal_(png_terminal(gnuplot_)) {
     fs::create_directories(plots_dir_);
   }
 
   // Writes name.dat and name.gp (the header, then `body`), runs gnuplot and
   // checks name.png.
-  void draw(const std::string& section, const std::string& name, const std::string& title, const std::string& data,
-            const std::string& body) {
+  void draw(const std::string& section, const std::string& name, const std::string& title,
+            const std::string& data, const std::string& body) {
     std::ofstream(plots_dir_ / (name + ".dat")) << data;
     const std::string script = fmt::format(
         "# {}: redraw with `gnuplot {}.gp` in this folder\n"
@@ -85,8 +87,8 @@ class PlotWriter {
     const int status = run_gnuplot(gnuplot_, plots_dir_, name + ".gp", log);
     const fs::path png = plots_dir_ / (name + ".png");
     if (status != 0 || !fs::exists(png) || fs::file_size(png) == 0) {
-      throw std::runtime_error(fmt::format("gnuplot failed on {} (status {}):\n{}", (plots_dir_ / (name + ".gp")).string(),
-                                           status, log));
+      throw std::runtime_error(fmt::format("gnuplot failed on {} (status {}):\n{}",
+                                           (plots_dir_ / (name + ".gp")).string(), status, log));
     }
     plots_.push_back({section, title, fs::path("plots") / (name + ".png")});
   }
@@ -121,7 +123,8 @@ void accuracy_plots(const Experiment& e, PlotWriter& writer) {
       const RunFolder& run = e.runs[i];
       if (run.evals.empty()) continue;
       data += fmt::format("# {}\n# wall_seconds step accuracy\n", run.info.case_name());
-      for (const EvalPoint& p : run.evals) data += fmt::format("{} {} {}\n", p.wall_seconds, p.step, p.accuracy);
+      for (const EvalPoint& p : run.evals)
+        data += fmt::format("{} {} {}\n", p.wall_seconds, p.step, p.accuracy);
       data += "\n\n";
       titles.push_back(run_title(e, row, i));
     }
@@ -137,8 +140,8 @@ void accuracy_plots(const Experiment& e, PlotWriter& writer) {
     const std::string body = fmt::format("set xlabel '{}'\nset ylabel 'eval accuracy'\n{}",
                                          by_step ? "step" : "wall time (s)", plot);
     writer.draw(e.slug, name,
-                fmt::format("{}, {} workers, {} delays: accuracy against {}", e.model, e.workers, e.delay,
-                            by_step ? "step" : "wall time"),
+                fmt::format("{}, {} workers, {} delays: accuracy against {}", e.model, e.workers,
+                            e.delay, by_step ? "step" : "wall time"),
                 data, body);
   }
 }
@@ -160,7 +163,8 @@ void compute_distribution_plot(const Experiment& e, PlotWriter& writer) {
   for (double t : times) counts[std::min(bins - 1, static_cast<size_t>((t - lo) / width))]++;
   const size_t top = *std::max_element(counts.begin(), counts.end());
   std::string data = "# bin_center_seconds worker_steps\n";
-  for (size_t b = 0; b < bins; ++b) data += fmt::format("{} {}\n", lo + (static_cast<double>(b) + 0.5) * width, counts[b]);
+  for (size_t b = 0; b < bins; ++b)
+    data += fmt::format("{} {}\n", lo + (static_cast<double>(b) + 0.5) * width, counts[b]);
   data += "\n\n";
   std::string plot = fmt::format(
       "plot data index 0 using 1:2 with boxes lc rgb '#8da0cb' title 'tau = inf: {} worker steps'",
@@ -170,7 +174,8 @@ void compute_distribution_plot(const Experiment& e, PlotWriter& writer) {
   std::map<std::string, double> marked;  // one line per tau policy (requeue does not change tau)
   for (const CaseRow& row : e.rows) {
     if (row.tau_policy == "inf" || !std::isfinite(row.tau_seconds.mean)) continue;
-    const std::string label = row.tau_policy == "auto" ? "tau = auto (median)" : "tau = " + row.tau_policy;
+    const std::string label =
+        row.tau_policy == "auto" ? "tau = auto (median)" : "tau = " + row.tau_policy;
     if (marked.count(label)) continue;
     marked[label] = row.tau_seconds.mean;
   }
@@ -182,12 +187,14 @@ void compute_distribution_plot(const Experiment& e, PlotWriter& writer) {
     ++index;
   }
   const std::string body = fmt::format(
-      "set style fill solid 0.6 border -1\nset boxwidth {} absolute\nset xrange [0:{}]\nset yrange [0:{}]\n"
-      "set xlabel 'worker step compute time (s), injected delay included'\nset ylabel 'worker steps'\n{}",
+      "set style fill solid 0.6 border -1\nset boxwidth {} absolute\nset xrange [0:{}]\nset yrange "
+      "[0:{}]\n"
+      "set xlabel 'worker step compute time (s), injected delay included'\nset ylabel 'worker "
+      "steps'\n{}",
       width * 0.95, x_max, static_cast<double>(top) * 1.1 + 1, plot);
   writer.draw(e.slug, e.slug + "_compute",
-              fmt::format("{}, {} workers, {} delays: per-worker step compute time at tau = inf", e.model, e.workers,
-                          e.delay),
+              fmt::format("{}, {} workers, {} delays: per-worker step compute time at tau = inf",
+                          e.model, e.workers, e.delay),
               data, body);
 }
 
@@ -208,15 +215,15 @@ void tau_plot(const Experiment& e, PlotWriter& writer) {
       }
       if (points.empty()) continue;
       data += fmt::format("# {}\n# wall_seconds tau_seconds\n{}\n\n", run.info.case_name(), points);
-      plot += fmt::format("{}data index {} using 1:2 with steps lw 2 title {}", index ? ", \\\n     " : "plot ",
-                          index, gp_string(run_title(e, row, i)));
+      plot += fmt::format("{}data index {} using 1:2 with steps lw 2 title {}",
+                          index ? ", \\\n     " : "plot ", index, gp_string(run_title(e, row, i)));
       ++index;
     }
   }
   if (index == 0) return;
   writer.draw(e.slug, e.slug + "_tau",
-              fmt::format("{}, {} workers, {} delays: tau over time", e.model, e.workers, e.delay), data,
-              "set xlabel 'wall time (s)'\nset ylabel 'tau (s)'\nset yrange [0:*]\n" + plot);
+              fmt::format("{}, {} workers, {} delays: tau over time", e.model, e.workers, e.delay),
+              data, "set xlabel 'wall time (s)'\nset ylabel 'tau (s)'\nset yrange [0:*]\n" + plot);
 }
 
 // Speedup against worker count for each (model, delay): measured beside
@@ -237,7 +244,8 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
         // table's basis, to stand beside the throughput prediction.
         const double base_sps = e->rows[*e->baseline_row].samples_per_second.mean;
         const double measured = base_sps > 0 ? row.samples_per_second.mean / base_sps : 0.0;
-        series[policy_key(row)].emplace_back(e->workers, measured, predicted ? predicted->speedup : std::nan(""));
+        series[policy_key(row)].emplace_back(e->workers, measured,
+                                             predicted ? predicted->speedup : std::nan(""));
       }
     }
     if (series.empty()) continue;
@@ -263,8 +271,8 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
       plot += fmt::format(
           "{}data index {} using 1:2 with linespoints lw 2 pt 7 lc {} title {}, \\\n"
           "     data index {} using 1:3 with linespoints lw 1 dt 2 pt 6 lc {} title {}",
-          index ? ", \\\n     " : "plot ", index, index + 1,
-          gp_string(policy + ": measured"), index, index + 1, gp_string(policy + ": predicted"));
+          index ? ", \\\n     " : "plot ", index, index + 1, gp_string(policy + ": measured"),
+          index, index + 1, gp_string(policy + ": predicted"));
       ++index;
     }
     std::string tics;
@@ -276,7 +284,8 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
         "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
         max_workers + 1, tics, y_lo - pad, y_hi + pad, plot);
     writer.draw("", fmt::format("speedup_{}_{}", key.first, key.second),
-                fmt::format("{}, {} delays: speedup against worker count, measured and predicted", key.first, key.second),
+                fmt::format("{}, {} delays: speedup against worker count, measured and predicted",
+                            key.first, key.second),
                 data, body);
   }
 }
@@ -290,11 +299,13 @@ std::string find_gnuplot() {
   while (start <= dirs.size()) {
     const size_t end = std::min(dirs.find(':', start), dirs.size());
     const fs::path candidate = fs::path(dirs.substr(start, end - start)) / "gnuplot";
-    if (!candidate.parent_path().empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    if (!candidate.parent_path().empty() && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate.string();
     start = end + 1;
   }
   throw std::runtime_error(
-      "gnuplot is not on PATH; the plots need it: install it with `apt-get install gnuplot-nox` (tools/setup.sh "
+      "gnuplot is not on PATH; the plots need it: install it with `apt-get install gnuplot-nox` "
+      "(tools/setup.sh "
       "does), or pass --no-plots for tables only");
 }
 
@@ -309,7 +320,8 @@ std::string png_terminal(const std::string& gnuplot) {
   return status == 0 ? "pngcairo" : "png";
 }
 
-std::vector<Plot> draw_plots(const Report& report, const fs::path& out_dir, const std::string& gnuplot) {
+std::vector<Plot> draw_plots(const Report& report, const fs::path& out_dir,
+                             const std::string& gnuplot) {
   PlotWriter writer(out_dir, gnuplot);
   for (const Experiment& e : report.experiments) {
     accuracy_plots(e, writer);

@@ -14,11 +14,11 @@
 namespace dctrain {
 
 struct Prediction {
-  double step_seconds_inf = 0.0;   // mean predicted step time at tau = inf
-  double step_seconds_tau = 0.0;   // mean predicted step time under tau
-  double completed_fraction = 1.0; // micro-batches started / planned under tau
-  double speedup = 1.0;            // completed micro-batches per second, over tau = inf's
-  size_t steps = 0;                // baseline steps replayed
+  double step_seconds_inf = 0.0;    // mean predicted step time at tau = inf
+  double step_seconds_tau = 0.0;    // mean predicted step time under tau
+  double completed_fraction = 1.0;  // micro-batches started / planned under tau
+  double speedup = 1.0;             // completed micro-batches per second, over tau = inf's
+  size_t steps = 0;                 // baseline steps replayed
 };
 
 // Nothing when the baseline has no step with micro-batch times.

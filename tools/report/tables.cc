@@ -1,11 +1,11 @@
 #include "tools/report/tables.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "coordinator/run_metrics.h"
 
@@ -87,9 +87,10 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
     }
     report.experiments[it->second].runs.push_back(std::move(run));
   }
-  std::sort(report.experiments.begin(), report.experiments.end(), [](const Experiment& a, const Experiment& b) {
-    return std::tie(a.model, a.delay, a.workers) < std::tie(b.model, b.delay, b.workers);
-  });
+  std::sort(report.experiments.begin(), report.experiments.end(),
+            [](const Experiment& a, const Experiment& b) {
+              return std::tie(a.model, a.delay, a.workers) < std::tie(b.model, b.delay, b.workers);
+            });
 
   for (Experiment& e : report.experiments) {
     std::map<std::pair<std::string, bool>, size_t> rows;
@@ -149,7 +150,8 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       for (CaseRow& row : e.rows) {
         const bool all_reached = row.time_to_target && base.time_to_target &&
                                  row.time_to_target->count == row.runs.size() &&
-                                 base.time_to_target->count == base.runs.size() && row.time_to_target->mean > 0;
+                                 base.time_to_target->count == base.runs.size() &&
+                                 row.time_to_target->mean > 0;
         if (all_reached) {
           row.speedup = base.time_to_target->mean / row.time_to_target->mean;
           row.speedup_basis = "time to target";
@@ -164,8 +166,9 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
 }
 
 std::vector<std::string> table_header() {
-  return {"case", "seeds", "final accuracy", "time to target", "samples/s", "speedup vs tau = inf", "drop rate",
-          "samples lost"};
+  return {"case",           "seeds",       "final accuracy",
+          "time to target", "samples/s",   "speedup vs tau = inf",
+          "drop rate",      "samples lost"};
 }
 
 std::vector<std::string> table_cells(const CaseRow& row) {
@@ -173,17 +176,21 @@ std::vector<std::string> table_cells(const CaseRow& row) {
   std::string ttt = "not reached";
   if (row.time_to_target) {
     ttt = with_spread(row.time_to_target.value(), "{:.2f}", seeds) + " s";
-    if (row.time_to_target->count < seeds) ttt += fmt::format(" ({}/{} seeds)", row.time_to_target->count, seeds);
+    if (row.time_to_target->count < seeds)
+      ttt += fmt::format(" ({}/{} seeds)", row.time_to_target->count, seeds);
   }
-  return {row.label,
-          std::to_string(seeds),
-          row.accuracy ? with_spread(*row.accuracy, "{:.4f}", seeds) : "none",
-          ttt,
-          with_spread(row.samples_per_second, "{:.1f}", seeds),
-          row.speedup ? fmt::format("{:.3f}x ({})", *row.speedup, row.speedup_basis) : "no baseline",
-          with_spread(Aggregate{100 * row.drop_rate.mean, 100 * row.drop_rate.spread, row.drop_rate.count}, "{:.2f}",
-                      seeds) + "%",
-          with_spread(row.samples_lost, "{:.0f}", seeds)};
+  return {
+      row.label,
+      std::to_string(seeds),
+      row.accuracy ? with_spread(*row.accuracy, "{:.4f}", seeds) : "none",
+      ttt,
+      with_spread(row.samples_per_second, "{:.1f}", seeds),
+      row.speedup ? fmt::format("{:.3f}x ({})", *row.speedup, row.speedup_basis) : "no baseline",
+      with_spread(
+          Aggregate{100 * row.drop_rate.mean, 100 * row.drop_rate.spread, row.drop_rate.count},
+          "{:.2f}", seeds) +
+          "%",
+      with_spread(row.samples_lost, "{:.0f}", seeds)};
 }
 
 std::string markdown_table(const Experiment& e) {
@@ -209,13 +216,18 @@ std::string experiment_title(const Experiment& e) {
 std::string table_notes(const Report& report) {
   std::string out;
   if (report.target) {
-    out += fmt::format("Time to target: wall seconds until an evaluation reached accuracy {:.4g}. ", *report.target);
+    out += fmt::format("Time to target: wall seconds until an evaluation reached accuracy {:.4g}. ",
+                       *report.target);
   } else {
-    out += "Time to target: no target accuracy (set stop.target_accuracy in the config or pass --target). ";
+    out +=
+        "Time to target: no target accuracy (set stop.target_accuracy in the config or pass "
+        "--target). ";
   }
   out +=
-      "Speedup: the baseline's time to target over the case's when every seed of both reached the target, "
-      "else the case's samples/s over the baseline's. Drop rate: micro-batches dropped at the threshold or "
+      "Speedup: the baseline's time to target over the case's when every seed of both reached the "
+      "target, "
+      "else the case's samples/s over the baseline's. Drop rate: micro-batches dropped at the "
+      "threshold or "
       "orphaned, over those planned. ± is the standard deviation over seeds.\n";
   return out;
 }
@@ -235,8 +247,8 @@ std::string report_json(const Report& report) {
   std::string out = "{\"experiments\":[";
   for (size_t x = 0; x < report.experiments.size(); ++x) {
     const Experiment& e = report.experiments[x];
-    out += fmt::format("{}{{\"model\":{},\"workers\":{},\"delay\":{},\"rows\":[", x ? "," : "", json_string(e.model),
-                       e.workers, json_string(e.delay));
+    out += fmt::format("{}{{\"model\":{},\"workers\":{},\"delay\":{},\"rows\":[", x ? "," : "",
+                       json_string(e.model), e.workers, json_string(e.delay));
     for (size_t r = 0; r < e.rows.size(); ++r) {
       const CaseRow& row = e.rows[r];
       std::string runs;
@@ -246,12 +258,15 @@ std::string report_json(const Report& report) {
       }
       out += fmt::format(
           "{}{{\"label\":{},\"tau_policy\":{},\"requeue\":{},\"runs\":[{}],\"accuracy\":{},"
-          "\"time_to_target_seconds\":{},\"samples_per_second\":{},\"speedup\":{},\"speedup_basis\":{},"
+          "\"time_to_target_seconds\":{},\"samples_per_second\":{},\"speedup\":{},\"speedup_"
+          "basis\":{},"
           "\"drop_rate\":{},\"samples_lost\":{},\"tau_seconds\":{}}}",
           r ? "," : "", json_string(row.label), json_string(row.tau_policy), row.requeue, runs,
-          optional_number(row.accuracy), optional_number(row.time_to_target), json_number(row.samples_per_second.mean),
+          optional_number(row.accuracy), optional_number(row.time_to_target),
+          json_number(row.samples_per_second.mean),
           row.speedup ? json_number(*row.speedup) : "null", json_string(row.speedup_basis),
-          json_number(row.drop_rate.mean), json_number(row.samples_lost.mean), json_number(row.tau_seconds.mean));
+          json_number(row.drop_rate.mean), json_number(row.samples_lost.mean),
+          json_number(row.tau_seconds.mean));
     }
     out += "]}";
   }

@@ -12,19 +12,19 @@
 
 namespace dctrain {
 
-struct Aggregate {   // a figure over the seeds of a case
+struct Aggregate {  // a figure over the seeds of a case
   double mean = 0.0;
   double spread = 0.0;  // sample standard deviation; 0 with one seed
   size_t count = 0;     // seeds that have the figure
 };
 
 struct CaseRow {
-  std::string label;        // "tau = p90 (0.0421 s), requeue"
-  std::string tau_policy;   // "inf", "0.05", "p90", "auto"
+  std::string label;       // "tau = p90 (0.0421 s), requeue"
+  std::string tau_policy;  // "inf", "0.05", "p90", "auto"
   bool requeue = true;
-  std::vector<size_t> runs; // indices into Experiment::runs, one per seed
-  std::optional<Aggregate> accuracy;       // final eval accuracy
-  std::optional<Aggregate> time_to_target; // over the seeds that reached it
+  std::vector<size_t> runs;                 // indices into Experiment::runs, one per seed
+  std::optional<Aggregate> accuracy;        // final eval accuracy
+  std::optional<Aggregate> time_to_target;  // over the seeds that reached it
   Aggregate samples_per_second, drop_rate, samples_lost, tau_seconds;
   // Against the tau = inf row: baseline time to target / this row's when
   // every seed of both reached the target, else samples/s ratio.
@@ -35,9 +35,9 @@ struct CaseRow {
 struct Experiment {
   std::string model, delay;
   uint32_t workers = 0;
-  std::string slug;            // "mnist-cnn_w4_dropcompute", for file names
+  std::string slug;  // "mnist-cnn_w4_dropcompute", for file names
   std::vector<RunFolder> runs;
-  std::vector<CaseRow> rows;   // tau = inf first
+  std::vector<CaseRow> rows;  // tau = inf first
   std::optional<size_t> baseline_row;
 };
 

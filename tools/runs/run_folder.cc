@@ -1,16 +1,16 @@
 #include "tools/runs/run_folder.h"
 
+#include <fmt/format.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
-
-#include <fmt/format.h>
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/text_format.h>
-#include <google/protobuf/util/json_util.h>
 
 #include "comm/run_config.h"
 
@@ -26,8 +26,8 @@ Struct parse_object(const std::string& json, const std::string& origin) {
   Struct object;
   const auto status = google::protobuf::util::JsonStringToMessage(json, &object);
   if (!status.ok()) {
-    throw std::runtime_error(fmt::format("{}: not a JSON object: {} (was the file cut short?)", origin,
-                                         status.ToString()));
+    throw std::runtime_error(fmt::format("{}: not a JSON object: {} (was the file cut short?)",
+                                         origin, status.ToString()));
   }
   return object;
 }
@@ -79,7 +79,9 @@ std::string read_text_file(const fs::path& path) {
   return text.str();
 }
 
-bool run_finished(const fs::path& dir) { return fs::is_regular_file(dir / "summary.json"); }
+bool run_finished(const fs::path& dir) {
+  return fs::is_regular_file(dir / "summary.json");
+}
 
 RunSummary parse_summary(const std::string& json, const std::string& origin) {
   const Struct o = parse_object(json, origin);
@@ -109,8 +111,8 @@ RunSummary parse_summary(const std::string& json, const std::string& origin) {
   return s;
 }
 
-void parse_metrics(const std::string& jsonl, const std::string& origin, std::vector<StepPoint>& steps,
-                   std::vector<EvalPoint>& evals) {
+void parse_metrics(const std::string& jsonl, const std::string& origin,
+                   std::vector<StepPoint>& steps, std::vector<EvalPoint>& evals) {
   std::istringstream in(jsonl);
   size_t line_number = 0;
   for (std::string line; std::getline(in, line);) {
@@ -147,7 +149,8 @@ void parse_metrics(const std::string& jsonl, const std::string& origin, std::vec
           const Value* times = field(ws, "micro_batch_seconds");
           if (times != nullptr && times->kind_case() == Value::kListValue) {
             for (const Value& t : times->list_value().values()) {
-              if (t.kind_case() == Value::kNumberValue) wp.micro_batch_seconds.push_back(t.number_value());
+              if (t.kind_case() == Value::kNumberValue)
+                wp.micro_batch_seconds.push_back(t.number_value());
             }
           }
           p.workers.push_back(std::move(wp));
@@ -171,7 +174,8 @@ v1::CaseInfo case_info_from_config(const v1::RunConfig& config, const std::strin
   info.set_model(config.name());
   info.set_workers(config.workers());
   info.set_delay(config.delay().kind().empty() ? "none" : config.delay().kind());
-  info.set_tau_policy(config.step().tau_policy() == "auto" ? "auto" : tau_text(config.step().tau()));
+  info.set_tau_policy(config.step().tau_policy() == "auto" ? "auto"
+                                                           : tau_text(config.step().tau()));
   info.set_tau_seconds(config.step().tau());
   info.set_requeue(requeue_enabled(config.step()));
   info.set_seed(config.seed());
@@ -182,8 +186,8 @@ std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths) {
   std::vector<fs::path> found;
   for (const fs::path& path : paths) {
     if (!fs::is_directory(path)) {
-      throw std::runtime_error(fmt::format("'{}' is not a folder: pass run folders or a sweep's --out folder",
-                                           path.string()));
+      throw std::runtime_error(fmt::format(
+          "'{}' is not a folder: pass run folders or a sweep's --out folder", path.string()));
     }
     if (run_finished(path)) {
       found.push_back(path);
@@ -201,7 +205,8 @@ std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths) {
     }
     if (inside.empty()) {
       throw std::runtime_error(fmt::format(
-          "'{}' holds no finished run (no summary.json in it or in its subfolders{}): did the runs fail?",
+          "'{}' holds no finished run (no summary.json in it or in its subfolders{}): did the runs "
+          "fail?",
           path.string(), unfinished ? fmt::format("; {} unfinished run folders", unfinished) : ""));
     }
     std::sort(inside.begin(), inside.end());
@@ -212,14 +217,16 @@ std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths) {
 
 RunFolder read_run_folder(const fs::path& dir) {
   if (!run_finished(dir)) {
-    throw std::runtime_error(fmt::format(
-        "'{}' is not a finished run folder: it has no summary.json (did the run fail or is it still "
-        "running?)",
-        dir.string()));
+    throw std::runtime_error(
+        fmt::format("'{}' is not a finished run folder: it has no summary.json (did the run fail "
+                    "or is it still "
+                    "running?)",
+                    dir.string()));
   }
   RunFolder run;
   run.dir = dir;
-  run.summary = parse_summary(read_text_file(dir / "summary.json"), (dir / "summary.json").string());
+  run.summary =
+      parse_summary(read_text_file(dir / "summary.json"), (dir / "summary.json").string());
   run.config = parse_run_config(read_text_file(dir / "config.cfg"), (dir / "config.cfg").string());
   parse_metrics(read_text_file(dir / "metrics.jsonl"), (dir / "metrics.jsonl").string(), run.steps,
                 run.evals);
@@ -227,10 +234,11 @@ RunFolder read_run_folder(const fs::path& dir) {
   const std::string folder_name = fs::canonical(dir).filename().string();
   if (fs::is_regular_file(case_file)) {
     if (!google::protobuf::TextFormat::ParseFromString(read_text_file(case_file), &run.info)) {
-      throw std::runtime_error(fmt::format(
-          "'{}' is not a dctrain.v1.CaseInfo in text format (proto/sweep.proto); delete it to treat "
-          "the folder as a plain run",
-          case_file.string()));
+      throw std::runtime_error(
+          fmt::format("'{}' is not a dctrain.v1.CaseInfo in text format (proto/sweep.proto); "
+                      "delete it to treat "
+                      "the folder as a plain run",
+                      case_file.string()));
     }
   } else {
     run.info = case_info_from_config(run.config, folder_name);
@@ -248,18 +256,23 @@ std::vector<double> worker_compute_times(const std::vector<StepPoint>& steps, si
   return times;
 }
 
-size_t warmup_steps(size_t step_count) { return step_count < 5 ? 0 : 1; }
+size_t warmup_steps(size_t step_count) {
+  return step_count < 5 ? 0 : 1;
+}
 
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) throw std::invalid_argument("percentile of no values");
   std::sort(values.begin(), values.end());
-  const double position = std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
+  const double position =
+      std::clamp(p, 0.0, 100.0) / 100.0 * static_cast<double>(values.size() - 1);
   const size_t below = static_cast<size_t>(std::floor(position));
   const size_t above = std::min(below + 1, values.size() - 1);
   const double fraction = position - static_cast<double>(below);
   return values[below] + fraction * (values[above] - values[below]);
 }
 
-std::string tau_text(double tau) { return std::isfinite(tau) ? fmt::format("{:.4g}", tau) : "inf"; }
+std::string tau_text(double tau) {
+  return std::isfinite(tau) ? fmt::format("{:.4g}", tau) : "inf";
+}
 
 }  // namespace dctrain

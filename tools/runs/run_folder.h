@@ -51,8 +51,8 @@ struct EvalPoint {  // an "eval" record of metrics.jsonl
 
 struct RunFolder {
   std::filesystem::path dir;
-  v1::RunConfig config;   // config.cfg
-  v1::CaseInfo info;      // case.txt, or derived from the config
+  v1::RunConfig config;  // config.cfg
+  v1::CaseInfo info;     // case.txt, or derived from the config
   RunSummary summary;
   std::vector<StepPoint> steps;
   std::vector<EvalPoint> evals;
@@ -64,7 +64,8 @@ bool run_finished(const std::filesystem::path& dir);
 // The finished run folders named by `paths`: each a run folder, or a folder
 // of run folders (a sweep's --out), searched one level down, in name order.
 // Throws when a path holds no finished run, saying what was found.
-std::vector<std::filesystem::path> find_run_folders(const std::vector<std::filesystem::path>& paths);
+std::vector<std::filesystem::path> find_run_folders(
+    const std::vector<std::filesystem::path>& paths);
 
 // Reads a finished run folder; throws std::runtime_error naming the file and
 // the problem.
@@ -73,8 +74,8 @@ RunFolder read_run_folder(const std::filesystem::path& dir);
 RunSummary parse_summary(const std::string& json, const std::string& origin);
 
 // Appends the step and eval records of metrics.jsonl text to `steps` / `evals`.
-void parse_metrics(const std::string& jsonl, const std::string& origin, std::vector<StepPoint>& steps,
-                   std::vector<EvalPoint>& evals);
+void parse_metrics(const std::string& jsonl, const std::string& origin,
+                   std::vector<StepPoint>& steps, std::vector<EvalPoint>& evals);
 
 // Case axes of a run folder not made by dctrain-experiment: model = the
 // config's name, delay = its kind, tau policy = "inf" or the seconds.
