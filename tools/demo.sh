@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The main job: set up (install + build), then a local coordinator and 4
-# workers (dctrain-launch) on the built-in synthetic dataset with the
-# DropCompute paper's delay model, then the baseline-vs-DropCompute table
-# (tau = infinity against tau at the 90th percentile of compute times).
+# The main job: set up (install + build), then a short sweep on generated
+# data (experiments/demo.sweep: the MLP, 4 local workers, DropCompute delays
+# and a persistent straggler; tau = infinity against percentile and automatic
+# thresholds, with requeue), then its report (tables and gnuplot plots),
+# printing the tables. Finished cases are kept: a second run only reprints
+# the report (delete runs/demo to run the sweep again).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 "$root/tools/setup.sh"
 build="$root/build/release"
 cd "$root"
-"$build/bin/dctrain-launch" --workers 4 --config experiments/synthetic-mlp.cfg --out runs/demo
-"$build/bench/bench_runtime_dropcompute" --steps 30 --rounds 2
+"$build/bin/dctrain-experiment" experiments/demo.sweep --out runs/demo
+"$build/bin/dctrain-report" runs/demo --out runs/demo/report

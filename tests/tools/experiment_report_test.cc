@@ -1,0 +1,257 @@
+// dctrain-experiment and dctrain-report as real processes: a sweep of two
+// tiny cases (tau = inf and tau = p80 of the baseline, synthetic MLP, 2
+// workers) end to end; the report's table against the runs' summary.json;
+// the plots; a rerun that skips finished cases; bad sweep files.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <regex>
+
+#include "tests/runtime/process.h"
+
+namespace dctrain {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::Process;
+using testing::read_text;
+
+const std::string kBin = DCTRAIN_BIN_DIR;
+
+constexpr const char* kConfig = R"(
+name: "tiny-mlp"
+seed: 5
+workers: 2
+model { name: "mlp" }
+dataset { kind: "synthetic" synthetic_samples: 2000 test_limit: 200 }
+optimizer { kind: "sgd" lr: 0.05 momentum: 0.9 }
+step { global_batch: 64 micro_batch: 8 tau: inf }
+delay { kind: "dropcompute" factor: 1 }
+liveness { heartbeat_seconds: 0.2 grace_seconds: 2 join_timeout_seconds: 40 }
+eval { every_steps: 4 batch: 200 }
+stop { max_steps: 12 }
+progress_seconds: 1
+)";
+
+constexpr const char* kSweep = R"(
+name: "tiny"
+configs: "tiny.cfg"
+taus: ["inf", "p80"]
+requeue: [true]
+step_seconds { key: "tiny-mlp" value: 0.05 }
+)";
+
+class ExperimentReport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / fmt::format("dctrain-tools-{}-{}", ::getpid(), info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+
+  // Runs a program to completion (at most `limit`); returns its exit code.
+  int run(const std::string& program, const std::vector<std::string>& args, const std::string& log,
+          std::chrono::seconds limit = 60s) {
+    Process p(kBin + "/" + program, args, dir_ / log);
+    const auto status = p.wait_for(limit);
+    last_output_ = p.output();
+    return status.value_or(-1);
+  }
+
+  fs::path dir_;
+  std::string last_output_;
+};
+
+// The value of `"key": value` in summary.json text.
+std::string summary_field(const std::string& json, const std::string& key) {
+  std::smatch m;
+  const std::regex re("\"" + key + "\": ([^,\\n]+)");
+  EXPECT_TRUE(std::regex_search(json, m, re)) << key << " not in\n" << json;
+  return m.size() > 1 ? m[1].str() : "";
+}
+
+double summary_number(const std::string& json, const std::string& key) {
+  return std::stod(summary_field(json, key));
+}
+
+// The cells of the Markdown table row whose first cell starts with `label`.
+std::vector<std::string> table_row(const std::string& markdown, const std::string& label) {
+  std::istringstream in(markdown);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| " + label, 0) != 0) continue;
+    std::vector<std::string> cells;
+    size_t start = 1;
+    for (size_t bar; (bar = line.find('|', start)) != std::string::npos; start = bar + 1) {
+      std::string cell = line.substr(start, bar - start);
+      cell.erase(0, cell.find_first_not_of(' '));
+      cell.erase(cell.find_last_not_of(' ') + 1);
+      cells.push_back(cell);
+    }
+    return cells;
+  }
+  ADD_FAILURE() << "no row starting with '" << label << "' in\n" << markdown;
+  return {};
+}
+
+TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
+  write("tiny.cfg", kConfig);
+  write("tiny.sweep", kSweep);
+  const fs::path out = dir_ / "runs";
+  ASSERT_EQ(run("dctrain-experiment", {(dir_ / "tiny.sweep").string(), "--out", out.string()},
+                "experiment.log"),
+            0)
+      << last_output_;
+  EXPECT_NE(last_output_.find("2 cases, 0 finished before, 2 to run; expected run time"),
+            std::string::npos)
+      << last_output_;
+  EXPECT_NE(last_output_.find("[1/2] tiny-mlp_w2_dropcompute_tau-inf_s5: running"),
+            std::string::npos);
+  EXPECT_NE(last_output_.find("sweep ETA"), std::string::npos);
+  const fs::path base = out / "tiny-mlp_w2_dropcompute_tau-inf_s5";
+  const fs::path drop = out / "tiny-mlp_w2_dropcompute_tau-p80_requeue_s5";
+  ASSERT_TRUE(fs::exists(base / "summary.json")) << last_output_;
+  ASSERT_TRUE(fs::exists(drop / "summary.json")) << last_output_;
+
+  // The p80 case ran with a finite tau taken from the baseline.
+  const std::string base_json = read_text(base / "summary.json");
+  const std::string drop_json = read_text(drop / "summary.json");
+  EXPECT_EQ(summary_field(base_json, "tau"), "\"inf\"");
+  const double tau = summary_number(drop_json, "tau");
+  EXPECT_TRUE(std::isfinite(tau) && tau > 0) << drop_json;
+  EXPECT_EQ(summary_number(base_json, "steps"), 12);
+  EXPECT_EQ(summary_number(drop_json, "steps"), 12);
+  EXPECT_NE(read_text(drop / "case.txt").find("baseline: \"tiny-mlp_w2_dropcompute_tau-inf_s5\""),
+            std::string::npos);
+
+  // Rerun: both cases are finished, nothing runs, the summaries stay.
+  const auto stamp = fs::last_write_time(base / "summary.json");
+  ASSERT_EQ(run("dctrain-experiment", {(dir_ / "tiny.sweep").string(), "--out", out.string()},
+                "rerun.log"),
+            0)
+      << last_output_;
+  EXPECT_NE(last_output_.find("2 cases, 2 finished before, 0 to run"), std::string::npos)
+      << last_output_;
+  EXPECT_NE(last_output_.find("[1/2] tiny-mlp_w2_dropcompute_tau-inf_s5: finished before, skipped"),
+            std::string::npos);
+  EXPECT_NE(last_output_.find(
+                "[2/2] tiny-mlp_w2_dropcompute_tau-p80_requeue_s5: finished before, skipped"),
+            std::string::npos);
+  EXPECT_NE(last_output_.find("0 ran in"), std::string::npos) << last_output_;
+  EXPECT_EQ(fs::last_write_time(base / "summary.json"), stamp);
+
+  // The report: the table against the summaries.
+  const fs::path report = dir_ / "report";
+  ASSERT_EQ(run("dctrain-report", {out.string(), "--out", report.string()}, "report.log"), 0)
+      << last_output_;
+  const std::string markdown = read_text(report / "report.md");
+  EXPECT_NE(last_output_.find("### tiny-mlp: 2 workers, dropcompute delays"), std::string::npos)
+      << last_output_;
+  EXPECT_NE(markdown.find("## tiny-mlp: 2 workers, dropcompute delays"), std::string::npos)
+      << markdown;
+  const std::vector<std::string> header = table_row(markdown, "case");
+  ASSERT_EQ(header.size(), 8u);
+  EXPECT_EQ(header[2], "final accuracy");
+  EXPECT_EQ(header[4], "samples/s");
+  EXPECT_EQ(header[5], "speedup vs tau = inf");
+  const std::vector<std::string> base_row = table_row(markdown, "tau = inf (baseline)");
+  const std::vector<std::string> drop_row =
+      table_row(markdown, fmt::format("tau = p80 ({:.4g} s), requeue", tau));
+  ASSERT_EQ(base_row.size(), 8u);
+  ASSERT_EQ(drop_row.size(), 8u);
+  for (const auto& [row, json] : {std::pair{base_row, base_json}, std::pair{drop_row, drop_json}}) {
+    EXPECT_EQ(row[1], "1");
+    EXPECT_EQ(row[2], fmt::format("{:.4f}", summary_number(json, "final_eval_accuracy")));
+    EXPECT_EQ(row[3], "not reached");  // no target configured
+    EXPECT_EQ(row[4], fmt::format("{:.1f}", summary_number(json, "samples_per_second")));
+    EXPECT_EQ(row[6], fmt::format("{:.2f}%", 100 * summary_number(json, "drop_rate")));
+    EXPECT_EQ(row[7], fmt::format("{:.0f}", summary_number(json, "samples_lost")));
+  }
+  EXPECT_EQ(base_row[5], "1.000x (samples/s)");
+  EXPECT_EQ(drop_row[5], fmt::format("{:.3f}x (samples/s)",
+                                     summary_number(drop_json, "samples_per_second") /
+                                         summary_number(base_json, "samples_per_second")));
+  // The printed table is the file's.
+  EXPECT_NE(last_output_.find(fmt::format("| {} |", fmt::join(drop_row, " | "))),
+            std::string::npos);
+
+  // report.json carries the same numbers.
+  const std::string json = read_text(report / "report.json");
+  EXPECT_NE(json.find("\"tau_policy\":\"p80\""), std::string::npos) << json;
+
+  // The plots: present, non-empty PNGs, embedded in the HTML.
+  const std::vector<std::string> plots = {
+      "tiny-mlp_w2_dropcompute_accuracy_wall.png", "tiny-mlp_w2_dropcompute_accuracy_step.png",
+      "tiny-mlp_w2_dropcompute_compute.png", "speedup_tiny-mlp_dropcompute.png"};
+  for (const std::string& name : plots) {
+    const fs::path png = report / "plots" / name;
+    ASSERT_TRUE(fs::exists(png)) << name;
+    EXPECT_GT(fs::file_size(png), 1000u) << name;
+    EXPECT_EQ(read_text(png).substr(1, 3), "PNG") << name;
+    EXPECT_TRUE(fs::exists(report / "plots" / (name.substr(0, name.size() - 4) + ".gp"))) << name;
+    EXPECT_NE(markdown.find("(plots/" + name + ")"), std::string::npos) << name;
+  }
+  const std::string html = read_text(report / "report.html");
+  size_t embedded = 0;
+  for (size_t at = 0;
+       (at = html.find("src=\"data:image/png;base64,iVBOR", at)) != std::string::npos; ++at)
+    ++embedded;
+  EXPECT_EQ(embedded, plots.size());
+  // The compute-time histogram marks tau.
+  EXPECT_NE(read_text(report / "plots" / "tiny-mlp_w2_dropcompute_compute.dat")
+                .find(fmt::format("{} 0", tau)),
+            std::string::npos);
+}
+
+TEST_F(ExperimentReport, BadSweepFilesAreRefusedBeforeAnythingRuns) {
+  write("tiny.cfg", kConfig);
+  const fs::path out = dir_ / "runs";
+  write("syntax.sweep", "configs: \"tiny.cfg\"\ntau: [\"inf\"]\n");
+  EXPECT_EQ(
+      run("dctrain-experiment", {(dir_ / "syntax.sweep").string(), "--out", out.string()}, "a.log"),
+      2);
+  EXPECT_NE(last_output_.find(
+                "syntax.sweep:2:4: Message type \"dctrain.v1.Sweep\" has no field named \"tau\""),
+            std::string::npos)
+      << last_output_;
+  EXPECT_NE(last_output_.find("proto/sweep.proto"), std::string::npos) << last_output_;
+
+  write("values.sweep",
+        "configs: \"missing.cfg\"\nconfigs: \"tiny.cfg\"\ntaus: [\"fast\", \"p0\"]\n"
+        "delays { name: \"bad name\" delay { kind: \"none\" } }\n");
+  EXPECT_EQ(
+      run("dctrain-experiment", {(dir_ / "values.sweep").string(), "--out", out.string()}, "b.log"),
+      2);
+  EXPECT_NE(last_output_.find("sweep 'values' cannot run"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("'missing.cfg'"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("tau policy 'fast'"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("tau policy 'p0'"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("name 'bad name'"), std::string::npos) << last_output_;
+
+  write("invalid.sweep", "configs: \"tiny.cfg\"\noverrides { step { micro_batch: 7 } }\n");
+  EXPECT_EQ(run("dctrain-experiment", {(dir_ / "invalid.sweep").string(), "--out", out.string()},
+                "c.log"),
+            2);
+  EXPECT_NE(last_output_.find("case tiny-mlp_w2_dropcompute_tau-inf_s5:"), std::string::npos)
+      << last_output_;
+  EXPECT_FALSE(fs::exists(out)) << "nothing may run for a bad sweep";
+
+  // The report refuses a folder with no finished run.
+  fs::create_directories(dir_ / "empty");
+  EXPECT_EQ(
+      run("dctrain-report", {(dir_ / "empty").string(), "--out", (dir_ / "r").string()}, "d.log"),
+      1);
+  EXPECT_NE(last_output_.find("holds no finished run"), std::string::npos) << last_output_;
+}
+
+}  // namespace
+}  // namespace dctrain

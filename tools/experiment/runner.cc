@@ -1,0 +1,289 @@
+#include "tools/experiment/runner.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <google/protobuf/text_format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <vector>
+
+#include "comm/run_config.h"
+#include "tools/runs/run_folder.h"
+
+namespace dctrain {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Blocks SIGINT and SIGTERM while a sweep runs and reads them from a
+// signalfd, so a Ctrl-C reaches the running case first; restores the mask.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &set_, &previous_);
+    fd_ = ::signalfd(-1, &set_, SFD_NONBLOCK | SFD_CLOEXEC);
+  }
+  ~SignalGuard() {
+    if (fd_ >= 0) ::close(fd_);
+    ::sigprocmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SignalGuard(const SignalGuard&) = delete;
+  SignalGuard& operator=(const SignalGuard&) = delete;
+
+  const sigset_t& set() const { return set_; }
+  // Whether a signal arrived since the last call.
+  bool received() {
+    signalfd_siginfo info{};
+    bool any = false;
+    while (fd_ >= 0 && ::read(fd_, &info, sizeof info) == sizeof info) any = true;
+    return any;
+  }
+  int fd() const { return fd_; }
+
+ private:
+  sigset_t set_{}, previous_{};
+  int fd_ = -1;
+};
+
+struct LaunchResult {
+  int status = 0;
+  bool interrupted = false;
+};
+
+// Runs `argv` with stdout and stderr into `log`, waiting for it; a signal
+// on the guard is forwarded to it as SIGINT.
+LaunchResult run_logged(std::vector<std::string> argv, const fs::path& log, SignalGuard& signals) {
+  std::fflush(nullptr);  // or the child would write our buffered text again
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("dctrain-experiment: fork() failed (out of processes?)");
+  if (pid == 0) {
+    ::sigprocmask(SIG_UNBLOCK, &signals.set(), nullptr);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "dctrain-experiment: cannot run %s\n", args[0]);
+    ::_exit(127);
+  }
+  LaunchResult result;
+  while (true) {
+    pollfd fds{signals.fd(), POLLIN, 0};
+    ::poll(&fds, 1, 200);
+    if (signals.received()) {
+      result.interrupted = true;
+      ::kill(pid, SIGINT);
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      return result;
+    }
+  }
+}
+
+std::string last_lines(const fs::path& path, size_t count) {
+  std::ifstream in(path);
+  std::deque<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(line);
+    if (lines.size() > count) lines.pop_front();
+  }
+  std::string out;
+  for (const std::string& l : lines) out += "    " + l + "\n";
+  return out;
+}
+
+// tau of a percentile case, from its baseline's metrics.jsonl.
+double percentile_tau(const fs::path& baseline_dir, double p, std::string& how) {
+  std::vector<StepPoint> steps;
+  std::vector<EvalPoint> evals;
+  parse_metrics(read_text_file(baseline_dir / "metrics.jsonl"),
+                (baseline_dir / "metrics.jsonl").string(), steps, evals);
+  const size_t skip = warmup_steps(steps.size());
+  const std::vector<double> times = worker_compute_times(steps, skip);
+  if (times.empty()) {
+    throw std::runtime_error(
+        fmt::format("the baseline {} recorded no worker compute times in metrics.jsonl",
+                    baseline_dir.string()));
+  }
+  const double tau = percentile(times, p);
+  how = fmt::format("p{} of {} worker step compute times of {} (steps after the first {})", p,
+                    times.size(), baseline_dir.filename().string(), skip);
+  return tau;
+}
+
+}  // namespace
+
+int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* out) {
+  // The cases to run: all, or those matching --only plus their baselines.
+  std::vector<size_t> selected;
+  {
+    std::set<size_t> chosen;
+    for (size_t i = 0; i < plan.cases.size(); ++i) {
+      const SweepCase& c = plan.cases[i];
+      if (!options.only.empty() && c.info.case_name().find(options.only) == std::string::npos)
+        continue;
+      chosen.insert(i);
+      if (c.baseline) chosen.insert(*c.baseline);
+    }
+    selected.assign(chosen.begin(), chosen.end());
+  }
+  double expected_total = 0.0;
+  size_t finished_before = 0;
+  for (size_t i : selected) {
+    if (run_finished(options.out_dir / plan.cases[i].info.case_name())) {
+      ++finished_before;
+    } else {
+      expected_total += plan.cases[i].expected_seconds;
+    }
+  }
+  const size_t n = selected.size();
+  std::fprintf(out, "sweep %s: %zu cases, %zu finished before, %zu to run; expected run time %s\n",
+               plan.name.c_str(), n, finished_before, n - finished_before,
+               format_duration(expected_total).c_str());
+  std::fprintf(out, "  estimate: %s\n", plan.estimate_basis.c_str());
+  std::fprintf(out, "  run folders: %s\n", options.out_dir.c_str());
+  if (options.dry_run) {
+    for (size_t k = 0; k < n; ++k) {
+      const SweepCase& c = plan.cases[selected[k]];
+      const bool done = run_finished(options.out_dir / c.info.case_name());
+      std::fprintf(
+          out, "  [%zu/%zu] %s: %s\n", k + 1, n, c.info.case_name().c_str(),
+          done ? "finished"
+               : fmt::format("{} steps, ~{}", c.expected_steps, format_duration(c.expected_seconds))
+                     .c_str());
+    }
+    std::fflush(out);
+    return 0;
+  }
+  std::fflush(out);
+
+  fs::create_directories(options.out_dir);
+  SignalGuard signals;
+  double expected_done = 0.0, actual_done = 0.0, expected_left = expected_total;
+  std::vector<std::string> failed;
+  size_t ran = 0;
+  const auto sweep_start = Clock::now();
+  for (size_t k = 0; k < n; ++k) {
+    const SweepCase& c = plan.cases[selected[k]];
+    const std::string& name = c.info.case_name();
+    const fs::path dir = options.out_dir / name;
+    if (run_finished(dir)) {
+      std::fprintf(out, "[%zu/%zu] %s: finished before, skipped\n", k + 1, n, name.c_str());
+      continue;
+    }
+    expected_left -= c.expected_seconds;
+    v1::RunConfig config = c.config;
+    v1::CaseInfo info = c.info;
+    std::string tau_note;
+    if (c.tau.kind == TauPolicy::Kind::kPercentile) {
+      const fs::path baseline_dir = options.out_dir / plan.cases[*c.baseline].info.case_name();
+      if (!run_finished(baseline_dir)) {
+        std::fprintf(
+            out,
+            "[%zu/%zu] %s: FAILED: its baseline %s did not finish, so there is no p%g to take\n",
+            k + 1, n, name.c_str(), baseline_dir.filename().c_str(), c.tau.value);
+        failed.push_back(name);
+        continue;
+      }
+      try {
+        const double tau = percentile_tau(baseline_dir, c.tau.value, tau_note);
+        config.mutable_step()->set_tau(tau);
+        info.set_tau_seconds(tau);
+        tau_note = fmt::format(", tau = {:.4g} s ({})", tau, tau_note);
+      } catch (const std::exception& e) {
+        std::fprintf(out, "[%zu/%zu] %s: FAILED: %s\n", k + 1, n, name.c_str(), e.what());
+        failed.push_back(name);
+        continue;
+      }
+    }
+    // A folder without summary.json is a run that did not finish: start over.
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::string info_text;
+    google::protobuf::TextFormat::PrintToString(info, &info_text);
+    std::ofstream(dir / "case.txt") << info_text;
+    std::ofstream(dir / "input.cfg") << to_text(config);
+
+    const double scale = expected_done > 0 ? actual_done / expected_done : 1.0;
+    std::fprintf(out, "[%zu/%zu] %s: running, %llu steps, expected %s%s; sweep ETA %s\n", k + 1, n,
+                 name.c_str(), static_cast<unsigned long long>(c.expected_steps),
+                 format_duration(c.expected_seconds * scale).c_str(), tau_note.c_str(),
+                 format_duration((expected_left + c.expected_seconds) * scale).c_str());
+    std::fflush(out);
+
+    std::vector<std::string> argv = {(options.bin_dir / "dctrain-launch").string(),
+                                     "--workers",
+                                     std::to_string(config.workers()),
+                                     "--config",
+                                     (dir / "input.cfg").string(),
+                                     "--out",
+                                     dir.string(),
+                                     "--threads",
+                                     std::to_string(options.threads)};
+    if (!options.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", options.data_dir});
+    const auto start = Clock::now();
+    const LaunchResult result = run_logged(argv, dir / "launch.log", signals);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    ++ran;
+    expected_done += c.expected_seconds;
+    actual_done += seconds;
+    if (result.interrupted) {
+      std::fprintf(out, "[%zu/%zu] %s: interrupted; rerun the same command to continue the sweep\n",
+                   k + 1, n, name.c_str());
+      return 130;
+    }
+    const double eta_scale = actual_done / expected_done;
+    if (result.status != 0 || !run_finished(dir)) {
+      std::fprintf(
+          out, "[%zu/%zu] %s: FAILED (dctrain-launch status %d) after %s; last lines of %s:\n%s",
+          k + 1, n, name.c_str(), result.status, format_duration(seconds).c_str(),
+          (dir / "launch.log").c_str(), last_lines(dir / "launch.log", 15).c_str());
+      failed.push_back(name);
+    } else {
+      const RunSummary s =
+          parse_summary(read_text_file(dir / "summary.json"), (dir / "summary.json").string());
+      std::fprintf(
+          out,
+          "[%zu/%zu] %s: done in %s: accuracy %s, %.0f samples/s, %.1f%% dropped; sweep ETA %s\n",
+          k + 1, n, name.c_str(), format_duration(seconds).c_str(),
+          s.final_eval_accuracy ? fmt::format("{:.4f}", *s.final_eval_accuracy).c_str() : "none",
+          s.samples_per_second, 100 * s.drop_rate,
+          format_duration(expected_left * eta_scale).c_str());
+    }
+    std::fflush(out);
+  }
+  const double total = std::chrono::duration<double>(Clock::now() - sweep_start).count();
+  std::fprintf(out, "sweep %s: %zu ran in %s, %zu finished before, %zu failed\n", plan.name.c_str(),
+               ran, format_duration(total).c_str(), finished_before, failed.size());
+  for (const std::string& f : failed)
+    std::fprintf(out, "  failed: %s (see its launch.log)\n", f.c_str());
+  if (failed.empty()) {
+    std::fprintf(out, "report: dctrain-report %s --out %s\n", options.out_dir.c_str(),
+                 (options.out_dir / "report").c_str());
+  }
+  std::fflush(out);
+  return failed.empty() ? 0 : 1;
+}
+
+}  // namespace dctrain

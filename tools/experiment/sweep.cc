@@ -1,0 +1,318 @@
+#include "tools/experiment/sweep.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "comm/run_config.h"
+#include "tools/runs/run_folder.h"
+
+namespace dctrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class ErrorList : public google::protobuf::io::ErrorCollector {
+ public:
+  explicit ErrorList(std::string origin) : origin_(std::move(origin)) {}
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    text_ += fmt::format("{}{}:{}:{}: {}", text_.empty() ? "" : "\n", origin_, line + 1, column + 1,
+                         message);
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string origin_;
+  std::string text_;
+};
+
+// Letters, digits, '.', '-': safe in folder names and gnuplot titles.
+bool name_safe(const std::string& name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Steps a case will run: stop.max_steps, or its epochs over the training
+// samples when the config says how many there are; 0 when unknown.
+uint64_t expected_steps(const v1::RunConfig& c) {
+  const uint64_t max_steps = c.stop().max_steps();
+  uint64_t samples = c.dataset().train_limit();
+  if (samples == 0 && c.dataset().kind() == "synthetic") samples = c.dataset().synthetic_samples();
+  uint64_t epoch_steps = 0;
+  if (c.stop().max_epochs() > 0 && samples > 0 && c.step().global_batch() > 0) {
+    epoch_steps = static_cast<uint64_t>(
+        std::ceil(c.stop().max_epochs() * static_cast<double>(samples) / c.step().global_batch()));
+  }
+  if (max_steps > 0 && epoch_steps > 0) return std::min(max_steps, epoch_steps);
+  return max_steps > 0 ? max_steps : epoch_steps;
+}
+
+}  // namespace
+
+TauPolicy parse_tau_policy(const std::string& text) {
+  TauPolicy p;
+  if (text == "inf" || text == "infinity") {
+    p.text = "inf";
+    return p;
+  }
+  if (text == "auto") {
+    p.kind = TauPolicy::Kind::kAuto;
+    p.text = "auto";
+    return p;
+  }
+  const auto fail = [&] {
+    return std::invalid_argument(
+        fmt::format("tau policy '{}' is not one of: \"inf\", \"auto\", seconds > 0 (\"0.05\"), or "
+                    "a percentile of the "
+                    "baseline's worker step compute times (\"p90\", 0 < p <= 100)",
+                    text));
+  };
+  if (!text.empty() && text[0] == 'p') {
+    size_t used = 0;
+    double value = 0.0;
+    try {
+      value = std::stod(text.substr(1), &used);
+    } catch (const std::exception&) {
+      throw fail();
+    }
+    if (used + 1 != text.size() || !(value > 0.0 && value <= 100.0)) throw fail();
+    p.kind = TauPolicy::Kind::kPercentile;
+    p.value = value;
+    p.text = fmt::format("p{}", value);
+    return p;
+  }
+  double seconds = 0.0;
+  try {
+    seconds = parse_tau(text);
+  } catch (const std::exception&) {
+    throw fail();
+  }
+  p.kind = TauPolicy::Kind::kSeconds;
+  p.value = seconds;
+  p.text = fmt::format("{}", seconds);
+  return p;
+}
+
+std::string case_name(const std::string& model, uint32_t workers, const std::string& delay,
+                      const TauPolicy& tau, bool requeue, uint64_t seed) {
+  const std::string tau_part =
+      tau.kind == TauPolicy::Kind::kSeconds ? fmt::format("tau-{}s", tau.text) : "tau-" + tau.text;
+  if (tau.kind == TauPolicy::Kind::kInfinity) {
+    return fmt::format("{}_w{}_{}_{}_s{}", model, workers, delay, tau_part, seed);
+  }
+  return fmt::format("{}_w{}_{}_{}_{}_s{}", model, workers, delay, tau_part,
+                     requeue ? "requeue" : "norequeue", seed);
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "unknown";
+  const auto s = static_cast<int64_t>(std::llround(seconds));
+  if (s < 60) return fmt::format("{} s", s);
+  if (s < 3600) return fmt::format("{}m {:02}s", s / 60, s % 60);
+  return fmt::format("{}h {:02}m", s / 3600, (s % 3600) / 60);
+}
+
+v1::Sweep parse_sweep(const std::string& text, const std::string& origin) {
+  v1::Sweep sweep;
+  google::protobuf::TextFormat::Parser parser;
+  ErrorList errors(origin);
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, &sweep)) {
+    throw std::runtime_error(fmt::format(
+        "{}\n(a sweep is a dctrain.v1.Sweep in Protobuf text format; see proto/sweep.proto and "
+        "experiments/*.sweep)",
+        errors.text()));
+  }
+  return sweep;
+}
+
+SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
+                     const std::string& default_name) {
+  std::vector<std::string> problems;
+  SweepPlan plan;
+  plan.name = sweep.name().empty() ? default_name : sweep.name();
+  if (sweep.configs().empty()) {
+    problems.push_back(
+        "the sweep names no run config: add configs: \"NAME.cfg\" (relative to the sweep file)");
+  }
+
+  std::vector<TauPolicy> taus;
+  for (const std::string& t : sweep.taus()) {
+    try {
+      taus.push_back(parse_tau_policy(t));
+    } catch (const std::exception& e) {
+      problems.push_back(fmt::format("taus: {}", e.what()));
+    }
+  }
+  // The baseline runs first and always.
+  std::vector<TauPolicy> policies = {parse_tau_policy("inf")};
+  for (const TauPolicy& t : taus) {
+    if (t.kind != TauPolicy::Kind::kInfinity) policies.push_back(t);
+  }
+  for (uint32_t w : sweep.workers()) {
+    if (w < 1 || w > 256) problems.push_back(fmt::format("workers: {} is not in 1..256", w));
+  }
+  std::set<std::string> delay_names;
+  for (const v1::DelayCase& d : sweep.delays()) {
+    if (!name_safe(d.name())) {
+      problems.push_back(
+          fmt::format("delays: name '{}' must be non-empty letters, digits, '-' or '.' (it goes "
+                      "into folder names)",
+                      d.name()));
+    }
+    if (!delay_names.insert(d.name()).second) {
+      problems.push_back(fmt::format("delays: the name '{}' is used twice", d.name()));
+    }
+  }
+  const double default_step = sweep.default_step_seconds() > 0 ? sweep.default_step_seconds() : 0.1;
+  const double startup = sweep.startup_seconds() > 0 ? sweep.startup_seconds() : 3.0;
+
+  std::set<std::string> names;
+  bool unknown_steps = false;
+  for (const std::string& config_file : sweep.configs()) {
+    v1::RunConfig base;
+    try {
+      base = load_run_config((sweep_dir / config_file).string());
+    } catch (const std::exception& e) {
+      problems.push_back(
+          fmt::format("configs: '{}' (relative to the sweep file): {}", config_file, e.what()));
+      continue;
+    }
+    base.MergeFrom(sweep.overrides());
+    const std::string model =
+        base.name().empty() ? fs::path(config_file).stem().string() : base.name();
+    if (!name_safe(model)) {
+      problems.push_back(
+          fmt::format("'{}': the config's name '{}' must be letters, digits, '-' or '.' (it goes "
+                      "into folder names)",
+                      config_file, model));
+      continue;
+    }
+    const double step_seconds =
+        sweep.step_seconds().count(model) > 0 ? sweep.step_seconds().at(model) : default_step;
+    std::vector<uint32_t> workers(sweep.workers().begin(), sweep.workers().end());
+    if (workers.empty()) workers.push_back(base.workers() > 0 ? base.workers() : 1);
+    std::vector<v1::DelayCase> delays(sweep.delays().begin(), sweep.delays().end());
+    if (delays.empty()) {
+      v1::DelayCase d;
+      d.set_name(base.delay().kind().empty() ? "none" : base.delay().kind());
+      *d.mutable_delay() = base.delay();
+      delays.push_back(d);
+    }
+    std::vector<bool> requeues(sweep.requeue().begin(), sweep.requeue().end());
+    if (requeues.empty()) requeues.push_back(requeue_enabled(base.step()));
+    std::vector<uint64_t> seeds(sweep.seeds().begin(), sweep.seeds().end());
+    if (seeds.empty()) seeds.push_back(base.seed());
+
+    for (uint32_t w : workers) {
+      for (const v1::DelayCase& delay : delays) {
+        for (uint64_t seed : seeds) {
+          std::optional<size_t> baseline;
+          for (const TauPolicy& tau : policies) {
+            const bool infinite = tau.kind == TauPolicy::Kind::kInfinity;
+            for (size_t r = 0; r < (infinite ? 1 : requeues.size()); ++r) {
+              const bool requeue = infinite ? true : requeues[r];
+              SweepCase c;
+              c.tau = tau;
+              c.config = base;
+              c.config.set_workers(w);
+              *c.config.mutable_delay() = delay.delay();
+              c.config.set_seed(seed);
+              c.config.mutable_step()->set_requeue(requeue);
+              // As dctrain-launch --tau does: "auto" hands tau to the
+              // coordinator; any other policy is fixed (a percentile is
+              // resolved when its baseline has run).
+              v1::StepConfig& step = *c.config.mutable_step();
+              step.set_tau(tau.kind == TauPolicy::Kind::kSeconds
+                               ? tau.value
+                               : std::numeric_limits<double>::infinity());
+              if (tau.kind == TauPolicy::Kind::kAuto) {
+                step.set_tau_policy("auto");
+              } else {
+                step.set_tau_policy("fixed");
+                step.clear_auto_tau();
+              }
+              const std::string name = case_name(model, w, delay.name(), tau, requeue, seed);
+              c.config.set_name(name);
+              c.info.set_sweep(plan.name);
+              c.info.set_case_name(name);
+              c.info.set_model(model);
+              c.info.set_workers(w);
+              c.info.set_delay(delay.name());
+              c.info.set_tau_policy(tau.text);
+              c.info.set_tau_seconds(c.config.step().tau());
+              c.info.set_requeue(requeue);
+              c.info.set_seed(seed);
+              if (!infinite) {
+                c.baseline = baseline;
+                c.info.set_baseline(plan.cases[*baseline].info.case_name());
+              }
+              v1::RunConfig check = c.config;
+              try {
+                finalize_run_config(check);
+              } catch (const std::exception& e) {
+                problems.push_back(fmt::format("case {}: {}", name, e.what()));
+              }
+              c.expected_steps = expected_steps(check);
+              if (c.expected_steps == 0) unknown_steps = true;
+              c.expected_seconds = startup + static_cast<double>(c.expected_steps) * step_seconds;
+              if (check.stop().max_wall_seconds() > 0) {
+                c.expected_seconds =
+                    std::min(c.expected_seconds, startup + check.stop().max_wall_seconds());
+              }
+              if (!names.insert(name).second) {
+                problems.push_back(fmt::format(
+                    "case {} appears twice: two configs share a name, or an axis repeats a value",
+                    name));
+              }
+              if (infinite) baseline = plan.cases.size();
+              plan.cases.push_back(std::move(c));
+            }
+          }
+        }
+      }
+    }
+  }
+  if (!problems.empty()) {
+    std::string text = fmt::format("sweep '{}' cannot run:", plan.name);
+    for (const std::string& p : problems) {
+      std::string indented;
+      for (char ch : p) indented += ch == '\n' ? std::string("\n    ") : std::string(1, ch);
+      text += "\n  - " + indented;
+    }
+    throw std::runtime_error(text);
+  }
+  std::string per_model;
+  for (const auto& [model, seconds] : sweep.step_seconds()) {
+    per_model += fmt::format("{}{} {} s", per_model.empty() ? "" : ", ", model, seconds);
+  }
+  plan.estimate_basis = fmt::format(
+      "per case {} s start-up + steps x seconds per step ({}{}default {} s; set in the sweep file, "
+      "measured "
+      "on a 2-core machine){}",
+      startup, per_model, per_model.empty() ? "" : "; ", default_step,
+      unknown_steps ? "; cases without stop.max_steps and a known training-set size count no steps"
+                    : "");
+  return plan;
+}
+
+SweepPlan load_sweep(const fs::path& path) {
+  const std::string text = read_text_file(path);
+  const v1::Sweep sweep = parse_sweep(text, path.string());
+  return plan_sweep(sweep, path.parent_path(), path.stem().string());
+}
+
+}  // namespace dctrain

@@ -1,0 +1,153 @@
+#include "tools/report/document.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "coordinator/run_metrics.h"
+
+namespace dctrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string html_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string base64(const std::string& bytes) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t chunk = static_cast<uint8_t>(bytes[i]) << 16;
+    if (i + 1 < bytes.size()) chunk |= static_cast<uint8_t>(bytes[i + 1]) << 8;
+    if (i + 2 < bytes.size()) chunk |= static_cast<uint8_t>(bytes[i + 2]);
+    out += kAlphabet[(chunk >> 18) & 63];
+    out += kAlphabet[(chunk >> 12) & 63];
+    out += i + 1 < bytes.size() ? kAlphabet[(chunk >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kAlphabet[chunk & 63] : '=';
+  }
+  return out;
+}
+
+size_t run_count(const Report& report) {
+  size_t n = 0;
+  for (const Experiment& e : report.experiments) n += e.runs.size();
+  return n;
+}
+
+constexpr const char* kPredictionNote =
+    "Predicted speedup (coordinator/threshold.h): the tau = inf baseline's recorded steps replayed "
+    "under the "
+    "case's tau (each worker keeps its rank and measured micro-batch times and starts none once "
+    "its compute "
+    "clock has reached tau; a step takes its slowest worker plus the baseline's mean time outside "
+    "compute), "
+    "as completed micro-batches per second against the baseline's. Measured: samples/s against the "
+    "baseline's.";
+
+}  // namespace
+
+std::string report_markdown(const Report& report, const std::vector<Plot>& plots) {
+  std::string out = fmt::format("# dctrain report\n\n{} runs in {} experiments.\n\n",
+                                run_count(report), report.experiments.size());
+  for (const Experiment& e : report.experiments) {
+    out += "## " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
+    out += "Run folders:";
+    for (const RunFolder& run : e.runs) out += " `" + run.dir.string() + "`";
+    out += "\n\n";
+    for (const Plot& p : plots) {
+      if (p.section == e.slug) out += fmt::format("![{}]({})\n\n", p.title, p.image.string());
+    }
+  }
+  bool across = false;
+  for (const Plot& p : plots) {
+    if (!p.section.empty()) continue;
+    if (!across) out += "## Speedup against worker count\n\n";
+    across = true;
+    out += fmt::format("![{}]({})\n\n", p.title, p.image.string());
+  }
+  if (across) out += std::string(kPredictionNote) + "\n\n";
+  out += table_notes(report);
+  return out;
+}
+
+std::string report_html(const Report& report, const std::vector<Plot>& plots,
+                        const fs::path& out_dir) {
+  auto image = [&](const Plot& p) {
+    std::ifstream in(out_dir / p.image, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return fmt::format(
+        "<figure><img alt=\"{0}\" "
+        "src=\"data:image/png;base64,{1}\"><figcaption>{0}</figcaption></figure>\n",
+        html_escape(p.title), base64(bytes));
+  };
+  std::string out =
+      "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>dctrain report</title>\n"
+      "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;}"
+      "table{border-collapse:collapse;margin:1em 0;}th,td{border:1px solid #ccc;padding:4px 8px;}"
+      "td{text-align:right;}td:first-child{text-align:left;}th{background:#f0f0f0;}"
+      "img{max-width:100%;}figure{margin:1em 0;}figcaption{color:#555;font-size:90%;}</style>\n"
+      "</head><body>\n";
+  out += fmt::format("<h1>dctrain report</h1>\n<p>{} runs in {} experiments.</p>\n",
+                     run_count(report), report.experiments.size());
+  for (const Experiment& e : report.experiments) {
+    out += "<h2>" + html_escape(experiment_title(e)) + "</h2>\n<table>\n<tr>";
+    for (const std::string& h : table_header()) out += "<th>" + html_escape(h) + "</th>";
+    out += "</tr>\n";
+    for (const CaseRow& row : e.rows) {
+      out += "<tr>";
+      for (const std::string& cell : table_cells(row)) out += "<td>" + html_escape(cell) + "</td>";
+      out += "</tr>\n";
+    }
+    out += "</table>\n<p>Run folders:";
+    for (const RunFolder& run : e.runs)
+      out += " <code>" + html_escape(run.dir.string()) + "</code>";
+    out += "</p>\n";
+    for (const Plot& p : plots) {
+      if (p.section == e.slug) out += image(p);
+    }
+  }
+  bool across = false;
+  for (const Plot& p : plots) {
+    if (!p.section.empty()) continue;
+    if (!across) out += "<h2>Speedup against worker count</h2>\n";
+    across = true;
+    out += image(p);
+  }
+  if (across) out += "<p>" + html_escape(kPredictionNote) + "</p>\n";
+  out += "<p>" + html_escape(table_notes(report)) + "</p>\n</body></html>\n";
+  return out;
+}
+
+void write_report(const Report& report, const std::vector<Plot>& plots, const fs::path& out_dir) {
+  fs::create_directories(out_dir);
+  write_file_atomically(out_dir / "report.md", report_markdown(report, plots));
+  write_file_atomically(out_dir / "report.html", report_html(report, plots, out_dir));
+  write_file_atomically(out_dir / "report.json", report_json(report));
+}
+
+}  // namespace dctrain

@@ -1,0 +1,59 @@
+// dctrain-report RUN_DIR... --out DIR: tables and plots of finished runs
+// (report.md, report.html, report.json); prints the Markdown tables.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/cli.h"
+#include "tools/report/document.h"
+#include "tools/report/plots.h"
+#include "tools/report/tables.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dctrain-report: tables and gnuplot plots of finished runs, grouped into experiments (same "
+      "model, "
+      "workers and delay), seeds aggregated, speedup against the tau = inf baseline"};
+  std::vector<std::string> inputs;
+  std::string out_dir, gnuplot, log_level = "info";
+  double target = 0.0;
+  bool no_plots = false;
+  dctrain::add_common_options(app, "dctrain-report", log_level);
+  app.add_option("runs", inputs, "Run folders, or folders of run folders (a sweep's --out)")
+      ->required();
+  app.add_option("--out", out_dir, "Report folder: report.md, report.html, report.json, plots/")
+      ->required();
+  app.add_option(
+         "--target", target,
+         "Target accuracy for time to target, for runs whose config set none (0: the runs' own)")
+      ->capture_default_str();
+  app.add_option("--gnuplot", gnuplot, "gnuplot program (default: gnuplot on PATH)");
+  app.add_flag("--no-plots", no_plots, "Tables only; gnuplot is not needed");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::vector<std::filesystem::path> paths(inputs.begin(), inputs.end());
+    std::vector<dctrain::RunFolder> runs;
+    for (const auto& dir : dctrain::find_run_folders(paths))
+      runs.push_back(dctrain::read_run_folder(dir));
+    const size_t count = runs.size();
+    const dctrain::Report report = dctrain::build_report(
+        std::move(runs), target > 0 ? std::optional<double>(target) : std::nullopt);
+    std::vector<dctrain::Plot> plots;
+    if (!no_plots) {
+      if (gnuplot.empty()) gnuplot = dctrain::find_gnuplot();
+      plots = dctrain::draw_plots(report, out_dir, gnuplot);
+    }
+    dctrain::write_report(report, plots, out_dir);
+    std::printf("%s\n", dctrain::markdown_tables(report).c_str());
+    std::printf("report of %zu runs: %s/report.md, %s/report.html (%zu plots in %s/plots)\n", count,
+                out_dir.c_str(), out_dir.c_str(), plots.size(), out_dir.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dctrain-report: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,335 @@
+#include "tools/report/plots.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "tools/report/prediction.h"
+
+namespace dctrain {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// gnuplot single-quoted string: a quote is doubled.
+std::string gp_string(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// Runs `gnuplot script` in `dir`; returns its exit status, its messages in `log`.
+int run_gnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& script,
+                std::string& log) {
+  const fs::path log_path = dir / (script + ".log");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("dctrain-report: fork() failed (out of processes?)");
+  if (pid == 0) {
+    if (::chdir(dir.c_str()) != 0) ::_exit(126);
+    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    std::string program = gnuplot, argument = script;
+    char* argv[] = {program.data(), argument.data(), nullptr};
+    ::execv(argv[0], argv);
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::ifstream in(log_path);
+  log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (log.empty()) fs::remove(log_path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+class PlotWriter {
+ public:
+  PlotWriter(fs::path out_dir, std::string gnuplot)
+      : out_dir_(std::move(out_dir)),
+        plots_dir_(out_dir_ / "plots"),
+        gnuplot_(std::move(gnuplot)),
+        terminal_(png_terminal(gnuplot_)) {
+    fs::create_directories(plots_dir_);
+  }
+
+  // Writes name.dat and name.gp (the header, then `body`), runs gnuplot and
+  // checks name.png.
+  void draw(const std::string& section, const std::string& name, const std::string& title,
+            const std::string& data, const std::string& body) {
+    std::ofstream(plots_dir_ / (name + ".dat")) << data;
+    const std::string script = fmt::format(
+        "# {}: redraw with `gnuplot {}.gp` in this folder\n"
+        "set terminal {} size 960,560 font 'sans,10'\n"
+        "set output '{}.png'\n"
+        "set termoption noenhanced\n"
+        "set title {}\n"
+        "set grid\n"
+        "set key outside right top\n"
+        "data = '{}.dat'\n"
+        "{}\n",
+        title, name, terminal_, name, gp_string(title), name, body);
+    std::ofstream(plots_dir_ / (name + ".gp")) << script;
+    std::string log;
+    const int status = run_gnuplot(gnuplot_, plots_dir_, name + ".gp", log);
+    const fs::path png = plots_dir_ / (name + ".png");
+    if (status != 0 || !fs::exists(png) || fs::file_size(png) == 0) {
+      throw std::runtime_error(fmt::format("gnuplot failed on {} (status {}):\n{}",
+                                           (plots_dir_ / (name + ".gp")).string(), status, log));
+    }
+    plots_.push_back({section, title, fs::path("plots") / (name + ".png")});
+  }
+
+  std::vector<Plot> take() { return std::move(plots_); }
+
+ private:
+  fs::path out_dir_, plots_dir_;
+  std::string gnuplot_, terminal_;
+  std::vector<Plot> plots_;
+};
+
+// A run's line title: its row's label, with the seed when the row has several.
+std::string run_title(const Experiment& e, const CaseRow& row, size_t run) {
+  if (row.runs.size() == 1) return row.label;
+  return fmt::format("{}, seed {}", row.label, e.runs[run].info.seed());
+}
+
+// "tau = p90, requeue": a row's policy without its resolved value, the same
+// across worker counts.
+std::string policy_key(const CaseRow& row) {
+  return fmt::format("tau = {}{}, {}", row.tau_policy,
+                     row.tau_policy == "auto" || row.tau_policy[0] == 'p' ? "" : " s",
+                     row.requeue ? "requeue" : "no requeue");
+}
+
+void accuracy_plots(const Experiment& e, PlotWriter& writer) {
+  std::string data;
+  std::vector<std::string> titles;
+  for (const CaseRow& row : e.rows) {
+    for (size_t i : row.runs) {
+      const RunFolder& run = e.runs[i];
+      if (run.evals.empty()) continue;
+      data += fmt::format("# {}\n# wall_seconds step accuracy\n", run.info.case_name());
+      for (const EvalPoint& p : run.evals)
+        data += fmt::format("{} {} {}\n", p.wall_seconds, p.step, p.accuracy);
+      data += "\n\n";
+      titles.push_back(run_title(e, row, i));
+    }
+  }
+  if (titles.empty()) return;
+  for (const bool by_step : {false, true}) {
+    std::string plot = "plot ";
+    for (size_t k = 0; k < titles.size(); ++k) {
+      plot += fmt::format("{}data index {} using {}:3 with linespoints pt 7 ps 0.6 title {}",
+                          k ? ", \\\n     " : "", k, by_step ? 2 : 1, gp_string(titles[k]));
+    }
+    const std::string name = e.slug + (by_step ? "_accuracy_step" : "_accuracy_wall");
+    const std::string body = fmt::format("set xlabel '{}'\nset ylabel 'eval accuracy'\n{}",
+                                         by_step ? "step" : "wall time (s)", plot);
+    writer.draw(e.slug, name,
+                fmt::format("{}, {} workers, {} delays: accuracy against {}", e.model, e.workers,
+                            e.delay, by_step ? "step" : "wall time"),
+                data, body);
+  }
+}
+
+void compute_distribution_plot(const Experiment& e, PlotWriter& writer) {
+  if (!e.baseline_row) return;
+  std::vector<double> times;
+  for (size_t i : e.rows[*e.baseline_row].runs) {
+    const RunFolder& run = e.runs[i];
+    const auto t = worker_compute_times(run.steps, warmup_steps(run.steps.size()));
+    times.insert(times.end(), t.begin(), t.end());
+  }
+  if (times.empty()) return;
+  const auto [lo_it, hi_it] = std::minmax_element(times.begin(), times.end());
+  const double lo = *lo_it, hi = *hi_it;
+  const size_t bins = std::clamp<size_t>(times.size() / 8, 10, 40);
+  const double width = hi > lo ? (hi - lo) / static_cast<double>(bins) : std::max(lo * 0.05, 1e-4);
+  std::vector<size_t> counts(bins, 0);
+  for (double t : times) counts[std::min(bins - 1, static_cast<size_t>((t - lo) / width))]++;
+  const size_t top = *std::max_element(counts.begin(), counts.end());
+  std::string data = "# bin_center_seconds worker_steps\n";
+  for (size_t b = 0; b < bins; ++b)
+    data += fmt::format("{} {}\n", lo + (static_cast<double>(b) + 0.5) * width, counts[b]);
+  data += "\n\n";
+  std::string plot = fmt::format(
+      "plot data index 0 using 1:2 with boxes lc rgb '#8da0cb' title 'tau = inf: {} worker steps'",
+      times.size());
+  double x_max = hi + width;
+  size_t index = 1;
+  std::map<std::string, double> marked;  // one line per tau policy (requeue does not change tau)
+  for (const CaseRow& row : e.rows) {
+    if (row.tau_policy == "inf" || !std::isfinite(row.tau_seconds.mean)) continue;
+    const std::string label =
+        row.tau_policy == "auto" ? "tau = auto (median)" : "tau = " + row.tau_policy;
+    if (marked.count(label)) continue;
+    marked[label] = row.tau_seconds.mean;
+  }
+  for (const auto& [label, tau] : marked) {
+    data += fmt::format("# {}\n{} 0\n{} {}\n\n\n", label, tau, tau, top);
+    plot += fmt::format(", \\\n     data index {} using 1:2 with lines lw 2 dt {} title {}", index,
+                        index % 4 + 1, gp_string(fmt::format("{} = {:.4g} s", label, tau)));
+    x_max = std::max(x_max, tau * 1.05);
+    ++index;
+  }
+  const std::string body = fmt::format(
+      "set style fill solid 0.6 border -1\nset boxwidth {} absolute\nset xrange [0:{}]\nset yrange "
+      "[0:{}]\n"
+      "set xlabel 'worker step compute time (s), injected delay included'\nset ylabel 'worker "
+      "steps'\n{}",
+      width * 0.95, x_max, static_cast<double>(top) * 1.1 + 1, plot);
+  writer.draw(e.slug, e.slug + "_compute",
+              fmt::format("{}, {} workers, {} delays: per-worker step compute time at tau = inf",
+                          e.model, e.workers, e.delay),
+              data, body);
+}
+
+void tau_plot(const Experiment& e, PlotWriter& writer) {
+  std::string data, plot;
+  size_t index = 0;
+  for (const CaseRow& row : e.rows) {
+    for (size_t i : row.runs) {
+      const RunFolder& run = e.runs[i];
+      bool varies = false;
+      for (const StepPoint& s : run.steps) varies = varies || s.tau != run.steps.front().tau;
+      if (row.tau_policy != "auto" && !varies) continue;
+      // Steps at tau = inf (the warm-up) have no point; a run that never
+      // left it has no line (its table row says so).
+      std::string points;
+      for (const StepPoint& s : run.steps) {
+        if (std::isfinite(s.tau)) points += fmt::format("{} {}\n", s.wall_seconds, s.tau);
+      }
+      if (points.empty()) continue;
+      data += fmt::format("# {}\n# wall_seconds tau_seconds\n{}\n\n", run.info.case_name(), points);
+      plot += fmt::format("{}data index {} using 1:2 with steps lw 2 title {}",
+                          index ? ", \\\n     " : "plot ", index, gp_string(run_title(e, row, i)));
+      ++index;
+    }
+  }
+  if (index == 0) return;
+  writer.draw(e.slug, e.slug + "_tau",
+              fmt::format("{}, {} workers, {} delays: tau over time", e.model, e.workers, e.delay),
+              data, "set xlabel 'wall time (s)'\nset ylabel 'tau (s)'\nset yrange [0:*]\n" + plot);
+}
+
+// Speedup against worker count for each (model, delay): measured beside
+// predicted from each worker count's baseline.
+void speedup_plots(const Report& report, PlotWriter& writer) {
+  std::map<std::pair<std::string, std::string>, std::vector<const Experiment*>> families;
+  for (const Experiment& e : report.experiments) families[{e.model, e.delay}].push_back(&e);
+  for (const auto& [key, experiments] : families) {
+    // policy -> (workers, measured, predicted)
+    std::map<std::string, std::vector<std::tuple<uint32_t, double, double>>> series;
+    for (const Experiment* e : experiments) {
+      if (!e->baseline_row) continue;
+      const RunFolder& baseline = e->runs[e->rows[*e->baseline_row].runs.front()];
+      for (const CaseRow& row : e->rows) {
+        if (row.tau_policy == "inf" || !row.speedup) continue;
+        const auto predicted = predict_speedup(baseline, row.tau_seconds.mean);
+        // The measured figure is always throughput here, whatever the
+        // table's basis, to stand beside the throughput prediction.
+        const double base_sps = e->rows[*e->baseline_row].samples_per_second.mean;
+        const double measured = base_sps > 0 ? row.samples_per_second.mean / base_sps : 0.0;
+        series[policy_key(row)].emplace_back(e->workers, measured,
+                                             predicted ? predicted->speedup : std::nan(""));
+      }
+    }
+    if (series.empty()) continue;
+    std::string data, plot;
+    size_t index = 0;
+    uint32_t max_workers = 1;
+    double y_lo = 1.0, y_hi = 1.0;
+    std::set<uint32_t> worker_counts;
+    for (auto& [policy, points] : series) {
+      std::sort(points.begin(), points.end());
+      data += fmt::format("# {}\n# workers measured_speedup predicted_speedup\n", policy);
+      for (const auto& [w, measured, predicted] : points) {
+        data += fmt::format("{} {} {}\n", w, measured, predicted);
+        max_workers = std::max(max_workers, w);
+        for (double y : {measured, predicted}) {
+          if (!std::isfinite(y)) continue;
+          y_lo = std::min(y_lo, y);
+          y_hi = std::max(y_hi, y);
+        }
+        worker_counts.insert(w);
+      }
+      data += "\n\n";
+      plot += fmt::format(
+          "{}data index {} using 1:2 with linespoints lw 2 pt 7 lc {} title {}, \\\n"
+          "     data index {} using 1:3 with linespoints lw 1 dt 2 pt 6 lc {} title {}",
+          index ? ", \\\n     " : "plot ", index, index + 1, gp_string(policy + ": measured"),
+          index, index + 1, gp_string(policy + ": predicted"));
+      ++index;
+    }
+    std::string tics;
+    for (uint32_t w : worker_counts) tics += (tics.empty() ? "(" : ", ") + std::to_string(w);
+    const double pad = std::max(0.02, 0.15 * (y_hi - y_lo));
+    const std::string body = fmt::format(
+        "set xlabel 'workers'\nset ylabel 'speedup over tau = inf (samples/s)'\nset xrange [0:{}]\n"
+        "set xtics {})\nset yrange [{}:{}]\n"
+        "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
+        max_workers + 1, tics, y_lo - pad, y_hi + pad, plot);
+    writer.draw("", fmt::format("speedup_{}_{}", key.first, key.second),
+                fmt::format("{}, {} delays: speedup against worker count, measured and predicted",
+                            key.first, key.second),
+                data, body);
+  }
+}
+
+}  // namespace
+
+std::string find_gnuplot() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const fs::path candidate = fs::path(dirs.substr(start, end - start)) / "gnuplot";
+    if (!candidate.parent_path().empty() && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate.string();
+    start = end + 1;
+  }
+  throw std::runtime_error(
+      "gnuplot is not on PATH; the plots need it: install it with `apt-get install gnuplot-nox` "
+      "(tools/setup.sh "
+      "does), or pass --no-plots for tables only");
+}
+
+std::string png_terminal(const std::string& gnuplot) {
+  std::string log;
+  const fs::path dir = fs::temp_directory_path();
+  const fs::path probe = dir / fmt::format("dctrain-report-probe-{}.gp", ::getpid());
+  std::ofstream(probe) << "set terminal pngcairo\n";
+  const int status = run_gnuplot(gnuplot, dir, probe.filename().string(), log);
+  fs::remove(probe);
+  fs::remove(dir / (probe.filename().string() + ".log"));
+  return status == 0 ? "pngcairo" : "png";
+}
+
+std::vector<Plot> draw_plots(const Report& report, const fs::path& out_dir,
+                             const std::string& gnuplot) {
+  PlotWriter writer(out_dir, gnuplot);
+  for (const Experiment& e : report.experiments) {
+    accuracy_plots(e, writer);
+    compute_distribution_plot(e, writer);
+    tau_plot(e, writer);
+  }
+  speedup_plots(report, writer);
+  return writer.take();
+}
+
+}  // namespace dctrain

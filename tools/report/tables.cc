@@ -1,0 +1,277 @@
+#include "tools/report/tables.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "coordinator/run_metrics.h"
+
+namespace dctrain {
+
+namespace {
+
+Aggregate aggregate(const std::vector<double>& values) {
+  Aggregate a;
+  a.count = values.size();
+  if (values.empty()) return a;
+  double sum = 0.0;
+  for (double v : values) sum += v;
+  a.mean = sum / static_cast<double>(values.size());
+  if (values.size() > 1) {
+    double squares = 0.0;
+    for (double v : values) squares += (v - a.mean) * (v - a.mean);
+    a.spread = std::sqrt(squares / static_cast<double>(values.size() - 1));
+  }
+  return a;
+}
+
+// Order of rows: inf, fixed seconds, percentiles, auto; requeue first.
+std::tuple<int, double, int> row_order(const CaseRow& row) {
+  const std::string& p = row.tau_policy;
+  const int requeue = row.requeue ? 0 : 1;
+  if (p == "inf") return {0, 0.0, requeue};
+  if (p == "auto") return {3, 0.0, requeue};
+  if (!p.empty() && p[0] == 'p') return {2, std::atof(p.c_str() + 1), requeue};
+  return {1, std::atof(p.c_str()), requeue};
+}
+
+std::string with_spread(const Aggregate& a, const std::string& format, size_t seeds) {
+  std::string text = fmt::format(fmt::runtime(format), a.mean);
+  if (seeds > 1 && a.count > 1) text += " ± " + fmt::format(fmt::runtime(format), a.spread);
+  return text;
+}
+
+}  // namespace
+
+std::optional<double> run_time_to_target(const RunFolder& run, std::optional<double> target) {
+  if (run.summary.time_to_target_seconds) return run.summary.time_to_target_seconds;
+  if (!target) return std::nullopt;
+  for (const EvalPoint& e : run.evals) {
+    if (e.accuracy >= *target) return e.wall_seconds;
+  }
+  return std::nullopt;
+}
+
+double run_tau(const RunFolder& run) {
+  if (run.info.tau_policy() != "auto") return run.config.step().tau();
+  std::vector<double> taus;
+  for (const StepPoint& s : run.steps) {
+    if (std::isfinite(s.tau)) taus.push_back(s.tau);
+  }
+  return taus.empty() ? std::numeric_limits<double>::infinity() : percentile(taus, 50);
+}
+
+Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
+  Report report;
+  report.target = target;
+  if (!report.target) {
+    for (const RunFolder& r : runs) {
+      if (r.summary.target_accuracy) report.target = r.summary.target_accuracy;
+    }
+  }
+  std::map<std::tuple<std::string, uint32_t, std::string>, size_t> index;
+  for (RunFolder& run : runs) {
+    const auto key = std::make_tuple(run.info.model(), run.info.workers(), run.info.delay());
+    auto it = index.find(key);
+    if (it == index.end()) {
+      Experiment e;
+      e.model = run.info.model();
+      e.workers = run.info.workers();
+      e.delay = run.info.delay();
+      e.slug = fmt::format("{}_w{}_{}", e.model, e.workers, e.delay);
+      it = index.emplace(key, report.experiments.size()).first;
+      report.experiments.push_back(std::move(e));
+    }
+    report.experiments[it->second].runs.push_back(std::move(run));
+  }
+  std::sort(report.experiments.begin(), report.experiments.end(),
+            [](const Experiment& a, const Experiment& b) {
+              return std::tie(a.model, a.delay, a.workers) < std::tie(b.model, b.delay, b.workers);
+            });
+
+  for (Experiment& e : report.experiments) {
+    std::map<std::pair<std::string, bool>, size_t> rows;
+    for (size_t i = 0; i < e.runs.size(); ++i) {
+      const v1::CaseInfo& info = e.runs[i].info;
+      const bool requeue = info.tau_policy() == "inf" ? true : info.requeue();
+      const auto key = std::make_pair(info.tau_policy(), requeue);
+      auto it = rows.find(key);
+      if (it == rows.end()) {
+        CaseRow row;
+        row.tau_policy = info.tau_policy();
+        row.requeue = requeue;
+        it = rows.emplace(key, e.rows.size()).first;
+        e.rows.push_back(row);
+      }
+      e.rows[it->second].runs.push_back(i);
+    }
+    std::sort(e.rows.begin(), e.rows.end(),
+              [](const CaseRow& a, const CaseRow& b) { return row_order(a) < row_order(b); });
+    for (size_t r = 0; r < e.rows.size(); ++r) {
+      CaseRow& row = e.rows[r];
+      std::sort(row.runs.begin(), row.runs.end(),
+                [&](size_t a, size_t b) { return e.runs[a].info.seed() < e.runs[b].info.seed(); });
+      std::vector<double> accuracy, ttt, sps, drop, lost, tau;
+      for (size_t i : row.runs) {
+        const RunFolder& run = e.runs[i];
+        if (run.summary.final_eval_accuracy) accuracy.push_back(*run.summary.final_eval_accuracy);
+        if (auto t = run_time_to_target(run, report.target)) ttt.push_back(*t);
+        sps.push_back(run.summary.samples_per_second);
+        drop.push_back(run.summary.drop_rate);
+        lost.push_back(static_cast<double>(run.summary.samples_lost));
+        tau.push_back(run_tau(run));
+      }
+      if (!accuracy.empty()) row.accuracy = aggregate(accuracy);
+      if (!ttt.empty()) row.time_to_target = aggregate(ttt);
+      row.samples_per_second = aggregate(sps);
+      row.drop_rate = aggregate(drop);
+      row.samples_lost = aggregate(lost);
+      row.tau_seconds = aggregate(tau);
+      if (row.tau_policy == "inf") {
+        row.label = "tau = inf (baseline)";
+        if (!e.baseline_row) e.baseline_row = r;
+      } else {
+        std::string tau_label = row.tau_policy + " s";
+        if (row.tau_policy == "auto") {
+          tau_label = std::isfinite(row.tau_seconds.mean)
+                          ? fmt::format("auto (median {:.4g} s)", row.tau_seconds.mean)
+                          : std::string("auto (stayed inf)");
+        } else if (row.tau_policy[0] == 'p') {
+          tau_label = fmt::format("{} ({:.4g} s)", row.tau_policy, row.tau_seconds.mean);
+        }
+        row.label = fmt::format("tau = {}, {}", tau_label, row.requeue ? "requeue" : "no requeue");
+      }
+    }
+    if (e.baseline_row) {
+      const CaseRow& base = e.rows[*e.baseline_row];
+      for (CaseRow& row : e.rows) {
+        const bool all_reached = row.time_to_target && base.time_to_target &&
+                                 row.time_to_target->count == row.runs.size() &&
+                                 base.time_to_target->count == base.runs.size() &&
+                                 row.time_to_target->mean > 0;
+        if (all_reached) {
+          row.speedup = base.time_to_target->mean / row.time_to_target->mean;
+          row.speedup_basis = "time to target";
+        } else if (base.samples_per_second.mean > 0) {
+          row.speedup = row.samples_per_second.mean / base.samples_per_second.mean;
+          row.speedup_basis = "samples/s";
+        }
+      }
+    }
+  }
+  return report;
+}
+
+std::vector<std::string> table_header() {
+  return {"case",           "seeds",       "final accuracy",
+          "time to target", "samples/s",   "speedup vs tau = inf",
+          "drop rate",      "samples lost"};
+}
+
+std::vector<std::string> table_cells(const CaseRow& row) {
+  const size_t seeds = row.runs.size();
+  std::string ttt = "not reached";
+  if (row.time_to_target) {
+    ttt = with_spread(row.time_to_target.value(), "{:.2f}", seeds) + " s";
+    if (row.time_to_target->count < seeds)
+      ttt += fmt::format(" ({}/{} seeds)", row.time_to_target->count, seeds);
+  }
+  return {
+      row.label,
+      std::to_string(seeds),
+      row.accuracy ? with_spread(*row.accuracy, "{:.4f}", seeds) : "none",
+      ttt,
+      with_spread(row.samples_per_second, "{:.1f}", seeds),
+      row.speedup ? fmt::format("{:.3f}x ({})", *row.speedup, row.speedup_basis) : "no baseline",
+      with_spread(
+          Aggregate{100 * row.drop_rate.mean, 100 * row.drop_rate.spread, row.drop_rate.count},
+          "{:.2f}", seeds) +
+          "%",
+      with_spread(row.samples_lost, "{:.0f}", seeds)};
+}
+
+std::string markdown_table(const Experiment& e) {
+  const auto header = table_header();
+  std::string line = "|", rule = "|";
+  for (size_t i = 0; i < header.size(); ++i) {
+    line += " " + header[i] + " |";
+    rule += i == 0 ? "---|" : "---:|";
+  }
+  std::string out = line + "\n" + rule + "\n";
+  for (const CaseRow& row : e.rows) {
+    line = "|";
+    for (const std::string& cell : table_cells(row)) line += " " + cell + " |";
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string experiment_title(const Experiment& e) {
+  return fmt::format("{}: {} workers, {} delays", e.model, e.workers, e.delay);
+}
+
+std::string table_notes(const Report& report) {
+  std::string out;
+  if (report.target) {
+    out += fmt::format("Time to target: wall seconds until an evaluation reached accuracy {:.4g}. ",
+                       *report.target);
+  } else {
+    out +=
+        "Time to target: no target accuracy (set stop.target_accuracy in the config or pass "
+        "--target). ";
+  }
+  out +=
+      "Speedup: the baseline's time to target over the case's when every seed of both reached the "
+      "target, "
+      "else the case's samples/s over the baseline's. Drop rate: micro-batches dropped at the "
+      "threshold or "
+      "orphaned, over those planned. ± is the standard deviation over seeds.\n";
+  return out;
+}
+
+std::string markdown_tables(const Report& report) {
+  std::string out;
+  for (const Experiment& e : report.experiments) {
+    out += "### " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
+  }
+  return out + table_notes(report);
+}
+
+std::string report_json(const Report& report) {
+  auto optional_number = [](const std::optional<Aggregate>& a) {
+    return a ? json_number(a->mean) : std::string("null");
+  };
+  std::string out = "{\"experiments\":[";
+  for (size_t x = 0; x < report.experiments.size(); ++x) {
+    const Experiment& e = report.experiments[x];
+    out += fmt::format("{}{{\"model\":{},\"workers\":{},\"delay\":{},\"rows\":[", x ? "," : "",
+                       json_string(e.model), e.workers, json_string(e.delay));
+    for (size_t r = 0; r < e.rows.size(); ++r) {
+      const CaseRow& row = e.rows[r];
+      std::string runs;
+      for (size_t i : row.runs) {
+        if (!runs.empty()) runs += ',';
+        runs += json_string(e.runs[i].dir.string());
+      }
+      out += fmt::format(
+          "{}{{\"label\":{},\"tau_policy\":{},\"requeue\":{},\"runs\":[{}],\"accuracy\":{},"
+          "\"time_to_target_seconds\":{},\"samples_per_second\":{},\"speedup\":{},\"speedup_"
+          "basis\":{},"
+          "\"drop_rate\":{},\"samples_lost\":{},\"tau_seconds\":{}}}",
+          r ? "," : "", json_string(row.label), json_string(row.tau_policy), row.requeue, runs,
+          optional_number(row.accuracy), optional_number(row.time_to_target),
+          json_number(row.samples_per_second.mean),
+          row.speedup ? json_number(*row.speedup) : "null", json_string(row.speedup_basis),
+          json_number(row.drop_rate.mean), json_number(row.samples_lost.mean),
+          json_number(row.tau_seconds.mean));
+    }
+    out += "]}";
+  }
+  out += "]}\n";
+  return out;
+}
+
+}  // namespace dctrain

@@ -1,0 +1,74 @@
+// Run folders grouped into experiments (same model, workers and delay; the
+// cases vary the tau policy and requeue) and aggregated over seeds into the
+// rows of the report's tables.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/runs/run_folder.h"
+
+namespace dctrain {
+
+struct Aggregate {  // a figure over the seeds of a case
+  double mean = 0.0;
+  double spread = 0.0;  // sample standard deviation; 0 with one seed
+  size_t count = 0;     // seeds that have the figure
+};
+
+struct CaseRow {
+  std::string label;       // "tau = p90 (0.0421 s), requeue"
+  std::string tau_policy;  // "inf", "0.05", "p90", "auto"
+  bool requeue = true;
+  std::vector<size_t> runs;                 // indices into Experiment::runs, one per seed
+  std::optional<Aggregate> accuracy;        // final eval accuracy
+  std::optional<Aggregate> time_to_target;  // over the seeds that reached it
+  Aggregate samples_per_second, drop_rate, samples_lost, tau_seconds;
+  // Against the tau = inf row: baseline time to target / this row's when
+  // every seed of both reached the target, else samples/s ratio.
+  std::optional<double> speedup;
+  std::string speedup_basis;  // "time to target" or "samples/s"
+};
+
+struct Experiment {
+  std::string model, delay;
+  uint32_t workers = 0;
+  std::string slug;  // "mnist-cnn_w4_dropcompute", for file names
+  std::vector<RunFolder> runs;
+  std::vector<CaseRow> rows;  // tau = inf first
+  std::optional<size_t> baseline_row;
+};
+
+struct Report {
+  std::vector<Experiment> experiments;
+  std::optional<double> target;  // --target, else the runs' configured target
+};
+
+// Groups and aggregates. `target`: time to target for runs whose summary has
+// none is the wall time of the first evaluation reaching it.
+Report build_report(std::vector<RunFolder> runs, std::optional<double> target);
+
+// Time to target of one run: its summary's, else from its evaluations.
+std::optional<double> run_time_to_target(const RunFolder& run, std::optional<double> target);
+
+// The tau a run used: the resolved fixed tau, or for runs whose tau changes
+// (auto), the median of its steps' tau.
+double run_tau(const RunFolder& run);
+
+// One Markdown table per experiment, with a heading each, then the notes.
+std::string markdown_tables(const Report& report);
+std::string markdown_table(const Experiment& e);
+std::string experiment_title(const Experiment& e);
+// What the columns mean (time to target, speedup basis, spread).
+std::string table_notes(const Report& report);
+
+// The table's cells, as printed (tests compare them with the summaries).
+std::vector<std::string> table_header();
+std::vector<std::string> table_cells(const CaseRow& row);
+
+// report.json: every row's figures as numbers.
+std::string report_json(const Report& report);
+
+}  // namespace dctrain
