@@ -1,5 +1,7 @@
 #include "comm/transport.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "comm/framing.h"
@@ -90,9 +92,24 @@ void RouterTransport::send(const std::string& peer, Message message) {
 
 DealerTransport::DealerTransport(zmq::context_t& context, const std::string& address,
                                  const std::string& identity, std::shared_ptr<spdlog::logger> log)
-    : socket_(context, zmq::socket_type::dealer), log_(std::move(log)) {
+    : socket_(context, zmq::socket_type::dealer), monitor_(context, zmq::socket_type::pair),
+      log_(std::move(log)) {
   socket_.set(zmq::sockopt::routing_id, identity);
   socket_.set(zmq::sockopt::linger, 2000);
+  // Retry a refused or unreachable address after 0.1, 0.2, 0.4, ... s, at
+  // most every second.
+  socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
+  // The monitor's reader is connected before the DEALER connects: ZeroMQ
+  // drops events that nobody reads.
+  const std::string monitor = fmt::format("inproc://dealer-monitor-{}", static_cast<void*>(this));
+  if (zmq_socket_monitor(socket_.handle(), monitor.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_CONNECT_RETRIED |
+                             ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+    throw std::runtime_error(fmt::format("worker: cannot watch the connection: {}", zmq_strerror(zmq_errno())));
+  }
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(monitor);
   try {
     socket_.connect(address);
   } catch (const zmq::error_t& e) {
@@ -108,8 +125,29 @@ void DealerTransport::send(Message message) {
   }
 }
 
+DealerTransport::~DealerTransport() { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
+
 bool DealerTransport::try_receive(std::vector<zmq::message_t>& parts) {
   return receive_parts(socket_, parts, false);
+}
+
+std::optional<ConnectionEvent> DealerTransport::try_event() {
+  std::vector<zmq::message_t> parts;
+  while (receive_parts(monitor_, parts, false)) {
+    // Frame 1: 16-bit event id and 32-bit value; frame 2: the address.
+    if (parts.empty() || parts[0].size() < sizeof(uint16_t)) continue;
+    uint16_t event = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    switch (event) {
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: return ConnectionEvent::kConnected;
+      case ZMQ_EVENT_CONNECT_RETRIED: return ConnectionEvent::kRetried;
+      case ZMQ_EVENT_DISCONNECTED: return ConnectionEvent::kDisconnected;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: return ConnectionEvent::kHandshakeFailed;
+      default: continue;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace dctrain
