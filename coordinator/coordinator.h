@@ -26,6 +26,7 @@
 #include "coordinator/planner.h"
 #include "coordinator/reducer.h"
 #include "coordinator/run_metrics.h"
+#include "coordinator/worker_summary.h"
 #include "data/ledger.h"
 #include "proto/config.pb.h"
 
@@ -105,6 +106,7 @@ class Coordinator {
   Ledger ledger_;
   Reducer reducer_;
   RunMetrics metrics_;
+  WorkerSummary worker_summary_;
 
   bool needs_data_root_ = false;
   Phase phase_ = Phase::kJoining;

@@ -86,10 +86,10 @@ void RunMetrics::record_step(const StepRecord& r) {
     workers += fmt::format(
         "{}{{\"rank\":{},\"name\":{},\"contributed\":{},\"missed\":{},\"compute_seconds\":{},"
         "\"overhead_seconds\":{},\"completed\":{},\"dropped\":{},\"samples\":{},\"checksum_ok\":{},"
-        "\"micro_batch_seconds\":[{}]}}",
+        "\"micro_batch_seconds\":[{}],\"arrival_seconds\":{}}}",
         workers.empty() ? "" : ",", w.rank, json_string(w.name), w.contributed, w.missed,
         json_number(w.compute_seconds), json_number(w.overhead_seconds), w.completed, w.dropped,
-        w.samples, w.checksum_ok, times);
+        w.samples, w.checksum_ok, times, w.arrival_seconds >= 0 ? json_number(w.arrival_seconds) : "null");
   }
   out_ << fmt::format(
       "{{\"type\":\"step\",\"step\":{},\"epoch\":{},\"epochs\":{},\"wall_seconds\":{},"
@@ -133,7 +133,7 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       planned == 0 ? 0.0 : static_cast<double>(t.microbatches_dropped() + t.microbatches_orphaned()) /
                                static_cast<double>(planned);
   const double tau = config.step().tau();
-  const std::string text = fmt::format(
+  std::string text = fmt::format(
       "{{\n"
       "  \"name\": {},\n"
       "  \"final_eval_accuracy\": {},\n"
@@ -178,6 +178,7 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       config.workers(), std::isinf(tau) ? std::string("\"inf\"") : json_number(tau),
       config.step().requeue(), json_string(config.step().normalize()),
       json_string(config.delay().kind()), json_string(stop_reason));
+  if (!summary_members_.empty()) text.insert(text.rfind("\n}"), ",\n  " + summary_members_);
   write_file_atomically(path, text);
 }
 
