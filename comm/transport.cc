@@ -51,7 +51,14 @@ bool send_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, const
 
 RouterTransport::RouterTransport(zmq::context_t& context, const std::string& address,
                                  std::shared_ptr<spdlog::logger> log)
-    : socket_(context, zmq::socket_type::router), log_(std::move(log)) {
+    : socket_(context, zmq::socket_type::router), monitor_(context, zmq::socket_type::pair),
+      log_(std::move(log)) {
+  const std::string monitor = fmt::format("inproc://router-monitor-{}", static_cast<void*>(this));
+  if (zmq_socket_monitor(socket_.handle(), monitor.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    throw std::runtime_error(fmt::format("coordinator: cannot watch connections: {}", zmq_strerror(zmq_errno())));
+  }
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(monitor);
   socket_.set(zmq::sockopt::router_mandatory, 1);
   socket_.set(zmq::sockopt::linger, 0);
   // A reconnecting worker takes over its name from the dead connection.
@@ -72,7 +79,25 @@ void RouterTransport::set_linger(std::chrono::milliseconds linger) {
   socket_.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
 }
 
+RouterTransport::~RouterTransport() { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
+
+size_t RouterTransport::connections() {
+  std::vector<zmq::message_t> parts;
+  while (receive_parts(monitor_, parts, false)) {
+    // Frame 1: 16-bit event id and 32-bit value (here the connection's fd).
+    if (parts.empty() || parts[0].size() < sizeof(uint16_t) + sizeof(int32_t)) continue;
+    uint16_t event = 0;
+    int32_t fd = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    std::memcpy(&fd, static_cast<const char*>(parts[0].data()) + sizeof event, sizeof fd);
+    if (event == ZMQ_EVENT_ACCEPTED) open_.insert(fd);
+    if (event == ZMQ_EVENT_DISCONNECTED) open_.erase(fd);
+  }
+  return open_.size();
+}
+
 bool RouterTransport::receive(Received& out, std::chrono::milliseconds timeout) {
+  connections();  // keeps the monitor's queue short
   zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
   if (zmq::poll(&item, 1, timeout) == 0) return false;
   std::vector<zmq::message_t> parts;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <spdlog/logger.h>
@@ -33,8 +34,17 @@ class RouterTransport : public Outbox {
   // Lets queued messages go out for at most `linger` when the socket closes.
   void set_linger(std::chrono::milliseconds linger);
 
+  // Connections open now (workers, and anything else that connected).
+  size_t connections();
+
+  ~RouterTransport();
+  RouterTransport(const RouterTransport&) = delete;
+  RouterTransport& operator=(const RouterTransport&) = delete;
+
  private:
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;
+  std::set<int> open_;  // file descriptors of open connections
   std::shared_ptr<spdlog::logger> log_;
 };
 

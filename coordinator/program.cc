@@ -146,15 +146,14 @@ int run_coordinator(CoordinatorOptions options) {
     }
     // Let the byes reach the workers before the socket closes. A worker on a
     // slow link may still have updates queued ahead of its bye and late
-    // contributions on their way here; closing a connection with unread
-    // bytes resets it and throws away what is still in flight to that
-    // worker, its bye included. So read (and discard) until every worker has
-    // gone quiet, at most a few seconds, then close with a linger.
+    // contributions on their way here; closing a connection that still
+    // receives resets it and throws away what is in flight to that worker,
+    // its bye included. So read (and discard) until the workers, having read
+    // their byes, have closed their connections; at most 10 s.
     const Clock::time_point closing = Clock::now();
-    auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-    Clock::time_point last_heard = closing;
-    while (since(closing) < 10.0 && since(last_heard) < 1.0) {
-      if (transport.receive(received, std::chrono::milliseconds(50))) last_heard = Clock::now();
+    while (transport.connections() > 0 &&
+           std::chrono::duration<double>(Clock::now() - closing).count() < 10.0) {
+      transport.receive(received, std::chrono::milliseconds(50));
     }
     transport.set_linger(std::chrono::milliseconds(10000));
     return coordinator.exit_code();

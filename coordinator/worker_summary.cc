@@ -24,7 +24,7 @@ double median(std::vector<double> values) {
 }  // namespace
 
 double WorkerTotals::mean_micro_batch_seconds() const {
-  return completed == 0 ? 0.0 : micro_batch_seconds / static_cast<double>(completed);
+  return timed == 0 ? 0.0 : micro_batch_seconds / static_cast<double>(timed);
 }
 
 double WorkerTotals::mean_communication_seconds() const {
@@ -52,6 +52,11 @@ void WorkerSummary::contribution_arrived(const std::string& name, uint64_t step,
   // spent between the hosts: the plan on its way out, the contribution on
   // its way back.
   w.communication_seconds += std::max(0.0, arrival - c.compute_seconds() - c.overhead_seconds());
+  // A late contribution was computed all the same: its times count.
+  for (const v1::MicroBatchTime& t : c.completed()) {
+    w.micro_batch_seconds += t.compute_seconds();
+    ++w.timed;
+  }
   if (step_open_ && step == open_step_) {
     arrival_in_open_step_[name] = arrival;
   } else {
@@ -72,7 +77,6 @@ void WorkerSummary::step_closed(StepRecord& record) {
       if (arrival != arrival_in_open_step_.end()) r.arrival_seconds = arrival->second;
       w.completed += r.completed;
       w.dropped += r.dropped;
-      for (double t : r.micro_batch_seconds) w.micro_batch_seconds += t;
     } else {
       // Its whole plan went back to the ledger (missed the deadline, died).
       ++w.steps_missed;
@@ -102,13 +106,13 @@ std::vector<std::pair<WorkerTotals, std::string>> WorkerSummary::slow_workers(do
     std::vector<double> compute, communication;
     for (size_t j = 0; j < all.size(); ++j) {
       if (j == i) continue;
-      if (all[j].completed > 0) compute.push_back(all[j].mean_micro_batch_seconds());
+      if (all[j].timed > 0) compute.push_back(all[j].mean_micro_batch_seconds());
       if (all[j].arrivals > 0) communication.push_back(all[j].mean_communication_seconds());
     }
     const WorkerTotals& w = all[i];
     std::vector<std::string> causes;
     const double c = w.mean_micro_batch_seconds(), m = median(compute);
-    if (w.completed > 0 && !compute.empty() && c > factor * m && c - m > kComputeFloor) {
+    if (w.timed > 0 && !compute.empty() && c > factor * m && c - m > kComputeFloor) {
       causes.push_back("compute");
     }
     const double k = w.mean_communication_seconds(), n = median(communication);

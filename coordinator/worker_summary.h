@@ -22,7 +22,8 @@ struct WorkerTotals {
   uint32_t rank = 0;                      // the last rank it had
   uint64_t steps_planned = 0, steps_contributed = 0, steps_missed = 0;
   uint64_t completed = 0, dropped = 0, orphaned = 0;  // micro-batches
-  double micro_batch_seconds = 0.0;       // sum over completed micro-batches
+  uint64_t timed = 0;                     // micro-batches it reported computing, in time or late
+  double micro_batch_seconds = 0.0;       // their summed compute time
   uint64_t arrivals = 0;                  // contributions that arrived, in time or late
   double arrival_seconds = 0.0;           // sum of plan sent -> contribution arrived
   double communication_seconds = 0.0;     // sum of arrival - the worker's own compute and overhead

@@ -7,9 +7,15 @@
 namespace dctrain {
 namespace {
 
-v1::Contribution contribution(double compute, double overhead) {
+// A contribution of `n` micro-batches of `each` seconds.
+v1::Contribution contribution(int n, double each, double overhead) {
   v1::Contribution c;
-  c.set_compute_seconds(compute);
+  for (int i = 0; i < n; ++i) {
+    v1::MicroBatchTime& t = *c.add_completed();
+    t.set_id(static_cast<uint64_t>(i));
+    t.set_compute_seconds(each);
+  }
+  c.set_compute_seconds(n * each);
   c.set_overhead_seconds(overhead);
   return c;
 }
@@ -35,9 +41,9 @@ WorkerSummary three_workers() {
   for (uint64_t step = 0; step < 10; ++step) {
     const double t0 = static_cast<double>(step);
     summary.step_started(step, t0);
-    summary.contribution_arrived("fast", step, contribution(0.04, 0.001), t0 + 0.045);
-    summary.contribution_arrived("cpu", step, contribution(0.10, 0.002), t0 + 0.11);
-    if (step >= 2) summary.contribution_arrived("link", step - 2, contribution(0.04, 0.001), t0);
+    summary.contribution_arrived("fast", step, contribution(4, 0.01, 0.001), t0 + 0.045);
+    summary.contribution_arrived("cpu", step, contribution(2, 0.05, 0.002), t0 + 0.11);
+    if (step >= 2) summary.contribution_arrived("link", step - 2, contribution(4, 0.01, 0.001), t0);
     StepRecord record;
     record.step = step;
     record.workers = {worker(0, "fast", true, 4, 0, 0.01), worker(1, "cpu", true, 2, 2, 0.05),
@@ -64,6 +70,7 @@ TEST(WorkerSummary, CountsPerWorkerAndMeasuresArrivalAndCommunication) {
   EXPECT_EQ(totals[2].steps_missed, 10u);
   EXPECT_EQ(totals[2].orphaned, 40u);
   EXPECT_EQ(totals[2].late, 8u);
+  EXPECT_NEAR(totals[2].mean_micro_batch_seconds(), 0.01, 1e-12) << "its late contributions were timed";
   EXPECT_NEAR(totals[2].late_arrival_seconds / 8.0, 2.0, 1e-9);
   EXPECT_NEAR(totals[2].mean_communication_seconds(), 2.0 - 0.041, 1e-9);
 }
@@ -86,8 +93,8 @@ TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
   for (uint64_t step = 0; step < 5; ++step) {
     summary.step_started(step, 0.0);
     // 0.5 ms more per micro-batch is 1.5 times as slow but below the floor.
-    summary.contribution_arrived("a", step, contribution(0.004, 0.0), 0.005);
-    summary.contribution_arrived("b", step, contribution(0.006, 0.0), 0.007);
+    summary.contribution_arrived("a", step, contribution(4, 0.001, 0.0), 0.005);
+    summary.contribution_arrived("b", step, contribution(4, 0.0016, 0.0), 0.0075);
     StepRecord record;
     record.workers = {worker(0, "a", true, 4, 0, 0.001), worker(1, "b", true, 4, 0, 0.0016)};
     summary.step_closed(record);
@@ -95,6 +102,7 @@ TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
   EXPECT_TRUE(summary.slow_workers().empty());
   WorkerSummary alone;
   alone.step_started(0, 0.0);
+  alone.contribution_arrived("a", 0, contribution(4, 1.0, 0.0), 4.0);
   StepRecord record;
   record.workers = {worker(0, "a", true, 4, 0, 1.0)};
   alone.step_closed(record);
