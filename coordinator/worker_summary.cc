@@ -1,10 +1,10 @@
 #include "coordinator/worker_summary.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iterator>
-
-#include <fmt/format.h>
 
 namespace dctrain {
 
@@ -143,7 +143,8 @@ std::string WorkerSummary::json_members() const {
     per_worker += fmt::format("{}\n    {}}}", per_worker.empty() ? "" : ",", entry(w));
   }
   for (const auto& [w, cause] : slow_workers()) {
-    slow += fmt::format("{}\n    {}, \"cause\": {}}}", slow.empty() ? "" : ",", entry(w), json_string(cause));
+    slow += fmt::format("{}\n    {}, \"cause\": {}}}", slow.empty() ? "" : ",", entry(w),
+                        json_string(cause));
   }
   return fmt::format("\"per_worker\": [{}\n  ],\n  \"slow_workers\": [{}{}]", per_worker, slow,
                      slow.empty() ? "" : "\n  ");

@@ -19,16 +19,16 @@ namespace dctrain {
 
 struct WorkerTotals {
   std::string name;
-  uint32_t rank = 0;                      // the last rank it had
+  uint32_t rank = 0;  // the last rank it had
   uint64_t steps_planned = 0, steps_contributed = 0, steps_missed = 0;
   uint64_t completed = 0, dropped = 0, orphaned = 0;  // micro-batches
-  uint64_t timed = 0;                     // micro-batches it reported computing, in time or late
-  double micro_batch_seconds = 0.0;       // their summed compute time
-  uint64_t arrivals = 0;                  // contributions that arrived, in time or late
-  double arrival_seconds = 0.0;           // sum of plan sent -> contribution arrived
-  double communication_seconds = 0.0;     // sum of arrival - the worker's own compute and overhead
-  uint64_t late = 0;                      // contributions that arrived after their step closed
-  double late_arrival_seconds = 0.0;      // sum of their plan sent -> arrival
+  uint64_t timed = 0;                  // micro-batches it reported computing, in time or late
+  double micro_batch_seconds = 0.0;    // their summed compute time
+  uint64_t arrivals = 0;               // contributions that arrived, in time or late
+  double arrival_seconds = 0.0;        // sum of plan sent -> contribution arrived
+  double communication_seconds = 0.0;  // sum of arrival - the worker's own compute and overhead
+  uint64_t late = 0;                   // contributions that arrived after their step closed
+  double late_arrival_seconds = 0.0;   // sum of their plan sent -> arrival
 
   double mean_micro_batch_seconds() const;
   double mean_communication_seconds() const;
@@ -55,8 +55,8 @@ class WorkerSummary {
 
  private:
   std::map<std::string, WorkerTotals> workers_;
-  std::map<uint64_t, double> started_;                   // recent steps' start times
-  std::map<std::string, double> arrival_in_open_step_;   // name -> arrival seconds
+  std::map<uint64_t, double> started_;                  // recent steps' start times
+  std::map<std::string, double> arrival_in_open_step_;  // name -> arrival seconds
   uint64_t open_step_ = 0;
   bool step_open_ = false;
 };

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,13 +18,11 @@
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-
 namespace dctrain::testing {
 
 struct CommandResult {
-  int status = -1;      // exit status; -1 when it could not run
-  std::string output;   // stdout and stderr together
+  int status = -1;     // exit status; -1 when it could not run
+  std::string output;  // stdout and stderr together
   bool ok() const { return status == 0; }
 };
 
@@ -46,10 +45,12 @@ inline CommandResult run_command(const std::vector<std::string>& argv) {
   ::close(fds[1]);
   char buffer[4096];
   ssize_t n;
-  while ((n = ::read(fds[0], buffer, sizeof buffer)) > 0) result.output.append(buffer, static_cast<size_t>(n));
+  while ((n = ::read(fds[0], buffer, sizeof buffer)) > 0)
+    result.output.append(buffer, static_cast<size_t>(n));
   ::close(fds[0]);
   int status = 0;
-  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) result.status = WEXITSTATUS(status);
+  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+    result.status = WEXITSTATUS(status);
   return result;
 }
 
@@ -99,7 +100,8 @@ class NetworkNamespace {
     std::vector<std::string> argv = {ip_, "-n", name_};
     argv.insert(argv.end(), args.begin(), args.end());
     const CommandResult r = run_command(argv);
-    return r.ok() ? "" : fmt::format("'ip -n {} {}' failed: {}", name_, fmt::join(args, " "), r.output);
+    return r.ok() ? ""
+                  : fmt::format("'ip -n {} {}' failed: {}", name_, fmt::join(args, " "), r.output);
   }
   // `ip netns exec NAME tc args...`; returns the error text, empty on success.
   std::string tc(const std::vector<std::string>& args) const {
@@ -108,7 +110,9 @@ class NetworkNamespace {
     std::vector<std::string> argv = {ip_, "netns", "exec", name_, tc};
     argv.insert(argv.end(), args.begin(), args.end());
     const CommandResult r = run_command(argv);
-    return r.ok() ? "" : fmt::format("'tc {}' in namespace {} failed: {}", fmt::join(args, " "), name_, r.output);
+    return r.ok() ? ""
+                  : fmt::format("'tc {}' in namespace {} failed: {}", fmt::join(args, " "), name_,
+                                r.output);
   }
   // The argv prefix that runs a program inside this namespace.
   std::vector<std::string> exec_prefix() const { return {ip_, "netns", "exec", name_}; }
@@ -140,7 +144,8 @@ class Network {
     error_ = ns->error();
     const std::string port = fmt::format("p{}", i);
     if (error_.empty()) {
-      error_ = switch_.ip({"link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns->name()});
+      error_ = switch_.ip(
+          {"link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns->name()});
     }
     if (error_.empty()) error_ = switch_.ip({"link", "set", port, "master", "br0", "up"});
     if (error_.empty()) error_ = ns->ip({"addr", "add", address(i) + "/24", "dev", "eth0"});
@@ -151,8 +156,10 @@ class Network {
 
   // Limits host i's link both ways with a token bucket filter.
   std::string limit_link(size_t i, const std::string& rate) {
-    const std::vector<std::string> tbf = {"root", "tbf", "rate", rate, "burst", "64kb", "latency", "1s"};
-    std::vector<std::string> up = {"qdisc", "add", "dev", "eth0"}, down = {"qdisc", "add", "dev", fmt::format("p{}", i)};
+    const std::vector<std::string> tbf = {"root",  "tbf",  "rate",    rate,
+                                          "burst", "64kb", "latency", "1s"};
+    std::vector<std::string> up = {"qdisc", "add", "dev", "eth0"},
+                             down = {"qdisc", "add", "dev", fmt::format("p{}", i)};
     up.insert(up.end(), tbf.begin(), tbf.end());
     down.insert(down.end(), tbf.begin(), tbf.end());
     std::string e = hosts_.at(i)->tc(up);
@@ -179,12 +186,14 @@ class CpuQuota {
 
   CpuQuota(const std::string& name, double cpus) : path_(std::filesystem::path(kRoot) / name) {
     if (!std::filesystem::exists(std::filesystem::path(kRoot) / "cpu.cfs_quota_us")) {
-      error_ = fmt::format("no cgroup v1 cpu controller at {} (cpu.cfs_quota_us is missing)", kRoot);
+      error_ =
+          fmt::format("no cgroup v1 cpu controller at {} (cpu.cfs_quota_us is missing)", kRoot);
       return;
     }
     std::error_code ec;
     if (!std::filesystem::create_directory(path_, ec) || ec) {
-      error_ = fmt::format("cannot create cgroup {}: {}", path_.string(), ec ? ec.message() : "it exists");
+      error_ = fmt::format("cannot create cgroup {}: {}", path_.string(),
+                           ec ? ec.message() : "it exists");
       return;
     }
     created_ = true;
@@ -197,7 +206,8 @@ class CpuQuota {
   ~CpuQuota() {
     if (!created_) return;
     std::ifstream procs(path_ / "cgroup.procs");
-    for (std::string pid; std::getline(procs, pid);) write(std::filesystem::path(kRoot) / "cgroup.procs", pid);
+    for (std::string pid; std::getline(procs, pid);)
+      write(std::filesystem::path(kRoot) / "cgroup.procs", pid);
     std::error_code ec;
     std::filesystem::remove(path_, ec);
   }

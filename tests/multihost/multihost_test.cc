@@ -10,9 +10,8 @@
 //     summary.json names both as slow, each with its cause.
 // Needs root, iproute2, and the cgroup v1 cpu controller; skips with the
 // reason where the machine does not allow them.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <regex>
 #include <sstream>
@@ -38,14 +37,15 @@ constexpr int kWorkers = 3;
 // Why this machine cannot run the test, or nothing.
 std::optional<std::string> missing_prerequisite() {
   if (::geteuid() != 0) return "needs root to make network namespaces and cgroups";
-  if (testing::ip_program().empty()) return "iproute2's 'ip' is not installed (apt-get install iproute2)";
+  if (testing::ip_program().empty())
+    return "iproute2's 'ip' is not installed (apt-get install iproute2)";
   if (!std::filesystem::exists(kData + "/mnist/train-images-idx3-ubyte.gz")) {
     return fmt::format("MNIST is not at {}/mnist", kData);
   }
   return std::nullopt;
 }
 
-#define SKIP_WITHOUT_PREREQUISITES()                                        \
+#define SKIP_WITHOUT_PREREQUISITES() \
   if (const auto missing = missing_prerequisite()) GTEST_SKIP() << *missing
 
 // mnist-cnn on 1536 MNIST images: 16 steps of 96 per epoch, 4 micro-batches
@@ -68,7 +68,8 @@ progress_seconds: 5
 }
 
 std::filesystem::path make_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("dctrain-multihost-{}-{}", ::getpid(), name);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("dctrain-multihost-{}-{}", ::getpid(), name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -104,12 +105,16 @@ class Job {
 
   void start_coordinator(const std::vector<std::string>& prefix, const std::string& bind) {
     std::vector<std::string> args = prefix;
-    args.insert(args.end(), {kBin + "/dctrain-coordinator", "--config", (dir_ / "run.cfg").string(), "--bind",
-                             bind, "--out", run_dir().string(), "--data-dir", kData});
+    args.insert(args.end(), {kBin + "/dctrain-coordinator", "--config", (dir_ / "run.cfg").string(),
+                             "--bind", bind, "--out", run_dir().string(), "--data-dir", kData});
     coordinator_ = start(args, dir_ / "coordinator.out");
-    ASSERT_TRUE(eventually([&] {
-      return std::filesystem::exists(run_dir() / "endpoint") || coordinator_->wait_for(0ms).has_value();
-    }, 30s)) << coordinator_->output();
+    ASSERT_TRUE(eventually(
+        [&] {
+          return std::filesystem::exists(run_dir() / "endpoint") ||
+                 coordinator_->wait_for(0ms).has_value();
+        },
+        30s))
+        << coordinator_->output();
     ASSERT_TRUE(std::filesystem::exists(run_dir() / "endpoint")) << coordinator_->output();
     endpoint_ = read_text(run_dir() / "endpoint");
     endpoint_.erase(endpoint_.find_last_not_of('\n') + 1);
@@ -119,12 +124,15 @@ class Job {
   // order of the calls.
   void start_worker(const std::vector<std::string>& prefix, const std::string& name) {
     std::vector<std::string> args = prefix;
-    args.insert(args.end(), {kBin + "/dctrain-worker", "--connect", endpoint_, "--name", name, "--data-dir",
-                             kData, "--connect-timeout", "60"});
+    args.insert(args.end(), {kBin + "/dctrain-worker", "--connect", endpoint_, "--name", name,
+                             "--data-dir", kData, "--connect-timeout", "60"});
     workers_.push_back(start(args, dir_ / (name + ".out")));
-    const std::string joined = fmt::format("worker '{}' joined as rank {}", name, workers_.size() - 1);
+    const std::string joined =
+        fmt::format("worker '{}' joined as rank {}", name, workers_.size() - 1);
     ASSERT_TRUE(eventually([&] { return log().find(joined) != std::string::npos; }, 60s))
-        << "no '" << joined << "' in:\n" << log() << "\n" << workers_.back()->output();
+        << "no '" << joined << "' in:\n"
+        << log() << "\n"
+        << workers_.back()->output();
   }
 
   // Every process ends with status 0.
@@ -148,8 +156,10 @@ class Job {
   }
 
  private:
-  static std::unique_ptr<Process> start(const std::vector<std::string>& argv, const std::filesystem::path& log) {
-    return std::make_unique<Process>(argv.front(), std::vector<std::string>(argv.begin() + 1, argv.end()), log);
+  static std::unique_ptr<Process> start(const std::vector<std::string>& argv,
+                                        const std::filesystem::path& log) {
+    return std::make_unique<Process>(argv.front(),
+                                     std::vector<std::string>(argv.begin() + 1, argv.end()), log);
   }
   std::filesystem::path dir_;
   std::string endpoint_;
@@ -176,7 +186,8 @@ TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
   std::vector<std::string> across, loopback;
   {
     Cluster cluster("a");
-    if (!cluster.network.error().empty()) GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
+    if (!cluster.network.error().empty())
+      GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
     Job run(make_dir("across"), config);
     run.start_coordinator(cluster.on(0), cluster.coordinator_bind());
     ASSERT_TRUE(run.endpoint().starts_with("tcp://10.231.0.10:")) << run.endpoint();
@@ -219,7 +230,8 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
   CpuQuota quota(fmt::format("dctrain-multihost-{}", ::getpid()), 0.05);
   if (!quota.error().empty()) GTEST_SKIP() << "cannot cap a worker's CPU: " << quota.error();
   Cluster cluster("b");
-  if (!cluster.network.error().empty()) GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
+  if (!cluster.network.error().empty())
+    GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
   if (const std::string e = cluster.network.limit_link(3, "16mbit"); !e.empty()) {
     GTEST_SKIP() << "cannot limit a link with tc tbf: " << e;
   }
@@ -230,8 +242,8 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     run.start_worker(cluster.on(1), "w0");
     // The shell joins the cgroup, then becomes the worker: every thread the
     // worker starts is under the quota.
-    std::vector<std::string> capped = {"/bin/sh", "-c",
-                                       fmt::format("echo $$ > {} && exec \"$@\"", quota.procs().string()), "sh"};
+    std::vector<std::string> capped = {
+        "/bin/sh", "-c", fmt::format("echo $$ > {} && exec \"$@\"", quota.procs().string()), "sh"};
     const auto on_w1 = cluster.on(2);
     capped.insert(capped.end(), on_w1.begin(), on_w1.end());
     run.start_worker(capped, "w1-capped-cpu");
@@ -257,8 +269,10 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     ASSERT_FALSE(free.empty() || capped_cpu.empty() || slow_link.empty()) << summary;
     // tau dropped the capped worker's micro-batches; its contributions came in time.
     EXPECT_GT(number(capped_cpu, "microbatches_dropped"), 0) << capped_cpu;
-    EXPECT_GT(number(capped_cpu, "mean_micro_batch_seconds"), 3 * number(free, "mean_micro_batch_seconds"))
-        << capped_cpu << "\n" << free;
+    EXPECT_GT(number(capped_cpu, "mean_micro_batch_seconds"),
+              3 * number(free, "mean_micro_batch_seconds"))
+        << capped_cpu << "\n"
+        << free;
     // The slow link computed as fast as the free worker but missed the
     // deadline: its planned micro-batches were orphaned and requeued, its
     // contributions arrived late, and the time went to the wire.
@@ -267,8 +281,10 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     EXPECT_GT(number(slow_link, "late_contributions"), 0) << slow_link;
     EXPECT_GT(number(slow_link, "mean_communication_seconds"), 0.5) << slow_link;
     EXPECT_GT(number(slow_link, "mean_micro_batch_seconds"), 0) << slow_link;
-    EXPECT_LT(number(slow_link, "mean_micro_batch_seconds"), 2 * number(free, "mean_micro_batch_seconds"))
-        << slow_link << "\n" << free;
+    EXPECT_LT(number(slow_link, "mean_micro_batch_seconds"),
+              2 * number(free, "mean_micro_batch_seconds"))
+        << slow_link << "\n"
+        << free;
     // The free worker lost less than either straggler.
     const auto lost = [](const std::string& w) {
       return number(w, "microbatches_dropped") + number(w, "microbatches_orphaned");

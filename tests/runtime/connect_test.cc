@@ -2,14 +2,12 @@
 // all: the worker keeps retrying with a log line saying what it waits for,
 // joins when the coordinator comes, and otherwise ends with exit status 4
 // and a clear error after --connect-timeout. Real processes on 127.0.0.1.
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <regex>
 
@@ -59,7 +57,8 @@ class LocalPort {
 };
 
 std::filesystem::path test_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("dctrain-connect-{}-{}", ::getpid(), name);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("dctrain-connect-{}-{}", ::getpid(), name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -93,7 +92,8 @@ stop { max_steps: 3 }
   // At least two retry lines, then the coordinator appears on that port.
   const std::string waiting =
       fmt::format("waiting for the coordinator at {}: no answer yet (attempt ", port.endpoint());
-  ASSERT_TRUE(eventually([&] { return count(worker.output(), waiting) >= 2; }, 20s)) << worker.output();
+  ASSERT_TRUE(eventually([&] { return count(worker.output(), waiting) >= 2; }, 20s))
+      << worker.output();
   EXPECT_FALSE(worker.wait_for(0ms).has_value()) << worker.output();
   EXPECT_TRUE(std::regex_search(worker.output(), std::regex(R"(\(attempt \d+, \d+ s of 60 s\))")))
       << worker.output();
@@ -108,7 +108,8 @@ stop { max_steps: 3 }
   EXPECT_EQ(*code, 0) << coordinator.output() << worker.output();
   EXPECT_EQ(worker.wait_for(15s), std::optional<int>(kWorkerDone)) << worker.output();
   const std::string out = worker.output();
-  EXPECT_NE(out.find(fmt::format("the coordinator at {} answered after", port.endpoint())), std::string::npos)
+  EXPECT_NE(out.find(fmt::format("the coordinator at {} answered after", port.endpoint())),
+            std::string::npos)
       << out;
   EXPECT_NE(out.find("final replica identical"), std::string::npos) << out;
   // One hello, one welcome: the retries did not make the coordinator see a restart.
@@ -126,11 +127,14 @@ TEST(Connect, AnAddressWhereNothingListensEndsWithExitStatus4AfterTheTimeout) {
                  {"--connect", port.endpoint(), "--name", "lonely", "--connect-timeout", "3"},
                  dir / "worker.out");
   const auto code = worker.wait_for(60s);
-  ASSERT_TRUE(code.has_value()) << "still waiting after 60 s with --connect-timeout 3:\n" << worker.output();
+  ASSERT_TRUE(code.has_value()) << "still waiting after 60 s with --connect-timeout 3:\n"
+                                << worker.output();
   EXPECT_EQ(*code, kWorkerNoCoordinator) << worker.output();
   const std::string out = worker.output();
-  EXPECT_NE(out.find(fmt::format("no answer from the coordinator at {} within 3 s", port.endpoint())),
-            std::string::npos) << out;
+  EXPECT_NE(
+      out.find(fmt::format("no answer from the coordinator at {} within 3 s", port.endpoint())),
+      std::string::npos)
+      << out;
   EXPECT_NE(out.find("--connect-timeout"), std::string::npos) << out;
   EXPECT_GE(count(out, "waiting for the coordinator at"), 1u) << out;
   std::filesystem::remove_all(dir);
@@ -146,7 +150,8 @@ TEST(Connect, APortThatAcceptsButNeverAnswersAlsoEndsWithExitStatus4) {
   const auto code = worker.wait_for(60s);
   ASSERT_TRUE(code.has_value()) << worker.output();
   EXPECT_EQ(*code, kWorkerNoCoordinator) << worker.output();
-  EXPECT_NE(worker.output().find("no answer from the coordinator at"), std::string::npos) << worker.output();
+  EXPECT_NE(worker.output().find("no answer from the coordinator at"), std::string::npos)
+      << worker.output();
   std::filesystem::remove_all(dir);
 }
 

@@ -1,8 +1,8 @@
 // Per-worker totals and the naming of slow workers, from step records and
 // contribution arrivals given by hand.
-#include <gtest/gtest.h>
-
 #include "coordinator/worker_summary.h"
+
+#include <gtest/gtest.h>
 
 namespace dctrain {
 namespace {
@@ -20,8 +20,8 @@ v1::Contribution contribution(int n, double each, double overhead) {
   return c;
 }
 
-WorkerStepRecord worker(uint32_t rank, const std::string& name, bool contributed, uint64_t completed,
-                        uint64_t dropped, double micro_batch_seconds) {
+WorkerStepRecord worker(uint32_t rank, const std::string& name, bool contributed,
+                        uint64_t completed, uint64_t dropped, double micro_batch_seconds) {
   WorkerStepRecord w;
   w.rank = rank;
   w.name = name;
@@ -70,7 +70,8 @@ TEST(WorkerSummary, CountsPerWorkerAndMeasuresArrivalAndCommunication) {
   EXPECT_EQ(totals[2].steps_missed, 10u);
   EXPECT_EQ(totals[2].orphaned, 40u);
   EXPECT_EQ(totals[2].late, 8u);
-  EXPECT_NEAR(totals[2].mean_micro_batch_seconds(), 0.01, 1e-12) << "its late contributions were timed";
+  EXPECT_NEAR(totals[2].mean_micro_batch_seconds(), 0.01, 1e-12)
+      << "its late contributions were timed";
   EXPECT_NEAR(totals[2].late_arrival_seconds / 8.0, 2.0, 1e-9);
   EXPECT_NEAR(totals[2].mean_communication_seconds(), 2.0 - 0.041, 1e-9);
 }
