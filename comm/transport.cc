@@ -1,5 +1,7 @@
 #include "comm/transport.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "comm/framing.h"
@@ -49,7 +51,14 @@ bool send_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, const
 
 RouterTransport::RouterTransport(zmq::context_t& context, const std::string& address,
                                  std::shared_ptr<spdlog::logger> log)
-    : socket_(context, zmq::socket_type::router), log_(std::move(log)) {
+    : socket_(context, zmq::socket_type::router), monitor_(context, zmq::socket_type::pair),
+      log_(std::move(log)) {
+  const std::string monitor = fmt::format("inproc://router-monitor-{}", static_cast<void*>(this));
+  if (zmq_socket_monitor(socket_.handle(), monitor.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    throw std::runtime_error(fmt::format("coordinator: cannot watch connections: {}", zmq_strerror(zmq_errno())));
+  }
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(monitor);
   socket_.set(zmq::sockopt::router_mandatory, 1);
   socket_.set(zmq::sockopt::linger, 0);
   // A reconnecting worker takes over its name from the dead connection.
@@ -70,7 +79,25 @@ void RouterTransport::set_linger(std::chrono::milliseconds linger) {
   socket_.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
 }
 
+RouterTransport::~RouterTransport() { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
+
+size_t RouterTransport::connections() {
+  std::vector<zmq::message_t> parts;
+  while (receive_parts(monitor_, parts, false)) {
+    // Frame 1: 16-bit event id and 32-bit value (here the connection's fd).
+    if (parts.empty() || parts[0].size() < sizeof(uint16_t) + sizeof(int32_t)) continue;
+    uint16_t event = 0;
+    int32_t fd = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    std::memcpy(&fd, static_cast<const char*>(parts[0].data()) + sizeof event, sizeof fd);
+    if (event == ZMQ_EVENT_ACCEPTED) open_.insert(fd);
+    if (event == ZMQ_EVENT_DISCONNECTED) open_.erase(fd);
+  }
+  return open_.size();
+}
+
 bool RouterTransport::receive(Received& out, std::chrono::milliseconds timeout) {
+  connections();  // keeps the monitor's queue short
   zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
   if (zmq::poll(&item, 1, timeout) == 0) return false;
   std::vector<zmq::message_t> parts;
@@ -90,9 +117,24 @@ void RouterTransport::send(const std::string& peer, Message message) {
 
 DealerTransport::DealerTransport(zmq::context_t& context, const std::string& address,
                                  const std::string& identity, std::shared_ptr<spdlog::logger> log)
-    : socket_(context, zmq::socket_type::dealer), log_(std::move(log)) {
+    : socket_(context, zmq::socket_type::dealer), monitor_(context, zmq::socket_type::pair),
+      log_(std::move(log)) {
   socket_.set(zmq::sockopt::routing_id, identity);
   socket_.set(zmq::sockopt::linger, 2000);
+  // Retry a refused or unreachable address after 0.1, 0.2, 0.4, ... s, at
+  // most every second.
+  socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
+  // The monitor's reader is connected before the DEALER connects: ZeroMQ
+  // drops events that nobody reads.
+  const std::string monitor = fmt::format("inproc://dealer-monitor-{}", static_cast<void*>(this));
+  if (zmq_socket_monitor(socket_.handle(), monitor.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_CONNECT_RETRIED |
+                             ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+    throw std::runtime_error(fmt::format("worker: cannot watch the connection: {}", zmq_strerror(zmq_errno())));
+  }
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(monitor);
   try {
     socket_.connect(address);
   } catch (const zmq::error_t& e) {
@@ -108,8 +150,29 @@ void DealerTransport::send(Message message) {
   }
 }
 
+DealerTransport::~DealerTransport() { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
+
 bool DealerTransport::try_receive(std::vector<zmq::message_t>& parts) {
   return receive_parts(socket_, parts, false);
+}
+
+std::optional<ConnectionEvent> DealerTransport::try_event() {
+  std::vector<zmq::message_t> parts;
+  while (receive_parts(monitor_, parts, false)) {
+    // Frame 1: 16-bit event id and 32-bit value; frame 2: the address.
+    if (parts.empty() || parts[0].size() < sizeof(uint16_t)) continue;
+    uint16_t event = 0;
+    std::memcpy(&event, parts[0].data(), sizeof event);
+    switch (event) {
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: return ConnectionEvent::kConnected;
+      case ZMQ_EVENT_CONNECT_RETRIED: return ConnectionEvent::kRetried;
+      case ZMQ_EVENT_DISCONNECTED: return ConnectionEvent::kDisconnected;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: return ConnectionEvent::kHandshakeFailed;
+      default: continue;
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace dctrain

@@ -234,6 +234,9 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   }
   member->last_heard = now;
   const uint32_t rank = member->rank;
+  if (message.envelope.has_contribution()) {
+    worker_summary_.contribution_arrived(peer, step, message.envelope.contribution(), now);
+  }
   if (phase_ != Phase::kStepping || step < step_) {
     log_->info("discarded worker '{}' (rank {})'s contribution for past step {} (now at step {})",
                peer, rank, step, step_);
@@ -366,6 +369,7 @@ void Coordinator::start_step(double now) {
   }
   phase_ = Phase::kStepping;
   step_started_ = now;
+  worker_summary_.step_started(step_, now);
   last_contribution_ = now;
   deadline_ = std::isinf(tau) ? std::numeric_limits<double>::infinity()
                               : now + tau + config_.liveness().grace_seconds();
@@ -389,6 +393,7 @@ void Coordinator::close_step(double now) {
     w.rank = rank;
     w.name = membership_.at(rank).name;
     w.missed = p.missed;
+    w.planned = p.micro_batches.size();
     w.samples = 0;
     record.planned += p.micro_batches.size();
     planned_samples += p.samples;
@@ -488,6 +493,7 @@ void Coordinator::close_step(double now) {
   record.epoch = ledger_.epoch();
   record.epochs = epochs();
   record.wall_seconds = wall(now);
+  worker_summary_.step_closed(record);
   metrics_.record_step(record);
   observe_threshold(record, now);
   planned_.clear();
@@ -652,6 +658,7 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
   t.set_wall_seconds(wall(now));
   if (!setup_.run_dir.empty()) {
     try {
+      metrics_.set_summary_members(worker_summary_.json_members());
       metrics_.write_summary(setup_.run_dir / "summary.json", config_, wall(now), epochs(), reason);
     } catch (const std::exception& e) {
       log_->error("{}", e.what());

@@ -27,6 +27,7 @@
 #include "coordinator/reducer.h"
 #include "coordinator/run_metrics.h"
 #include "coordinator/threshold.h"
+#include "coordinator/worker_summary.h"
 #include "data/ledger.h"
 #include "proto/config.pb.h"
 
@@ -111,6 +112,7 @@ class Coordinator {
   Reducer reducer_;
   RunMetrics metrics_;
   Threshold threshold_;
+  WorkerSummary worker_summary_;
 
   bool needs_data_root_ = false;
   Phase phase_ = Phase::kJoining;

@@ -144,8 +144,18 @@ int run_coordinator(CoordinatorOptions options) {
         coordinator.stop("interrupted by a signal", 130, now());
       }
     }
-    // Let the byes reach the workers before the socket closes.
-    transport.set_linger(std::chrono::milliseconds(2000));
+    // Let the byes reach the workers before the socket closes. A worker on a
+    // slow link may still have updates queued ahead of its bye and late
+    // contributions on their way here; closing a connection that still
+    // receives resets it and throws away what is in flight to that worker,
+    // its bye included. So read (and discard) until the workers, having read
+    // their byes, have closed their connections; at most 10 s.
+    const Clock::time_point closing = Clock::now();
+    while (transport.connections() > 0 &&
+           std::chrono::duration<double>(Clock::now() - closing).count() < 10.0) {
+      transport.receive(received, std::chrono::milliseconds(50));
+    }
+    transport.set_linger(std::chrono::milliseconds(10000));
     return coordinator.exit_code();
   } catch (const std::exception& e) {
     log->error("{}", e.what());

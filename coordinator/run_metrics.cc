@@ -86,10 +86,10 @@ void RunMetrics::record_step(const StepRecord& r) {
     workers += fmt::format(
         "{}{{\"rank\":{},\"name\":{},\"contributed\":{},\"missed\":{},\"compute_seconds\":{},"
         "\"overhead_seconds\":{},\"completed\":{},\"dropped\":{},\"samples\":{},\"checksum_ok\":{},"
-        "\"micro_batch_seconds\":[{}]}}",
+        "\"micro_batch_seconds\":[{}],\"arrival_seconds\":{}}}",
         workers.empty() ? "" : ",", w.rank, json_string(w.name), w.contributed, w.missed,
         json_number(w.compute_seconds), json_number(w.overhead_seconds), w.completed, w.dropped,
-        w.samples, w.checksum_ok, times);
+        w.samples, w.checksum_ok, times, w.arrival_seconds >= 0 ? json_number(w.arrival_seconds) : "null");
   }
   out_ << fmt::format(
       "{{\"type\":\"step\",\"step\":{},\"epoch\":{},\"epochs\":{},\"wall_seconds\":{},"
@@ -156,7 +156,7 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
   const v1::TauEstimate& e = t.last_tau_estimate();
   const auto predicted = [&](double value) { return estimated ? json_number(value) : std::string("null"); };
   const uint64_t planned_at_tau = t.microbatches_planned_at_tau();
-  const std::string text = fmt::format(
+  std::string text = fmt::format(
       "{{\n"
       "  \"name\": {},\n"
       "  \"final_eval_accuracy\": {},\n"
@@ -221,6 +221,7 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       predicted(e.drop_rate()), predicted(e.step_seconds()), predicted(e.baseline_step_seconds()),
       config.step().requeue(), json_string(config.step().normalize()),
       json_string(config.delay().kind()), json_string(stop_reason));
+  if (!summary_members_.empty()) text.insert(text.rfind("\n}"), ",\n  " + summary_members_);
   write_file_atomically(path, text);
 }
 

@@ -27,6 +27,8 @@ struct WorkerStepRecord {
   uint64_t completed = 0, dropped = 0, samples = 0;
   bool checksum_ok = true;
   std::vector<double> micro_batch_seconds;
+  uint64_t planned = 0;               // micro-batches planned for it
+  double arrival_seconds = -1.0;      // plan sent -> contribution arrived; -1: none in time
 };
 
 struct StepRecord {
@@ -86,12 +88,17 @@ class RunMetrics {
   const v1::RunTotals& totals() const { return totals_; }
 
   // summary.json, written atomically.
+  // Extra members for summary.json (JSON text, e.g. `"a": 1, "b": [2]`),
+  // written after the fixed ones.
+  void set_summary_members(std::string members) { summary_members_ = std::move(members); }
+
   void write_summary(const std::filesystem::path& path, const v1::RunConfig& config,
                      double wall_seconds, double epochs, const std::string& stop_reason) const;
 
  private:
   std::ofstream out_;
   v1::RunTotals totals_;
+  std::string summary_members_;
 };
 
 // JSON number: finite values as shortest round-trip text, others as null.

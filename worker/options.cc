@@ -15,6 +15,12 @@ void add_worker_options(CLI::App& app, WorkerOptions& options) {
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.add_option("--name", options.name, "Worker name in logs and metrics (empty: host:pid)");
+  app.add_option("--connect-timeout", options.connect_timeout,
+                 "Seconds to wait for an answer from the coordinator (at start, or after it fell "
+                 "silent) before giving up with exit status 4; the connection is retried "
+                 "meanwhile; 0: wait forever")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 }  // namespace dctrain

@@ -13,6 +13,7 @@ struct WorkerOptions {
   std::string data_dir;                          // data root; empty: synthetic data
   int threads = 1;                               // compute threads
   std::string name;                              // empty: host:pid
+  double connect_timeout = 60.0;                 // seconds without an answer before giving up; 0: never
   std::string log_level = "info";
 };
 

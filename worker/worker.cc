@@ -74,12 +74,9 @@ class JobQueue {
   bool closed_ = false;
 };
 
-// What the compute thread tells the I/O thread, beside messages to forward.
-constexpr const char* kReady = "ready";
-
 // The compute thread: owns datasets, replica and compute loop. It sends, on
 // its PAIR socket, either a message to forward to the coordinator, or a
-// one-frame status ("ready" after a welcome, "exit:<code>" when finished).
+// one-frame status ("exit:<code>" when finished).
 class ComputeThread {
  public:
   ComputeThread(const WorkerOptions& options, zmq::context_t& context, const std::string& endpoint,
@@ -148,7 +145,6 @@ class ComputeThread {
                "delay '{}'",
                rank_, config_.workers(), config_.model().name(), replica_->parameter_count(),
                w.optimizer_steps(), config_.delay().kind());
-    status(kReady);
     return true;
   }
 
@@ -307,22 +303,39 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
   log->info("{} connecting to {} as '{}' ({} threads, data {})", version_line("dctrain-worker"),
             options.connect, options.name, options.threads,
             options.data_dir.empty() ? std::string("synthetic only") : options.data_dir);
-  hello();
 
   double heartbeat_seconds = 0.5;
   double silence_seconds = 10.0;
   Clock::time_point last_sent = Clock::now(), last_heard = Clock::now();
-  bool welcomed = false;
   int exit_code = -1;
   std::vector<zmq::message_t> parts;
+
+  // Until the coordinator answers, the worker waits: it says hello on every
+  // connection ZeroMQ establishes (ZeroMQ retries a refused or unreachable
+  // address by itself), sends no heartbeats (they would only pile up in the
+  // queue), and gives up after --connect-timeout.
+  const double timeout = options.connect_timeout;
+  const std::string limit = timeout > 0 ? fmt::format("{:.0f} s", timeout) : std::string("no limit");
+  constexpr double kWaitLogSeconds = 2.0;
+  bool answered = false;
+  bool connected = false;
+  int attempts = 1;
+  Clock::time_point waiting_since = Clock::now(), last_wait_log = Clock::now();
+  auto start_waiting = [&] {
+    answered = false;
+    attempts = 1;
+    waiting_since = last_wait_log = Clock::now();
+  };
 
   while (exit_code < 0) {
     zmq::pollitem_t items[] = {
         {static_cast<void*>(dealer.socket()), 0, ZMQ_POLLIN, 0},
         {static_cast<void*>(from_compute), 0, ZMQ_POLLIN, 0},
         {nullptr, signals.fd(), ZMQ_POLLIN, 0},
+        {static_cast<void*>(dealer.events()), 0, ZMQ_POLLIN, 0},
     };
-    zmq::poll(items, 3, std::chrono::milliseconds(static_cast<int>(heartbeat_seconds * 500)));
+    const double wait = answered ? heartbeat_seconds * 0.5 : 0.25;
+    zmq::poll(items, 4, std::chrono::milliseconds(static_cast<int>(wait * 1000)));
 
     if (items[2].revents & ZMQ_POLLIN) {
       signalfd_siginfo info{};
@@ -333,14 +346,34 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
       break;
     }
 
+    while (const std::optional<ConnectionEvent> event = dealer.try_event()) {
+      switch (*event) {
+        case ConnectionEvent::kConnected:
+          connected = true;
+          if (!answered) {
+            log->debug("connected to {} (attempt {}); saying hello", options.connect, attempts);
+            hello();
+          }
+          break;
+        case ConnectionEvent::kRetried:
+          ++attempts;
+          break;
+        case ConnectionEvent::kDisconnected:
+          connected = false;
+          if (answered) log->warn("lost the connection to the coordinator at {}; reconnecting", options.connect);
+          break;
+        case ConnectionEvent::kHandshakeFailed:
+          log->warn("something answers at {} but does not speak dctrain's protocol (the ZeroMQ "
+                    "handshake failed): is that the coordinator's address and port?",
+                    options.connect);
+          break;
+      }
+    }
+
     while (receive_parts(from_compute, parts, false)) {
       if (parts.size() == 1 && parts[0].size() < 32) {
         const std::string status = parts[0].to_string();
-        if (status == kReady) {
-          welcomed = true;
-        } else if (status.rfind("exit:", 0) == 0) {
-          exit_code = std::stoi(status.substr(5));
-        }
+        if (status.rfind("exit:", 0) == 0) exit_code = std::stoi(status.substr(5));
         continue;
       }
       std::vector<zmq::message_t> out = std::move(parts);
@@ -365,6 +398,13 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
         }
       }
       last_heard = Clock::now();
+      if (!answered) {
+        answered = true;
+        const double waited = seconds_since(waiting_since);
+        if (waited >= kWaitLogSeconds) {
+          log->info("the coordinator at {} answered after {:.1f} s", options.connect, waited);
+        }
+      }
       const Clock::time_point received = Clock::now();
       switch (message.envelope.body_case()) {
         case v1::Envelope::kWelcome:
@@ -401,6 +441,26 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
     }
     if (exit_code >= 0) break;
 
+    if (!answered) {
+      const double waited = seconds_since(waiting_since);
+      if (timeout > 0 && waited >= timeout) {
+        log->error("no answer from the coordinator at {} within {:.0f} s ({} connection attempts{}): "
+                   "is dctrain-coordinator running there, and can this host reach that address and "
+                   "port? (--connect-timeout sets how long to wait)",
+                   options.connect, timeout, attempts,
+                   connected ? "; connected, but the hello got no answer" : "");
+        exit_code = kWorkerNoCoordinator;
+        break;
+      }
+      if (seconds_since(last_wait_log) >= kWaitLogSeconds) {
+        log->info("waiting for the coordinator at {}: {} (attempt {}, {:.0f} s of {})", options.connect,
+                  connected ? "connected, no answer to the hello yet" : "no answer yet", attempts,
+                  waited, limit);
+        last_wait_log = Clock::now();
+      }
+      continue;
+    }
+
     if (seconds_since(last_sent) >= heartbeat_seconds) {
       send_simple([&](v1::Envelope& e) {
         e.mutable_heartbeat()->set_sent_unix_micros(static_cast<uint64_t>(
@@ -410,16 +470,15 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
       });
       last_sent = Clock::now();
     }
-    // A coordinator silent for long may have restarted (resume): say hello again.
+    // A coordinator silent for long may have restarted (resume): say hello
+    // again, and wait for an answer as at the start.
     const double patience = std::max(30.0, 3.0 * silence_seconds);
     if (seconds_since(last_heard) > patience) {
       log->warn("no word from the coordinator for {:.0f} s; saying hello again", patience);
+      start_waiting();
       hello();
-      last_heard = Clock::now();
-      welcomed = false;
     }
   }
-  (void)welcomed;
   return exit_code;
 }
 

@@ -19,9 +19,14 @@ inline constexpr int kWorkerDone = 0;            // the run ended; replica ident
 inline constexpr int kWorkerFailed = 1;          // a fatal problem (logged)
 inline constexpr int kWorkerRefused = 2;         // the coordinator refused this worker
 inline constexpr int kWorkerDiverged = 3;        // the final replica differs from the coordinator's
+inline constexpr int kWorkerNoCoordinator = 4;   // no answer from the coordinator within --connect-timeout
 inline constexpr int kWorkerInterrupted = 130;   // SIGINT / SIGTERM
 
-// Runs until the coordinator says bye, refuses, or a signal arrives.
+// Runs until the coordinator says bye, refuses, or a signal arrives, or the
+// coordinator has not answered for options.connect_timeout seconds. Until
+// the coordinator first answers, the worker says hello on every connection
+// ZeroMQ establishes (it retries refused or unreachable addresses by itself)
+// and logs what it is waiting for every few seconds.
 int run_worker(const WorkerOptions& options, std::shared_ptr<spdlog::logger> log);
 
 // host:pid, the default worker name.

@@ -1,0 +1,64 @@
+// Per-worker totals over a run, and which workers were slow and why: a
+// worker whose micro-batches take much longer than the others' is slow in
+// compute; one whose contributions arrive late although its own compute was
+// quick is slow in communication (the plan reached it late, or its
+// contribution took long on the wire). Written into summary.json as
+// "per_worker" and "slow_workers".
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/run_metrics.h"
+#include "proto/wire.pb.h"
+
+namespace dctrain {
+
+struct WorkerTotals {
+  std::string name;
+  uint32_t rank = 0;  // the last rank it had
+  uint64_t steps_planned = 0, steps_contributed = 0, steps_missed = 0;
+  uint64_t completed = 0, dropped = 0, orphaned = 0;  // micro-batches
+  uint64_t timed = 0;                  // micro-batches it reported computing, in time or late
+  double micro_batch_seconds = 0.0;    // their summed compute time
+  uint64_t arrivals = 0;               // contributions that arrived, in time or late
+  double arrival_seconds = 0.0;        // sum of plan sent -> contribution arrived
+  double communication_seconds = 0.0;  // sum of arrival - the worker's own compute and overhead
+  uint64_t late = 0;                   // contributions that arrived after their step closed
+  double late_arrival_seconds = 0.0;   // sum of their plan sent -> arrival
+
+  double mean_micro_batch_seconds() const;
+  double mean_communication_seconds() const;
+};
+
+class WorkerSummary {
+ public:
+  // Call when the plans of `step` are sent.
+  void step_started(uint64_t step, double now);
+  // Call for every contribution from a member, accepted or not.
+  void contribution_arrived(const std::string& name, uint64_t step, const v1::Contribution& c,
+                            double now);
+  // Call when a step closes, before the record is written: fills each
+  // worker's arrival_seconds and adds the step to the totals.
+  void step_closed(StepRecord& record);
+
+  std::vector<WorkerTotals> totals() const;
+  // Workers at least `factor` times slower than the median of the others, in
+  // mean micro-batch time ("compute") or mean communication time
+  // ("communication"), each with its cause.
+  std::vector<std::pair<WorkerTotals, std::string>> slow_workers(double factor = 1.5) const;
+  // `"per_worker": [...], "slow_workers": [...]` for summary.json.
+  std::string json_members() const;
+
+ private:
+  std::map<std::string, WorkerTotals> workers_;
+  std::map<uint64_t, double> started_;                  // recent steps' start times
+  std::map<std::string, double> arrival_in_open_step_;  // name -> arrival seconds
+  uint64_t open_step_ = 0;
+  bool step_open_ = false;
+};
+
+}  // namespace dctrain

@@ -1,0 +1,308 @@
+// dctrain across hosts, on this machine: a coordinator and three workers,
+// each in its own network namespace with its own address, plugged into a
+// bridge, training mnist-cnn on a subset of MNIST to the end.
+//  1. With tau = infinity the run across hosts gives the same loss curve,
+//     bit for bit, as the same run over 127.0.0.1.
+//  2. Real stragglers, not injected delays: one worker's link limited with
+//     tc's token bucket filter, one worker's CPU capped with a cgroup CPU
+//     quota. tau drops the capped worker's micro-batches, the deadline
+//     (tau + grace) drops the slow link's, requeue loses no sample, and
+//     summary.json names both as slow, each with its cause.
+// Needs root, iproute2, and the cgroup v1 cpu controller; skips with the
+// reason where the machine does not allow them.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <sstream>
+
+#include "tests/multihost/hosts.h"
+#include "tests/runtime/process.h"
+
+namespace dctrain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::CpuQuota;
+using testing::eventually;
+using testing::Network;
+using testing::NetworkNamespace;
+using testing::Process;
+using testing::read_text;
+
+const std::string kBin = DCTRAIN_BIN_DIR;
+const std::string kData = DCTRAIN_SHARED_DATA;
+constexpr int kWorkers = 3;
+
+// Why this machine cannot run the test, or nothing.
+std::optional<std::string> missing_prerequisite() {
+  if (::geteuid() != 0) return "needs root to make network namespaces and cgroups";
+  if (testing::ip_program().empty())
+    return "iproute2's 'ip' is not installed (apt-get install iproute2)";
+  if (!std::filesystem::exists(kData + "/mnist/train-images-idx3-ubyte.gz")) {
+    return fmt::format("MNIST is not at {}/mnist", kData);
+  }
+  return std::nullopt;
+}
+
+#define SKIP_WITHOUT_PREREQUISITES() \
+  if (const auto missing = missing_prerequisite()) GTEST_SKIP() << *missing
+
+// mnist-cnn on 1536 MNIST images: 16 steps of 96 per epoch, 4 micro-batches
+// of 8 per worker and step.
+std::string mnist_config(const std::string& step, const std::string& stop) {
+  return fmt::format(R"(
+name: "multihost"
+seed: 5
+workers: {}
+model {{ name: "mnist-cnn" num_classes: 10 image_channels: 1 image_height: 28 image_width: 28 }}
+dataset {{ kind: "mnist" train_limit: 1536 test_limit: 500 }}
+optimizer {{ kind: "sgd" lr: 0.05 momentum: 0.9 }}
+step {{ global_batch: 96 micro_batch: 8 {} }}
+liveness {{ heartbeat_seconds: 0.5 silence_seconds: 6 grace_seconds: 1 join_timeout_seconds: 60 }}
+eval {{ every_steps: 1000 batch: 500 }}
+progress_seconds: 5
+{}
+)",
+                     kWorkers, step, stop);
+}
+
+std::filesystem::path make_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   fmt::format("dctrain-multihost-{}-{}", ::getpid(), name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::vector<std::string> lines_with(const std::string& text, const std::string& part) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(part) != std::string::npos) out.push_back(line);
+  }
+  return out;
+}
+
+// The value of field `name` in one line of JSON.
+std::string field(const std::string& json, const std::string& name) {
+  const std::regex re("\"" + name + "\": ?([^,}\\n]+)");
+  std::smatch m;
+  return std::regex_search(json, m, re) ? std::string(m[1]) : std::string();
+}
+double number(const std::string& json, const std::string& name) {
+  const std::string v = field(json, name);
+  return v.empty() || v == "null" ? -1.0 : std::stod(v);
+}
+
+// A coordinator and its workers, each started through a command prefix
+// (`ip netns exec NS`, possibly behind a cgroup), reaped on destruction.
+class Job {
+ public:
+  Job(const std::filesystem::path& dir, const std::string& config) : dir_(dir) {
+    std::ofstream(dir_ / "run.cfg") << config;
+  }
+
+  void start_coordinator(const std::vector<std::string>& prefix, const std::string& bind) {
+    std::vector<std::string> args = prefix;
+    args.insert(args.end(), {kBin + "/dctrain-coordinator", "--config", (dir_ / "run.cfg").string(),
+                             "--bind", bind, "--out", run_dir().string(), "--data-dir", kData});
+    coordinator_ = start(args, dir_ / "coordinator.out");
+    ASSERT_TRUE(eventually(
+        [&] {
+          return std::filesystem::exists(run_dir() / "endpoint") ||
+                 coordinator_->wait_for(0ms).has_value();
+        },
+        30s))
+        << coordinator_->output();
+    ASSERT_TRUE(std::filesystem::exists(run_dir() / "endpoint")) << coordinator_->output();
+    endpoint_ = read_text(run_dir() / "endpoint");
+    endpoint_.erase(endpoint_.find_last_not_of('\n') + 1);
+  }
+
+  // Starts worker `name` and waits until it joined, so ranks follow the
+  // order of the calls.
+  void start_worker(const std::vector<std::string>& prefix, const std::string& name) {
+    std::vector<std::string> args = prefix;
+    args.insert(args.end(), {kBin + "/dctrain-worker", "--connect", endpoint_, "--name", name,
+                             "--data-dir", kData, "--connect-timeout", "60"});
+    workers_.push_back(start(args, dir_ / (name + ".out")));
+    const std::string joined =
+        fmt::format("worker '{}' joined as rank {}", name, workers_.size() - 1);
+    ASSERT_TRUE(eventually([&] { return log().find(joined) != std::string::npos; }, 60s))
+        << "no '" << joined << "' in:\n"
+        << log() << "\n"
+        << workers_.back()->output();
+  }
+
+  // Every process ends with status 0.
+  void expect_clean_finish(std::chrono::seconds timeout) {
+    const auto code = coordinator_->wait_for(timeout);
+    ASSERT_TRUE(code.has_value()) << "coordinator still running:\n" << log();
+    EXPECT_EQ(*code, 0) << coordinator_->output();
+    for (auto& w : workers_) {
+      const auto status = w->wait_for(30s);
+      ASSERT_TRUE(status.has_value()) << w->output();
+      EXPECT_EQ(*status, 0) << w->output();
+    }
+  }
+
+  std::filesystem::path run_dir() const { return dir_ / "run"; }
+  const std::string& endpoint() const { return endpoint_; }
+  std::string log() const { return read_text(run_dir() / "coordinator.log"); }
+  std::string summary() const { return read_text(run_dir() / "summary.json"); }
+  std::vector<std::string> step_records() const {
+    return lines_with(read_text(run_dir() / "metrics.jsonl"), "\"type\":\"step\"");
+  }
+
+ private:
+  static std::unique_ptr<Process> start(const std::vector<std::string>& argv,
+                                        const std::filesystem::path& log) {
+    return std::make_unique<Process>(argv.front(),
+                                     std::vector<std::string>(argv.begin() + 1, argv.end()), log);
+  }
+  std::filesystem::path dir_;
+  std::string endpoint_;
+  std::unique_ptr<Process> coordinator_;
+  std::vector<std::unique_ptr<Process>> workers_;
+};
+
+// A network with a coordinator host and kWorkers worker hosts.
+struct Cluster {
+  explicit Cluster(const std::string& tag) : network(fmt::format("dct{}{}", ::getpid(), tag)) {
+    if (network.add_host("c") == nullptr) return;
+    for (int i = 0; i < kWorkers; ++i) {
+      if (network.add_host(fmt::format("w{}", i)) == nullptr) return;
+    }
+  }
+  std::string coordinator_bind() const { return fmt::format("tcp://{}:*", Network::address(0)); }
+  std::vector<std::string> on(size_t host) const { return network.host(host).exec_prefix(); }
+  Network network;
+};
+
+TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
+  SKIP_WITHOUT_PREREQUISITES();
+  const std::string config = mnist_config("tau: inf", "stop { max_steps: 6 }");
+  std::vector<std::string> across, loopback;
+  {
+    Cluster cluster("a");
+    if (!cluster.network.error().empty())
+      GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
+    Job run(make_dir("across"), config);
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind());
+    ASSERT_TRUE(run.endpoint().starts_with("tcp://10.231.0.10:")) << run.endpoint();
+    for (int i = 0; i < kWorkers; ++i) run.start_worker(cluster.on(1 + i), fmt::format("w{}", i));
+    run.expect_clean_finish(120s);
+    for (const std::string& r : run.step_records()) across.push_back(field(r, "loss"));
+    across.push_back(field(run.summary(), "final_eval_loss"));
+    // Each worker reached the coordinator from its own address.
+    for (int i = 0; i < kWorkers; ++i) {
+      const std::string out = read_text(run.run_dir() / ".." / fmt::format("w{}.out", i));
+      EXPECT_NE(out.find("final replica identical"), std::string::npos) << out;
+    }
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
+  }
+  {
+    Job run(make_dir("loopback"), config);
+    run.start_coordinator({}, "tcp://127.0.0.1:*");
+    for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
+    run.expect_clean_finish(120s);
+    for (const std::string& r : run.step_records()) loopback.push_back(field(r, "loss"));
+    loopback.push_back(field(run.summary(), "final_eval_loss"));
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
+  }
+  ASSERT_EQ(across.size(), 7u);
+  EXPECT_EQ(across, loopback);
+  std::printf("losses across hosts: %s (final eval loss last), identical on loopback\n",
+              fmt::format("{}", fmt::join(across, " ")).c_str());
+}
+
+TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
+  SKIP_WITHOUT_PREREQUISITES();
+  // w0: as is. w1: CPU capped at 5% of one core. w2: 16 Mbit/s each way,
+  // so a 1.8 MB gradient takes about 0.9 s up and the update 0.9 s down.
+  // tau 0.15 s: a free worker starts all 4 of its micro-batches (10 to 40 ms
+  // each, with the other processes on the same cores); the capped one
+  // cannot. Deadline tau + grace = 1.15 s: the slow link's contribution
+  // arrives after it.
+  const std::string config = mnist_config("tau: 0.15", "stop { max_epochs: 1 }");
+  // Declared before the processes, so they are gone before it is removed.
+  CpuQuota quota(fmt::format("dctrain-multihost-{}", ::getpid()), 0.05);
+  if (!quota.error().empty()) GTEST_SKIP() << "cannot cap a worker's CPU: " << quota.error();
+  Cluster cluster("b");
+  if (!cluster.network.error().empty())
+    GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
+  if (const std::string e = cluster.network.limit_link(3, "16mbit"); !e.empty()) {
+    GTEST_SKIP() << "cannot limit a link with tc tbf: " << e;
+  }
+  const auto dir = make_dir("stragglers");
+  {
+    Job run(dir, config);
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind());
+    run.start_worker(cluster.on(1), "w0");
+    // The shell joins the cgroup, then becomes the worker: every thread the
+    // worker starts is under the quota.
+    std::vector<std::string> capped = {
+        "/bin/sh", "-c", fmt::format("echo $$ > {} && exec \"$@\"", quota.procs().string()), "sh"};
+    const auto on_w1 = cluster.on(2);
+    capped.insert(capped.end(), on_w1.begin(), on_w1.end());
+    run.start_worker(capped, "w1-capped-cpu");
+    run.start_worker(cluster.on(3), "w2-slow-link");
+    run.expect_clean_finish(150s);
+    if (::testing::Test::HasFailure()) return;
+
+    const std::string summary = run.summary();
+    std::printf("%s\n", summary.c_str());
+    EXPECT_EQ(field(summary, "samples_lost"), "0") << summary;
+    EXPECT_EQ(field(summary, "samples"), "1536") << "one epoch, each sample exactly once";
+    EXPECT_EQ(field(summary, "epochs_audited"), "1");
+    EXPECT_EQ(field(summary, "audits_failed"), "0");
+    EXPECT_EQ(field(summary, "checksum_mismatches"), "0");
+    EXPECT_GT(quota.throttled_periods(), 0) << "the CPU quota never throttled the capped worker";
+
+    const auto per_worker = [&](const std::string& name) {
+      const auto lines = lines_with(summary, "{\"name\": \"" + name + "\"");
+      return lines.empty() ? std::string() : lines.front();
+    };
+    const std::string free = per_worker("w0"), capped_cpu = per_worker("w1-capped-cpu"),
+                      slow_link = per_worker("w2-slow-link");
+    ASSERT_FALSE(free.empty() || capped_cpu.empty() || slow_link.empty()) << summary;
+    // tau dropped the capped worker's micro-batches; its contributions came in time.
+    EXPECT_GT(number(capped_cpu, "microbatches_dropped"), 0) << capped_cpu;
+    EXPECT_GT(number(capped_cpu, "mean_micro_batch_seconds"),
+              3 * number(free, "mean_micro_batch_seconds"))
+        << capped_cpu << "\n"
+        << free;
+    // The slow link computed as fast as the free worker but missed the
+    // deadline: its planned micro-batches were orphaned and requeued, its
+    // contributions arrived late, and the time went to the wire.
+    EXPECT_GT(number(slow_link, "steps_missed"), 0) << slow_link;
+    EXPECT_GT(number(slow_link, "microbatches_orphaned"), 0) << slow_link;
+    EXPECT_GT(number(slow_link, "late_contributions"), 0) << slow_link;
+    EXPECT_GT(number(slow_link, "mean_communication_seconds"), 0.5) << slow_link;
+    EXPECT_GT(number(slow_link, "mean_micro_batch_seconds"), 0) << slow_link;
+    EXPECT_LT(number(slow_link, "mean_micro_batch_seconds"),
+              2 * number(free, "mean_micro_batch_seconds"))
+        << slow_link << "\n"
+        << free;
+    // The free worker lost less than either straggler.
+    const auto lost = [](const std::string& w) {
+      return number(w, "microbatches_dropped") + number(w, "microbatches_orphaned");
+    };
+    EXPECT_LT(lost(free), lost(capped_cpu)) << free << "\n" << capped_cpu;
+    EXPECT_LT(lost(free), lost(slow_link)) << free << "\n" << slow_link;
+
+    // summary.json names exactly the two stragglers, each with its cause.
+    const std::string slow = summary.substr(summary.find("\"slow_workers\""));
+    const auto named = lines_with(slow, "{\"name\": ");
+    ASSERT_EQ(named.size(), 2u) << slow;
+    EXPECT_EQ(field(named[0], "name"), "\"w1-capped-cpu\"") << slow;
+    EXPECT_NE(field(named[0], "cause").find("compute"), std::string::npos) << slow;
+    EXPECT_EQ(field(named[1], "name"), "\"w2-slow-link\"") << slow;
+    EXPECT_EQ(field(named[1], "cause"), "\"communication\"") << slow;
+  }
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dctrain

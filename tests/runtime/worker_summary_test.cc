@@ -1,0 +1,114 @@
+// Per-worker totals and the naming of slow workers, from step records and
+// contribution arrivals given by hand.
+#include "coordinator/worker_summary.h"
+
+#include <gtest/gtest.h>
+
+namespace dctrain {
+namespace {
+
+// A contribution of `n` micro-batches of `each` seconds.
+v1::Contribution contribution(int n, double each, double overhead) {
+  v1::Contribution c;
+  for (int i = 0; i < n; ++i) {
+    v1::MicroBatchTime& t = *c.add_completed();
+    t.set_id(static_cast<uint64_t>(i));
+    t.set_compute_seconds(each);
+  }
+  c.set_compute_seconds(n * each);
+  c.set_overhead_seconds(overhead);
+  return c;
+}
+
+WorkerStepRecord worker(uint32_t rank, const std::string& name, bool contributed,
+                        uint64_t completed, uint64_t dropped, double micro_batch_seconds) {
+  WorkerStepRecord w;
+  w.rank = rank;
+  w.name = name;
+  w.contributed = contributed;
+  w.completed = contributed ? completed : 0;
+  w.dropped = contributed ? dropped : 0;
+  w.planned = completed + dropped;
+  if (contributed) w.micro_batch_seconds.assign(completed, micro_batch_seconds);
+  return w;
+}
+
+// Three workers over 10 steps: "fast" computes 4 micro-batches of 10 ms;
+// "cpu" computes 2 of 50 ms and drops 2; "link" computes like "fast" but
+// its contributions arrive 2 s after the plan, after the step closed.
+WorkerSummary three_workers() {
+  WorkerSummary summary;
+  for (uint64_t step = 0; step < 10; ++step) {
+    const double t0 = static_cast<double>(step);
+    summary.step_started(step, t0);
+    summary.contribution_arrived("fast", step, contribution(4, 0.01, 0.001), t0 + 0.045);
+    summary.contribution_arrived("cpu", step, contribution(2, 0.05, 0.002), t0 + 0.11);
+    if (step >= 2) summary.contribution_arrived("link", step - 2, contribution(4, 0.01, 0.001), t0);
+    StepRecord record;
+    record.step = step;
+    record.workers = {worker(0, "fast", true, 4, 0, 0.01), worker(1, "cpu", true, 2, 2, 0.05),
+                      worker(2, "link", false, 4, 0, 0.0)};
+    summary.step_closed(record);
+    EXPECT_NEAR(record.workers[0].arrival_seconds, 0.045, 1e-9);
+    EXPECT_NEAR(record.workers[1].arrival_seconds, 0.11, 1e-9);
+    EXPECT_LT(record.workers[2].arrival_seconds, 0.0) << "nothing arrived in time";
+  }
+  return summary;
+}
+
+TEST(WorkerSummary, CountsPerWorkerAndMeasuresArrivalAndCommunication) {
+  const WorkerSummary summary = three_workers();
+  const std::vector<WorkerTotals> totals = summary.totals();
+  ASSERT_EQ(totals.size(), 3u);
+  EXPECT_EQ(totals[0].name, "fast");
+  EXPECT_EQ(totals[0].completed, 40u);
+  EXPECT_EQ(totals[0].steps_missed, 0u);
+  EXPECT_NEAR(totals[0].mean_micro_batch_seconds(), 0.01, 1e-12);
+  EXPECT_NEAR(totals[0].mean_communication_seconds(), 0.004, 1e-9);
+  EXPECT_EQ(totals[1].dropped, 20u);
+  EXPECT_NEAR(totals[1].mean_micro_batch_seconds(), 0.05, 1e-12);
+  EXPECT_EQ(totals[2].steps_missed, 10u);
+  EXPECT_EQ(totals[2].orphaned, 40u);
+  EXPECT_EQ(totals[2].late, 8u);
+  EXPECT_NEAR(totals[2].mean_micro_batch_seconds(), 0.01, 1e-12)
+      << "its late contributions were timed";
+  EXPECT_NEAR(totals[2].late_arrival_seconds / 8.0, 2.0, 1e-9);
+  EXPECT_NEAR(totals[2].mean_communication_seconds(), 2.0 - 0.041, 1e-9);
+}
+
+TEST(WorkerSummary, NamesTheComputeStragglerAndTheSlowLinkEachWithItsCause) {
+  const auto slow = three_workers().slow_workers();
+  ASSERT_EQ(slow.size(), 2u);
+  EXPECT_EQ(slow[0].first.name, "cpu");
+  EXPECT_EQ(slow[0].second, "compute");
+  EXPECT_EQ(slow[1].first.name, "link");
+  EXPECT_EQ(slow[1].second, "communication");
+  const std::string json = three_workers().json_members();
+  EXPECT_NE(json.find("\"slow_workers\": ["), std::string::npos) << json;
+  EXPECT_NE(json.find("\"name\": \"link\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"cause\": \"communication\""), std::string::npos) << json;
+}
+
+TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
+  WorkerSummary summary;
+  for (uint64_t step = 0; step < 5; ++step) {
+    summary.step_started(step, 0.0);
+    // 0.5 ms more per micro-batch is 1.5 times as slow but below the floor.
+    summary.contribution_arrived("a", step, contribution(4, 0.001, 0.0), 0.005);
+    summary.contribution_arrived("b", step, contribution(4, 0.0016, 0.0), 0.0075);
+    StepRecord record;
+    record.workers = {worker(0, "a", true, 4, 0, 0.001), worker(1, "b", true, 4, 0, 0.0016)};
+    summary.step_closed(record);
+  }
+  EXPECT_TRUE(summary.slow_workers().empty());
+  WorkerSummary alone;
+  alone.step_started(0, 0.0);
+  alone.contribution_arrived("a", 0, contribution(4, 1.0, 0.0), 4.0);
+  StepRecord record;
+  record.workers = {worker(0, "a", true, 4, 0, 1.0)};
+  alone.step_closed(record);
+  EXPECT_TRUE(alone.slow_workers().empty()) << "one worker has nobody to be slower than";
+}
+
+}  // namespace
+}  // namespace dctrain
