@@ -16,9 +16,13 @@ std::vector<WorkerPlan> plan_step(Ledger& ledger, std::span<const uint32_t> rank
   const size_t count = global_batch / micro_batch;
   for (size_t i = 0; i < workers; ++i) plans.push_back(WorkerPlan{ranks[i], {}});
   // Deal round-robin so that a short step at the end of an epoch still
-  // spreads its micro-batches over the workers.
+  // spreads its micro-batches over the workers, starting one rank further
+  // each step: requeued micro-batches lead the queue, and a fixed start would
+  // hand them to the same worker every step, so a worker that always misses
+  // the deadline could hold the end of an epoch forever.
+  const size_t first = static_cast<size_t>(step % workers);
   for (size_t k = 0; k < count; ++k) {
-    WorkerPlan& plan = plans[k % workers];
+    WorkerPlan& plan = plans[(first + k) % workers];
     PlannedMicroBatch mb = ledger.take(micro_batch, step, plan.rank);
     if (mb.samples.empty()) break;
     plan.micro_batches.push_back(std::move(mb));

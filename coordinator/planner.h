@@ -1,7 +1,8 @@
 // The plan of a step: the global batch cut into micro-batches taken from the
-// head of the ledger (requeued ones first), dealt to the live workers in rank
-// order, as evenly as whole micro-batches allow. At the end of an epoch a
-// step may be short: a micro-batch never mixes two epochs.
+// head of the ledger (requeued ones first), dealt to the live workers
+// round-robin from a rank that moves by one each step, as evenly as whole
+// micro-batches allow. At the end of an epoch a step may be short: a
+// micro-batch never mixes two epochs.
 #pragma once
 
 #include <cstdint>

@@ -560,9 +560,11 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
     if (field(r, "changed") != "true") continue;
     ++changed;
     const size_t after = std::stoul(field(r, "step")) + 1;
+    EXPECT_GT(std::stod(field(r, "predicted_speedup")), 0.0) << r;
+    // A change decided after the run's last step has no step left to show it.
+    if (after == steps.size()) continue;
     ASSERT_LT(after, steps.size());
     EXPECT_EQ(field(steps[after], "tau"), field(r, "new_tau")) << r << "\n" << steps[after];
-    EXPECT_GT(std::stod(field(r, "predicted_speedup")), 0.0) << r;
   }
   EXPECT_GE(changed, 1u);
   bool requeued = false;
