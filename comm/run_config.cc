@@ -7,35 +7,13 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+
+#include "comm/text_format.h"
 
 namespace dctrain {
 
 namespace {
-
-// Collects the text-format parser's complaints with their positions.
-class ErrorList : public google::protobuf::io::ErrorCollector {
- public:
-  explicit ErrorList(std::string origin) : origin_(std::move(origin)) {}
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    errors_.push_back(fmt::format("{}:{}:{}: {}", origin_, line + 1, column + 1, message));
-  }
-  void AddWarning(int line, google::protobuf::io::ColumnNumber column,
-                  const std::string& message) override {
-    errors_.push_back(fmt::format("{}:{}:{}: warning: {}", origin_, line + 1, column + 1, message));
-  }
-  std::string joined() const {
-    std::string out;
-    for (const std::string& e : errors_) out += (out.empty() ? "" : "\n") + e;
-    return out;
-  }
-
- private:
-  std::string origin_;
-  std::vector<std::string> errors_;
-};
 
 template <typename T>
 void default_to(T& field, T value) {
@@ -59,15 +37,9 @@ std::string list(std::initializer_list<const char*> allowed) {
 
 v1::RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   v1::RunConfig config;
-  google::protobuf::TextFormat::Parser parser;
-  ErrorList errors(origin);
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &config)) {
-    throw std::runtime_error(fmt::format(
-        "{}\n(the run config is a dctrain.v1.RunConfig in Protobuf text format; see "
-        "proto/config.proto for every field)",
-        errors.joined()));
-  }
+  parse_text_format(text, origin, config,
+                    "the run config is a dctrain.v1.RunConfig in Protobuf text format; see "
+                    "proto/config.proto for every field");
   return config;
 }
 

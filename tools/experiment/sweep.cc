@@ -1,8 +1,6 @@
 #include "tools/experiment/sweep.h"
 
 #include <fmt/format.h>
-#include <google/protobuf/io/tokenizer.h>
-#include <google/protobuf/text_format.h>
 
 #include <cmath>
 #include <limits>
@@ -11,6 +9,7 @@
 #include <stdexcept>
 
 #include "comm/run_config.h"
+#include "comm/text_format.h"
 #include "tools/runs/run_folder.h"
 
 namespace dctrain {
@@ -18,21 +17,6 @@ namespace dctrain {
 namespace fs = std::filesystem;
 
 namespace {
-
-class ErrorList : public google::protobuf::io::ErrorCollector {
- public:
-  explicit ErrorList(std::string origin) : origin_(std::move(origin)) {}
-  void AddError(int line, google::protobuf::io::ColumnNumber column,
-                const std::string& message) override {
-    text_ += fmt::format("{}{}:{}:{}: {}", text_.empty() ? "" : "\n", origin_, line + 1, column + 1,
-                         message);
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  std::string origin_;
-  std::string text_;
-};
 
 // Letters, digits, '.', '-': safe in folder names and gnuplot titles.
 bool name_safe(const std::string& name) {
@@ -127,15 +111,9 @@ std::string format_duration(double seconds) {
 
 v1::Sweep parse_sweep(const std::string& text, const std::string& origin) {
   v1::Sweep sweep;
-  google::protobuf::TextFormat::Parser parser;
-  ErrorList errors(origin);
-  parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text, &sweep)) {
-    throw std::runtime_error(fmt::format(
-        "{}\n(a sweep is a dctrain.v1.Sweep in Protobuf text format; see proto/sweep.proto and "
-        "experiments/*.sweep)",
-        errors.text()));
-  }
+  parse_text_format(text, origin, sweep,
+                    "a sweep is a dctrain.v1.Sweep in Protobuf text format; see proto/sweep.proto "
+                    "and experiments/*.sweep");
   return sweep;
 }
 
