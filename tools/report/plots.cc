@@ -283,11 +283,12 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
         }
         data += "\n\n";
         const bool best = curve.tau_policy == "best";
-        add(blocks++, fmt::format("using 1:3 with lines lw {} dt {} {} title {}", best ? 3 : 2,
-                                  experiment_index % 4 + 1, color(curve.tau_policy),
-                                  gp_string(fmt::format(
-                                      "{}: predicted{}",
-                                      best ? "best tau per worker count" : curve.label, source))));
+        add(blocks++,
+            fmt::format("using 1:3 with linespoints lw {} pt 7 ps 0.6 dt {} {} title {}",
+                        best ? 3 : 2, experiment_index % 4 + 1, color(curve.tau_policy),
+                        gp_string(fmt::format("{}: predicted{}",
+                                              best ? "best tau for each worker count" : curve.label,
+                                              source))));
       }
       ++experiment_index;
     }
@@ -328,8 +329,7 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
                               line_color, gp_string(policy + ": measured")));
       add(blocks++,
           fmt::format("using 1:3 with points pt {} ps 1.6 lw 2 {} title {}", row.requeue ? 6 : 4,
-                      line_color,
-                      gp_string(policy + ": predicted, the baseline replayed (same workers)")));
+                      line_color, gp_string(policy + ": baseline replayed")));
     }
 
     std::string tics;
@@ -337,10 +337,10 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
     const double pad = std::max(0.02, 0.08 * (y_hi - y_lo));
     const std::string body = fmt::format(
         "set xlabel 'workers (log scale)'\n"
-        "set ylabel 'speedup over tau = inf: samples/s ratio, (1 - drop rate) x T_inf / T_tau, "
-        "overhead in T'\n"
+        "set ylabel \"speedup over tau = inf, samples/s basis:\\n"
+        "(1 - drop rate) x T_inf / T_tau, overhead in T\"\n"
         "set logscale x 2\nset xrange [0.8:{}]\nset xtics {})\nset yrange [{}:{}]\n"
-        "set key outside right top spacing 1.1\n"
+        "set key default\nset key outside below center horizontal spacing 1.2\n"
         "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
         *worker_counts.rbegin() * 1.25, tics, y_lo - pad, y_hi + pad, plot);
     writer.draw("", fmt::format("speedup_{}_{}", key.first, key.second),
