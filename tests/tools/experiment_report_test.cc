@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "tests/runtime/process.h"
 
@@ -206,6 +207,32 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
        (at = html.find("src=\"data:image/png;base64,iVBOR", at)) != std::string::npos; ++at)
     ++embedded;
   EXPECT_EQ(embedded, plots.size());
+  // The speedup plot's predicted curves: the best tau and the p80 case at
+  // 1..256 workers, from the baseline's pooled worker steps.
+  const std::string speedup_dat = read_text(report / "plots" / "speedup_tiny-mlp_dropcompute.dat");
+  for (const std::string& curve :
+       {std::string("best tau"), fmt::format("tau = p80 ({:.4g} s)", tau)}) {
+    const size_t at = speedup_dat.find("# predicted, " + curve +
+                                       ": i.i.d. workers drawn from the 2-worker baseline's");
+    ASSERT_NE(at, std::string::npos) << curve << " not in\n" << speedup_dat;
+    std::istringstream block(speedup_dat.substr(at));
+    std::vector<uint32_t> workers;
+    for (std::string line; std::getline(block, line) && !line.empty();) {
+      if (line[0] == '#') continue;
+      std::istringstream fields(line);
+      uint32_t n = 0;
+      std::string tau_field;
+      double speedup = 0.0;
+      fields >> n >> tau_field >> speedup;
+      EXPECT_TRUE(std::isfinite(speedup) && speedup > 0) << line;
+      workers.push_back(n);
+    }
+    EXPECT_EQ(workers, (std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64, 128, 256})) << curve;
+  }
+  EXPECT_NE(markdown.find("Predicted speedup with the best tau: "), std::string::npos) << markdown;
+  EXPECT_NE(last_output_.find("Predicted speedup with the best tau: "), std::string::npos);
+  EXPECT_NE(json.find("\"predicted\":{\"model\":"), std::string::npos) << json;
+  EXPECT_NE(html.find("Predicted speedup with the best tau: "), std::string::npos);
   // The compute-time histogram marks tau.
   EXPECT_NE(read_text(report / "plots" / "tiny-mlp_w2_dropcompute_compute.dat")
                 .find(fmt::format("{} 0", tau)),

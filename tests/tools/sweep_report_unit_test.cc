@@ -1,13 +1,17 @@
 // The sweep's expansion into cases and the report's arithmetic, in one
 // process: tau policies, case names and order, percentiles, aggregation over
-// seeds, the speedup's two bases and the replay prediction.
+// seeds, the speedup's two bases, the replay prediction and the predicted
+// speedup against worker count.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
 
+#include "coordinator/run_metrics.h"
+#include "coordinator/threshold.h"
 #include "tools/experiment/sweep.h"
 #include "tools/report/prediction.h"
 #include "tools/report/tables.h"
@@ -194,6 +198,230 @@ TEST(Prediction, ReplaysTheBaselineUnderTau) {
   EXPECT_NEAR(p->step_seconds_tau, 0.6, 1e-12);
   EXPECT_NEAR(p->completed_fraction, 5.0 / 8.0, 1e-12);
   EXPECT_NEAR(p->speedup, 5.0 / 8.0 * 1.1 / 0.6, 1e-12);
+}
+
+// A worker's record in a step: contributing, with its micro-batch times.
+WorkerStepPoint worker(uint32_t rank, std::vector<double> times, bool contributed = true) {
+  WorkerStepPoint w;
+  w.rank = rank;
+  w.contributed = contributed;
+  w.micro_batch_seconds = std::move(times);
+  for (double t : w.micro_batch_seconds) w.compute_seconds += t;
+  return w;
+}
+
+// Three worker steps, A = (1, 1), B = (1, 3), C = (2, 2), and 0.5 s outside
+// compute per step (step wall + update - slowest), in three recorded steps
+// (fewer than 5: no warm-up step is left out): the last has no contributing
+// worker and counts for nothing.
+RunFolder tiny_baseline() {
+  RunFolder run;
+  StepPoint a;
+  a.step_seconds = 4.25;  // + 0.25 update - slowest 4 = 0.5
+  a.apply_seconds = 0.25;
+  a.workers = {worker(0, {1, 1}), worker(1, {1, 3})};
+  StepPoint c;
+  c.step = 1;
+  c.step_seconds = 4.5;  // - slowest 4 = 0.5; rank 1 missed the deadline
+  c.workers = {worker(0, {2, 2}), worker(1, {9}, false)};
+  StepPoint none;
+  none.step = 2;
+  none.step_seconds = 100;
+  none.workers = {worker(0, {7}, false)};
+  run.steps = {a, c, none};
+  return run;
+}
+
+TEST(PredictedCurve, PoolsTheBaselinesWorkerStepsAndOverhead) {
+  const RunFolder tiny = tiny_baseline();
+  const PooledSteps pooled = pool_baseline_steps({&tiny});
+  EXPECT_EQ(pooled.worker_steps, (std::vector<std::vector<double>>{{1, 1}, {1, 3}, {2, 2}}));
+  EXPECT_EQ(pooled.steps, 2u);
+  EXPECT_EQ(pooled.runs, 1u);
+  EXPECT_DOUBLE_EQ(pooled.overhead_seconds, 0.5);
+
+  // Two seeds pooled; in runs of 5 steps or more the first (warm-up) is left out.
+  RunFolder longer;
+  for (uint64_t s = 0; s < 5; ++s) {
+    StepPoint step;
+    step.step = s;
+    step.step_seconds = s == 0 ? 50.0 : 1.5;  // 1.5 - slowest 1.0 = 0.5 after warm-up
+    step.workers = {worker(0, {s == 0 ? 40.0 : 0.5, 0.5}), worker(1, {0.25, 0.25})};
+    longer.steps.push_back(step);
+  }
+  const PooledSteps both = pool_baseline_steps({&tiny, &longer});
+  EXPECT_EQ(both.worker_steps.size(), 3u + 4 * 2);
+  EXPECT_EQ(both.steps, 2u + 4);
+  EXPECT_EQ(both.runs, 2u);
+  EXPECT_DOUBLE_EQ(both.overhead_seconds, 0.5);
+  for (const auto& w : both.worker_steps) EXPECT_LT(w.front(), 40.0) << "warm-up step pooled";
+}
+
+TEST(PredictedCurve, IsPredictStepTimeAtEveryWorkerCount) {
+  const RunFolder tiny = tiny_baseline();
+  const PooledSteps pooled = pool_baseline_steps({&tiny});
+  const std::vector<uint32_t> counts = curve_worker_counts();
+  EXPECT_EQ(counts, (std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64, 128, 256}));
+  for (const double tau : {0.5, 1.0, 1.5, 2.5, kInf}) {
+    const std::vector<CurvePoint> curve = predicted_curve(pooled, tau, counts);
+    ASSERT_EQ(curve.size(), counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const StepTimePrediction p = predict_step_time(pooled.worker_steps, counts[i], tau, 0.5);
+      EXPECT_EQ(curve[i].workers, counts[i]);
+      EXPECT_EQ(curve[i].tau, tau);
+      EXPECT_EQ(curve[i].speedup, 1.0 + p.speedup) << "tau " << tau << ", N " << counts[i];
+      EXPECT_EQ(curve[i].drop_rate, p.drop_rate);
+      EXPECT_EQ(curve[i].step_seconds, p.step_seconds);
+      EXPECT_EQ(curve[i].baseline_step_seconds, p.baseline_step_seconds);
+    }
+  }
+}
+
+// By hand. Full worker steps {2, 4, 4}. tau = 1: each worker starts one
+// micro-batch (1, 1, 2), 3 of 6 dropped; tau = 1.5: A and B start both
+// (2, 4), C one (2), 1 of 6 dropped. E[max of N] over k sorted values v_i:
+// sum v_i ((i/k)^N - ((i-1)/k)^N).
+//   N = 1: T_inf = 10/3, T_1 = 4/3, T_1.5 = 8/3
+//     tau = 1:   (1 - 1/2) (10/3 + 1/2) / (4/3 + 1/2) = 23/22
+//     tau = 1.5: (1 - 1/6) (10/3 + 1/2) / (8/3 + 1/2) = 115/114
+//   N = 2: T_inf = 2/9 + 4 (3/9) + 4 (5/9) = 34/9; T_1 = 1/9 + 3/9 + 2 (5/9) = 14/9;
+//          T_1.5 = 2/9 + 2 (3/9) + 4 (5/9) = 28/9
+//     tau = 1:   (1/2) (34/9 + 1/2) / (14/9 + 1/2) = 77/74
+//     tau = 1.5: (5/6) (34/9 + 1/2) / (28/9 + 1/2) = 77/78
+//   N = 4, tau = 1: T_inf = 2/81 + 4 (80/81) = 322/81, T_1 = 16/81 + 2 (65/81) = 146/81:
+//     (1/2) (322/81 + 1/2) / (146/81 + 1/2) = 725/746 < 1
+TEST(PredictedCurve, MatchesHandComputedValuesForTinyTraces) {
+  const RunFolder tiny = tiny_baseline();
+  const PooledSteps pooled = pool_baseline_steps({&tiny});
+  const std::vector<CurvePoint> at_1 = predicted_curve(pooled, 1.0, {1, 2, 4});
+  EXPECT_NEAR(at_1[0].speedup, 23.0 / 22.0, 1e-14);
+  EXPECT_NEAR(at_1[0].baseline_step_seconds, 10.0 / 3.0 + 0.5, 1e-14);
+  EXPECT_NEAR(at_1[0].step_seconds, 4.0 / 3.0 + 0.5, 1e-14);
+  EXPECT_DOUBLE_EQ(at_1[0].drop_rate, 0.5);
+  EXPECT_NEAR(at_1[1].speedup, 77.0 / 74.0, 1e-14);
+  EXPECT_NEAR(at_1[1].baseline_step_seconds, 34.0 / 9.0 + 0.5, 1e-14);
+  EXPECT_NEAR(at_1[1].step_seconds, 14.0 / 9.0 + 0.5, 1e-14);
+  EXPECT_NEAR(at_1[2].speedup, 725.0 / 746.0, 1e-14);
+  const std::vector<CurvePoint> at_15 = predicted_curve(pooled, 1.5, {1, 2});
+  EXPECT_NEAR(at_15[0].speedup, 115.0 / 114.0, 1e-14);
+  EXPECT_NEAR(at_15[1].speedup, 77.0 / 78.0, 1e-14);
+  EXPECT_NEAR(at_15[1].drop_rate, 1.0 / 6.0, 1e-15);
+  // No threshold: the baseline itself.
+  EXPECT_EQ(predicted_curve(pooled, kInf, {2})[0].speedup, 1.0);
+
+  // The best tau over the grid from 1 (the smallest first micro-batch) to
+  // 4 (the largest worker step): the prediction has three pieces, tau in
+  // [1, 1] (the first grid point only), (1, 2] and (2, 4] (nothing dropped,
+  // speedup 1). At N = 1 and 2 the first pays most; at N = 4 none pays.
+  const CurvePoint best_1 = best_tau_point(pooled, 1);
+  EXPECT_EQ(best_1.tau, 1.0);
+  EXPECT_NEAR(best_1.speedup, 23.0 / 22.0, 1e-14);
+  const CurvePoint best_2 = best_tau_point(pooled, 2);
+  EXPECT_EQ(best_2.tau, 1.0);
+  EXPECT_NEAR(best_2.speedup, 77.0 / 74.0, 1e-14);
+  const CurvePoint best_4 = best_tau_point(pooled, 4);
+  EXPECT_TRUE(std::isinf(best_4.tau));
+  EXPECT_EQ(best_4.speedup, 1.0);
+  EXPECT_EQ(best_4.drop_rate, 0.0);
+}
+
+// Worker steps whose best tau is inside the grid, not at its edge: the
+// best-tau point is the grid's argmax, no grid candidate beats it, and its
+// figures are predict_step_time's at its tau.
+TEST(PredictedCurve, BestTauIsTheGridArgmaxOfPredictStepTime) {
+  RunFolder run;
+  for (uint64_t s = 0; s < 4; ++s) {
+    StepPoint step;
+    step.step = s;
+    step.step_seconds = 0;  // no overhead
+    for (uint32_t w = 0; w < 3; ++w) {
+      // Mostly 4 x 0.1 s; now and then one micro-batch stalls for 0.6 s.
+      std::vector<double> times(4, 0.1);
+      if ((s + w) % 5 == 0) times[1 + w % 3] = 0.6;
+      step.workers.push_back(worker(w, times));
+      step.step_seconds = std::max(step.step_seconds, step.workers.back().compute_seconds);
+    }
+    run.steps.push_back(step);
+  }
+  const PooledSteps pooled = pool_baseline_steps({&run});
+  ASSERT_EQ(pooled.worker_steps.size(), 12u);
+  double lo = kInf, hi = 0.0;
+  for (const auto& w : pooled.worker_steps) {
+    lo = std::min(lo, w.front());
+    hi = std::max(hi, truncate_at(w, kInf).seconds);
+  }
+  EXPECT_DOUBLE_EQ(lo, 0.1);
+  EXPECT_DOUBLE_EQ(hi, 0.9);
+  for (uint32_t n : {1u, 4u, 64u}) {
+    const CurvePoint best = best_tau_point(pooled, n, 40);
+    const StepTimePrediction at = predict_step_time(pooled.worker_steps, n, best.tau, 0.0);
+    EXPECT_EQ(best.speedup, 1.0 + at.speedup) << n;
+    EXPECT_EQ(best.drop_rate, at.drop_rate) << n;
+    for (int i = 0; i < 40; ++i) {
+      const double tau = lo + (hi - lo) * i / 39.0;
+      EXPECT_LE(predict_step_time(pooled.worker_steps, n, tau, 0.0).speedup, at.speedup)
+          << "N " << n << ", tau " << tau;
+    }
+  }
+  // With 64 workers almost every step has a stall: dropping it pays.
+  const CurvePoint best_64 = best_tau_point(pooled, 64, 40);
+  EXPECT_TRUE(std::isfinite(best_64.tau));
+  EXPECT_GT(best_64.speedup, 1.0);
+}
+
+TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
+  std::vector<RunFolder> runs;
+  runs.push_back(fake_run("inf", true, 1, 0.8, 100, std::nullopt));
+  runs.back().steps = tiny_baseline().steps;
+  runs.push_back(fake_run("p90", true, 1, 0.8, 110, std::nullopt, 1.5));
+  runs.push_back(fake_run("p90", false, 1, 0.8, 120, std::nullopt, 1.5));
+  runs.push_back(fake_run("1", true, 1, 0.8, 120, std::nullopt, 1.0));
+  const Report report = build_report(std::move(runs), std::nullopt);
+  ASSERT_EQ(report.experiments.size(), 1u);
+  const Experiment& e = report.experiments[0];
+  ASSERT_TRUE(e.predicted.has_value());
+  EXPECT_EQ(e.predicted->worker_steps, 3u);
+  EXPECT_EQ(e.predicted->recorded_workers, 4u);
+  EXPECT_DOUBLE_EQ(e.predicted->overhead_seconds, 0.5);
+  // p90 with and without requeue share a tau, so a curve.
+  ASSERT_EQ(e.predicted->curves.size(), 3u);
+  EXPECT_EQ(e.predicted->curves[0].label, "best tau");
+  EXPECT_EQ(e.predicted->curves[1].label, "tau = 1 s");
+  EXPECT_EQ(e.predicted->curves[2].label, "tau = p90 (1.5 s)");
+  const PooledSteps pooled = pool_baseline_steps({&e.runs[*e.rows[0].runs.begin()]});
+  for (const SpeedupCurve& c : e.predicted->curves) {
+    ASSERT_EQ(c.points.size(), 9u) << c.label;
+    EXPECT_EQ(c.points.back().workers, 256u);
+  }
+  EXPECT_NEAR(curve_point(e.predicted->curves[2], 2)->speedup, 77.0 / 78.0, 1e-14);
+  EXPECT_NEAR(curve_point(e.predicted->curves[1], 1)->speedup, 23.0 / 22.0, 1e-14);
+  const double best_16 = best_tau_point(pooled, 16).speedup;
+  const double best_64 = best_tau_point(pooled, 64).speedup;
+  EXPECT_EQ(best_16, 1.0);  // none pays beyond 2 workers (above)
+  EXPECT_EQ(predicted_line(e),
+            "Predicted speedup with the best tau: 1.00x at 4 workers, 1.00x at 16, 1.00x at 64 "
+            "(tau inf, inf, inf s; i.i.d. workers drawn from the baseline's 3 worker steps, "
+            "overhead 0.5 s per step).\n");
+  EXPECT_EQ(best_64, 1.0);
+  const std::string json = report_json(report);
+  EXPECT_NE(json.find("\"predicted\":{\"model\":\"i.i.d. workers drawn from the tau = inf "
+                      "baseline's pooled worker steps\",\"speedup_basis\":\"samples/s\","
+                      "\"recorded_workers\":4,\"worker_steps\":3,\"steps\":2,\"runs\":1,"
+                      "\"overhead_seconds\":0.5,\"curves\":[{\"label\":\"best tau\","
+                      "\"tau_policy\":\"best\",\"points\":[{\"workers\":4,\"tau_seconds\":null,"
+                      "\"speedup\":1,"),
+            std::string::npos)
+      << json;
+  const CurvePoint* p90_16 = curve_point(e.predicted->curves[2], 16);
+  EXPECT_NE(json.find(fmt::format("{{\"workers\":16,\"tau_seconds\":1.5,\"speedup\":{},",
+                                  json_number(p90_16->speedup))),
+            std::string::npos)
+      << json;
+  EXPECT_EQ(json.find("\"workers\":8,"), std::string::npos) << "only 4, 16 and 64 workers";
+  // The markdown tables carry the line under the table.
+  EXPECT_NE(markdown_tables(report).find("| tau = 1 s, requeue |"), std::string::npos);
+  EXPECT_NE(markdown_tables(report).find("\n\nPredicted speedup with the best tau: 1.00x at 4"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -60,14 +60,17 @@ size_t run_count(const Report& report) {
 }
 
 constexpr const char* kPredictionNote =
-    "Predicted speedup (coordinator/threshold.h): the tau = inf baseline's recorded steps replayed "
-    "under the "
-    "case's tau (each worker keeps its rank and measured micro-batch times and starts none once "
-    "its compute "
-    "clock has reached tau; a step takes its slowest worker plus the baseline's mean time outside "
-    "compute), "
-    "as completed micro-batches per second against the baseline's. Measured: samples/s against the "
-    "baseline's.";
+    "Speedup is the samples/s basis: completed micro-batches per second against the tau = inf "
+    "baseline's, (1 - drop rate) x T_inf / T_tau with the time outside compute (the baseline's "
+    "mean step wall time + update - slowest compute) in both step times; measured: samples/s "
+    "against the baseline's. Curves (coordinator/threshold.h, predict_step_time): N workers drawn "
+    "i.i.d. from the baseline's worker steps pooled over ranks, steps and seeds, each starting no "
+    "micro-batch once its compute clock has reached tau; a step takes the slowest plus the "
+    "baseline's time outside compute, whatever N; the best tau is the argmax for each N over 200 "
+    "candidates, as the automatic threshold searches. A persistent straggler is not i.i.d.: the "
+    "curves take a random worker to be slow as often as in the recording. Open points: the "
+    "baseline's recorded steps replayed under the case's tau with the same workers (each keeps its "
+    "rank, so a straggler stays one).";
 
 }  // namespace
 
@@ -76,6 +79,8 @@ std::string report_markdown(const Report& report, const std::vector<Plot>& plots
                                 run_count(report), report.experiments.size());
   for (const Experiment& e : report.experiments) {
     out += "## " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
+    const std::string predicted = predicted_line(e);
+    if (!predicted.empty()) out += predicted + "\n";
     out += "Run folders:";
     for (const RunFolder& run : e.runs) out += " `" + run.dir.string() + "`";
     out += "\n\n";
@@ -123,7 +128,10 @@ std::string report_html(const Report& report, const std::vector<Plot>& plots,
       for (const std::string& cell : table_cells(row)) out += "<td>" + html_escape(cell) + "</td>";
       out += "</tr>\n";
     }
-    out += "</table>\n<p>Run folders:";
+    out += "</table>\n";
+    const std::string predicted = predicted_line(e);
+    if (!predicted.empty()) out += "<p>" + html_escape(predicted) + "</p>\n";
+    out += "<p>Run folders:";
     for (const RunFolder& run : e.runs)
       out += " <code>" + html_escape(run.dir.string()) + "</code>";
     out += "</p>\n";

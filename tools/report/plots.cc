@@ -226,14 +226,77 @@ void tau_plot(const Experiment& e, PlotWriter& writer) {
               data, "set xlabel 'wall time (s)'\nset ylabel 'tau (s)'\nset yrange [0:*]\n" + plot);
 }
 
-// Speedup against worker count for each (model, delay): measured beside
-// predicted from each worker count's baseline.
+// Distinct line colors, one per tau policy; the best tau is drawn in black.
+constexpr const char* kPolicyColors[] = {"#1b9e77", "#d95f02", "#7570b3", "#e7298a",
+                                         "#66a61e", "#e6ab02", "#a6761d", "#666666"};
+
+// Speedup against worker count for each (model, delay), on a log-2 axis:
+// the predicted curves over 1..256 workers from each worker count's
+// baseline (i.i.d. workers drawn from its pooled worker steps), and at the
+// worker counts that ran, the measured speedup beside the replay of that
+// count's baseline under the case's tau.
 void speedup_plots(const Report& report, PlotWriter& writer) {
   std::map<std::pair<std::string, std::string>, std::vector<const Experiment*>> families;
   for (const Experiment& e : report.experiments) families[{e.model, e.delay}].push_back(&e);
   for (const auto& [key, experiments] : families) {
-    // policy -> (workers, measured, predicted)
+    std::map<std::string, size_t> colors;  // tau policy -> index into kPolicyColors
+    auto color = [&](const std::string& policy) {
+      if (policy == "best") return std::string("lc rgb '#000000'");
+      const size_t n = colors.emplace(policy, colors.size()).first->second;
+      return fmt::format("lc rgb '{}'", kPolicyColors[n % std::size(kPolicyColors)]);
+    };
+    std::string data, plot;
+    size_t blocks = 0;  // data blocks written
+    double y_lo = 1.0, y_hi = 1.0;
+    auto widen = [&](double y) {
+      if (!std::isfinite(y)) return;
+      y_lo = std::min(y_lo, y);
+      y_hi = std::max(y_hi, y);
+    };
+    auto add = [&](size_t block, const std::string& spec) {
+      plot +=
+          fmt::format("{}data index {} {}", plot.empty() ? "plot " : ", \\\n     ", block, spec);
+    };
+    const std::vector<uint32_t> counts = curve_worker_counts();
+    std::set<uint32_t> worker_counts(counts.begin(), counts.end());
+
+    // The curves first, so the measured points are drawn over them.
+    size_t with_curves = 0;
+    for (const Experiment* e : experiments) with_curves += e->predicted ? 1 : 0;
+    size_t experiment_index = 0;
+    for (const Experiment* e : experiments) {
+      if (!e->predicted) continue;
+      const PredictedCurves& p = *e->predicted;
+      const std::string source =
+          with_curves > 1 ? fmt::format(", from the {}-worker baseline", e->workers) : "";
+      for (const SpeedupCurve& curve : p.curves) {
+        data += fmt::format(
+            "# predicted, {}: i.i.d. workers drawn from the {}-worker baseline's {} worker steps, "
+            "overhead {} s\n"
+            "# workers tau_seconds predicted_speedup drop_rate step_seconds "
+            "baseline_step_seconds\n",
+            curve.label, p.recorded_workers, p.worker_steps, p.overhead_seconds);
+        for (const CurvePoint& c : curve.points) {
+          data += fmt::format("{} {} {} {} {} {}\n", c.workers, tau_text(c.tau), c.speedup,
+                              c.drop_rate, c.step_seconds, c.baseline_step_seconds);
+          widen(c.speedup);
+        }
+        data += "\n\n";
+        const bool best = curve.tau_policy == "best";
+        add(blocks++,
+            fmt::format("using 1:3 with linespoints lw {} pt 7 ps 0.6 dt {} {} title {}",
+                        best ? 3 : 2, experiment_index % 4 + 1, color(curve.tau_policy),
+                        gp_string(fmt::format("{}: predicted{}",
+                                              best ? "best tau for each worker count" : curve.label,
+                                              source))));
+      }
+      ++experiment_index;
+    }
+
+    // Measured at the worker counts that ran, beside the replay.
+    // policy -> (workers, measured, replayed)
     std::map<std::string, std::vector<std::tuple<uint32_t, double, double>>> series;
+    std::map<std::string, const CaseRow*> series_row;
     for (const Experiment* e : experiments) {
       if (!e->baseline_row) continue;
       const RunFolder& baseline = e->runs[e->rows[*e->baseline_row].runs.front()];
@@ -246,43 +309,40 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
         const double measured = base_sps > 0 ? row.samples_per_second.mean / base_sps : 0.0;
         series[policy_key(row)].emplace_back(e->workers, measured,
                                              predicted ? predicted->speedup : std::nan(""));
+        series_row.emplace(policy_key(row), &row);
       }
     }
-    if (series.empty()) continue;
-    std::string data, plot;
-    size_t index = 0;
-    uint32_t max_workers = 1;
-    double y_lo = 1.0, y_hi = 1.0;
-    std::set<uint32_t> worker_counts;
+    if (blocks == 0 && series.empty()) continue;
     for (auto& [policy, points] : series) {
+      const CaseRow& row = *series_row.at(policy);
       std::sort(points.begin(), points.end());
       data += fmt::format("# {}\n# workers measured_speedup predicted_speedup\n", policy);
-      for (const auto& [w, measured, predicted] : points) {
-        data += fmt::format("{} {} {}\n", w, measured, predicted);
-        max_workers = std::max(max_workers, w);
-        for (double y : {measured, predicted}) {
-          if (!std::isfinite(y)) continue;
-          y_lo = std::min(y_lo, y);
-          y_hi = std::max(y_hi, y);
-        }
+      for (const auto& [w, measured, replayed] : points) {
+        data += fmt::format("{} {} {}\n", w, measured, replayed);
+        widen(measured);
+        widen(replayed);
         worker_counts.insert(w);
       }
       data += "\n\n";
-      plot += fmt::format(
-          "{}data index {} using 1:2 with linespoints lw 2 pt 7 lc {} title {}, \\\n"
-          "     data index {} using 1:3 with linespoints lw 1 dt 2 pt 6 lc {} title {}",
-          index ? ", \\\n     " : "plot ", index, index + 1, gp_string(policy + ": measured"),
-          index, index + 1, gp_string(policy + ": predicted"));
-      ++index;
+      const std::string line_color = color(row.tau_policy);
+      add(blocks, fmt::format("using 1:2 with points pt {} ps 1.6 {} title {}", row.requeue ? 7 : 5,
+                              line_color, gp_string(policy + ": measured")));
+      add(blocks++,
+          fmt::format("using 1:3 with points pt {} ps 1.6 lw 2 {} title {}", row.requeue ? 6 : 4,
+                      line_color, gp_string(policy + ": baseline replayed")));
     }
+
     std::string tics;
     for (uint32_t w : worker_counts) tics += (tics.empty() ? "(" : ", ") + std::to_string(w);
-    const double pad = std::max(0.02, 0.15 * (y_hi - y_lo));
+    const double pad = std::max(0.02, 0.08 * (y_hi - y_lo));
     const std::string body = fmt::format(
-        "set xlabel 'workers'\nset ylabel 'speedup over tau = inf (samples/s)'\nset xrange [0:{}]\n"
-        "set xtics {})\nset yrange [{}:{}]\n"
+        "set xlabel 'workers (log scale)'\n"
+        "set ylabel \"speedup over tau = inf, samples/s basis:\\n"
+        "(1 - drop rate) x T_inf / T_tau, overhead in T\"\n"
+        "set logscale x 2\nset xrange [0.8:{}]\nset xtics {})\nset yrange [{}:{}]\n"
+        "set key default\nset key outside below center horizontal spacing 1.2\n"
         "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
-        max_workers + 1, tics, y_lo - pad, y_hi + pad, plot);
+        *worker_counts.rbegin() * 1.25, tics, y_lo - pad, y_hi + pad, plot);
     writer.draw("", fmt::format("speedup_{}_{}", key.first, key.second),
                 fmt::format("{}, {} delays: speedup against worker count, measured and predicted",
                             key.first, key.second),

@@ -1,32 +1,62 @@
 #include "tools/report/prediction.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "coordinator/threshold.h"
 
 namespace dctrain {
 
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The recorded part of a baseline step: its contributing workers' times,
+// and its time outside the slowest worker's compute.
+struct UsableStep {
+  RecordedStep recorded;
+  double overhead_seconds = 0.0;
+};
+
+std::optional<UsableStep> usable_step(const StepPoint& step) {
+  UsableStep out;
+  double slowest = 0.0;
+  for (const WorkerStepPoint& w : step.workers) {
+    if (!w.contributed || w.micro_batch_seconds.empty()) continue;
+    out.recorded.workers.push_back(w.micro_batch_seconds);
+    slowest = std::max(slowest, w.compute_seconds);
+  }
+  if (out.recorded.workers.empty()) return std::nullopt;
+  out.overhead_seconds = std::max(0.0, step.step_seconds + step.apply_seconds - slowest);
+  return out;
+}
+
+CurvePoint to_point(const StepTimePrediction& p) {
+  CurvePoint c;
+  c.workers = p.workers;
+  c.tau = p.tau;
+  c.speedup = 1.0 + p.speedup;  // threshold.h's speedup is the gain over tau = inf
+  c.drop_rate = p.drop_rate;
+  c.step_seconds = p.step_seconds;
+  c.baseline_step_seconds = p.baseline_step_seconds;
+  return c;
+}
+
+}  // namespace
+
 std::optional<Prediction> predict_speedup(const RunFolder& baseline, double tau) {
   std::vector<RecordedStep> steps;
   double outside = 0.0;
   for (size_t s = warmup_steps(baseline.steps.size()); s < baseline.steps.size(); ++s) {
-    const StepPoint& step = baseline.steps[s];
-    RecordedStep recorded;
-    double slowest = 0.0;
-    for (const WorkerStepPoint& w : step.workers) {
-      if (!w.contributed || w.micro_batch_seconds.empty()) continue;
-      recorded.workers.push_back(w.micro_batch_seconds);
-      slowest = std::max(slowest, w.compute_seconds);
-    }
-    if (recorded.workers.empty()) continue;
-    steps.push_back(std::move(recorded));
-    outside += std::max(0.0, step.step_seconds - slowest);
+    auto usable = usable_step(baseline.steps[s]);
+    if (!usable) continue;
+    steps.push_back(std::move(usable->recorded));
+    outside += usable->overhead_seconds;
   }
   if (steps.empty()) return std::nullopt;
   const double overhead = outside / static_cast<double>(steps.size());
-  const ThresholdCandidate none =
-      evaluate_threshold(steps, overhead, std::numeric_limits<double>::infinity());
+  const ThresholdCandidate none = evaluate_threshold(steps, overhead, kInf);
   const ThresholdCandidate at = evaluate_threshold(steps, overhead, tau);
   Prediction p;
   p.steps = steps.size();
@@ -35,6 +65,96 @@ std::optional<Prediction> predict_speedup(const RunFolder& baseline, double tau)
   p.completed_fraction = 1.0 - at.drop_rate;
   p.speedup = 1.0 + at.speedup;  // threshold.h's speedup is the gain over tau = inf
   return p;
+}
+
+std::vector<uint32_t> curve_worker_counts() {
+  return {1, 2, 4, 8, 16, 32, 64, 128, 256};
+}
+
+PooledSteps pool_baseline_steps(const std::vector<const RunFolder*>& baselines) {
+  PooledSteps pooled;
+  double outside = 0.0;
+  for (const RunFolder* run : baselines) {
+    bool used = false;
+    for (size_t s = warmup_steps(run->steps.size()); s < run->steps.size(); ++s) {
+      auto usable = usable_step(run->steps[s]);
+      if (!usable) continue;
+      for (std::vector<double>& w : usable->recorded.workers)
+        pooled.worker_steps.push_back(std::move(w));
+      outside += usable->overhead_seconds;
+      ++pooled.steps;
+      used = true;
+    }
+    if (used) ++pooled.runs;
+  }
+  if (pooled.steps > 0) pooled.overhead_seconds = outside / static_cast<double>(pooled.steps);
+  return pooled;
+}
+
+std::vector<CurvePoint> predicted_curve(const PooledSteps& pooled, double tau,
+                                        const std::vector<uint32_t>& workers) {
+  std::vector<CurvePoint> points;
+  points.reserve(workers.size());
+  for (uint32_t n : workers)
+    points.push_back(
+        to_point(predict_step_time(pooled.worker_steps, n, tau, pooled.overhead_seconds)));
+  return points;
+}
+
+CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers, int grid_points) {
+  const StepTimePrediction none =
+      predict_step_time(pooled.worker_steps, workers, kInf, pooled.overhead_seconds);
+  double lo = kInf, hi = 0.0;
+  for (const std::vector<double>& w : pooled.worker_steps) {
+    if (w.empty()) continue;
+    lo = std::min(lo, w.front());
+    hi = std::max(hi, truncate_at(w, kInf).seconds);
+  }
+  if (std::isinf(lo) || grid_points < 2) return to_point(none);
+  std::vector<StepTimePrediction> grid;
+  grid.reserve(static_cast<size_t>(grid_points));
+  for (int i = 0; i < grid_points; ++i) {
+    const double tau =
+        lo + (hi - lo) * static_cast<double>(i) / static_cast<double>(grid_points - 1);
+    grid.push_back(predict_step_time(pooled.worker_steps, workers, tau, pooled.overhead_seconds));
+  }
+  size_t first = 0;
+  for (size_t i = 1; i < grid.size(); ++i) {
+    if (grid[i].speedup > grid[first].speedup) first = i;
+  }
+  const double best = grid[first].speedup;
+  if (!(best > 0.0)) return to_point(none);
+  // Piecewise constant in tau: the middle of the run of ties, as
+  // estimate_threshold takes it.
+  const double tolerance = 1e-12 * std::max(1.0, std::abs(best));
+  size_t last = first;
+  while (last + 1 < grid.size() && std::abs(grid[last + 1].speedup - best) <= tolerance) ++last;
+  return to_point(grid[(first + last) / 2]);
+}
+
+std::optional<PredictedCurves> predict_curves(const PooledSteps& pooled, uint32_t recorded_workers,
+                                              const std::vector<CurveCase>& cases) {
+  if (pooled.worker_steps.empty()) return std::nullopt;
+  PredictedCurves out;
+  out.worker_steps = pooled.worker_steps.size();
+  out.steps = pooled.steps;
+  out.runs = pooled.runs;
+  out.recorded_workers = recorded_workers;
+  out.overhead_seconds = pooled.overhead_seconds;
+  const std::vector<uint32_t> workers = curve_worker_counts();
+  SpeedupCurve best{"best tau", "best", {}};
+  for (uint32_t n : workers) best.points.push_back(best_tau_point(pooled, n));
+  out.curves.push_back(std::move(best));
+  for (const CurveCase& c : cases)
+    out.curves.push_back({c.label, c.tau_policy, predicted_curve(pooled, c.tau, workers)});
+  return out;
+}
+
+const CurvePoint* curve_point(const SpeedupCurve& curve, uint32_t workers) {
+  for (const CurvePoint& p : curve.points) {
+    if (p.workers == workers) return &p;
+  }
+  return nullptr;
 }
 
 }  // namespace dctrain

@@ -44,6 +44,38 @@ std::string with_spread(const Aggregate& a, const std::string& format, size_t se
   return text;
 }
 
+// The cases' curves: one per tau policy and tau (requeue does not enter the
+// model); the requeue setting joins the label only when a policy has several
+// taus (auto with and without requeue settles differently).
+std::vector<CurveCase> curve_cases(const Experiment& e) {
+  std::vector<CurveCase> cases;
+  std::vector<const CaseRow*> rows;
+  for (const CaseRow& row : e.rows) {
+    if (row.tau_policy == "inf" || !std::isfinite(row.tau_seconds.mean)) continue;
+    bool seen = false;
+    for (const CurveCase& c : cases)
+      seen = seen || (c.tau_policy == row.tau_policy && c.tau == row.tau_seconds.mean);
+    if (seen) continue;
+    cases.push_back({"", row.tau_policy, row.tau_seconds.mean});
+    rows.push_back(&row);
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CurveCase& c = cases[i];
+    size_t same_policy = 0;
+    for (const CurveCase& other : cases) same_policy += other.tau_policy == c.tau_policy ? 1 : 0;
+    const std::string requeue =
+        same_policy > 1 ? (rows[i]->requeue ? ", requeue" : ", no requeue") : "";
+    if (c.tau_policy == "auto") {
+      c.label = fmt::format("tau = auto{} (median {:.4g} s)", requeue, c.tau);
+    } else if (c.tau_policy[0] == 'p') {
+      c.label = fmt::format("tau = {}{} ({:.4g} s)", c.tau_policy, requeue, c.tau);
+    } else {
+      c.label = fmt::format("tau = {} s{}", c.tau_policy, requeue);
+    }
+  }
+  return cases;
+}
+
 }  // namespace
 
 std::optional<double> run_time_to_target(const RunFolder& run, std::optional<double> target) {
@@ -160,6 +192,9 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
           row.speedup_basis = "samples/s";
         }
       }
+      std::vector<const RunFolder*> baselines;
+      for (size_t i : base.runs) baselines.push_back(&e.runs[i]);
+      e.predicted = predict_curves(pool_baseline_steps(baselines), e.workers, curve_cases(e));
     }
   }
   return report;
@@ -232,13 +267,68 @@ std::string table_notes(const Report& report) {
   return out;
 }
 
+std::vector<uint32_t> reported_worker_counts() {
+  return {4, 16, 64};
+}
+
+std::string predicted_line(const Experiment& e) {
+  if (!e.predicted || e.predicted->curves.empty()) return "";
+  const SpeedupCurve& best = e.predicted->curves.front();
+  std::string speedups, taus;
+  for (uint32_t n : reported_worker_counts()) {
+    const CurvePoint* p = curve_point(best, n);
+    if (p == nullptr) continue;
+    speedups += fmt::format("{}{:.2f}x at {}{}", speedups.empty() ? "" : ", ", p->speedup, n,
+                            speedups.empty() ? " workers" : "");
+    taus += fmt::format("{}{}", taus.empty() ? "" : ", ",
+                        std::isfinite(p->tau) ? fmt::format("{:.4g}", p->tau) : "inf");
+  }
+  return fmt::format(
+      "Predicted speedup with the best tau: {} (tau {} s; i.i.d. workers drawn from the "
+      "baseline's {} worker steps, overhead {:.4g} s per step).\n",
+      speedups, taus, e.predicted->worker_steps, e.predicted->overhead_seconds);
+}
+
 std::string markdown_tables(const Report& report) {
   std::string out;
   for (const Experiment& e : report.experiments) {
     out += "### " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
+    const std::string predicted = predicted_line(e);
+    if (!predicted.empty()) out += predicted + "\n";
   }
   return out + table_notes(report);
 }
+
+namespace {
+
+std::string predicted_json(const Experiment& e) {
+  if (!e.predicted) return "null";
+  const PredictedCurves& p = *e.predicted;
+  std::string curves;
+  for (const SpeedupCurve& c : p.curves) {
+    std::string points;
+    for (uint32_t n : reported_worker_counts()) {
+      const CurvePoint* at = curve_point(c, n);
+      if (at == nullptr) continue;
+      points += fmt::format(
+          "{}{{\"workers\":{},\"tau_seconds\":{},\"speedup\":{},\"drop_rate\":{},"
+          "\"step_seconds\":{},\"baseline_step_seconds\":{}}}",
+          points.empty() ? "" : ",", n, json_number(at->tau), json_number(at->speedup),
+          json_number(at->drop_rate), json_number(at->step_seconds),
+          json_number(at->baseline_step_seconds));
+    }
+    curves += fmt::format("{}{{\"label\":{},\"tau_policy\":{},\"points\":[{}]}}",
+                          curves.empty() ? "" : ",", json_string(c.label),
+                          json_string(c.tau_policy), points);
+  }
+  return fmt::format(
+      "{{\"model\":\"i.i.d. workers drawn from the tau = inf baseline's pooled worker steps\","
+      "\"speedup_basis\":\"samples/s\",\"recorded_workers\":{},\"worker_steps\":{},"
+      "\"steps\":{},\"runs\":{},\"overhead_seconds\":{},\"curves\":[{}]}}",
+      p.recorded_workers, p.worker_steps, p.steps, p.runs, json_number(p.overhead_seconds), curves);
+}
+
+}  // namespace
 
 std::string report_json(const Report& report) {
   auto optional_number = [](const std::optional<Aggregate>& a) {
@@ -268,7 +358,7 @@ std::string report_json(const Report& report) {
           json_number(row.drop_rate.mean), json_number(row.samples_lost.mean),
           json_number(row.tau_seconds.mean));
     }
-    out += "]}";
+    out += "],\"predicted\":" + predicted_json(e) + "}";
   }
   out += "]}\n";
   return out;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/report/prediction.h"
 #include "tools/runs/run_folder.h"
 
 namespace dctrain {
@@ -39,6 +40,10 @@ struct Experiment {
   std::vector<RunFolder> runs;
   std::vector<CaseRow> rows;  // tau = inf first
   std::optional<size_t> baseline_row;
+  // Speedup against worker count, i.i.d. workers drawn from the baseline
+  // row's pooled worker steps (tools/report/prediction.h): the best tau, and
+  // each case's tau (cases with the same policy and tau share a curve).
+  std::optional<PredictedCurves> predicted;
 };
 
 struct Report {
@@ -68,7 +73,15 @@ std::string table_notes(const Report& report);
 std::vector<std::string> table_header();
 std::vector<std::string> table_cells(const CaseRow& row);
 
-// report.json: every row's figures as numbers.
+// The line under an experiment's table: the predicted speedup with the best
+// tau at 4, 16 and 64 workers; "" without a prediction.
+std::string predicted_line(const Experiment& e);
+
+// The worker counts predicted_line and report.json give.
+std::vector<uint32_t> reported_worker_counts();
+
+// report.json: every row's figures as numbers, and each experiment's
+// predicted curves at reported_worker_counts().
 std::string report_json(const Report& report);
 
 }  // namespace dctrain

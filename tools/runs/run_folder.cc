@@ -128,6 +128,7 @@ void parse_metrics(const std::string& jsonl, const std::string& origin,
       p.step = count(o, "step");
       p.wall_seconds = number(o, "wall_seconds");
       p.step_seconds = number(o, "step_seconds");
+      p.apply_seconds = number(o, "apply_seconds");
       p.tau = tau_value(o);
       p.samples = count(o, "samples");
       p.planned = count(o, "planned");

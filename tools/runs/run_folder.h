@@ -40,6 +40,7 @@ struct WorkerStepPoint {
 struct StepPoint {  // a "step" record of metrics.jsonl
   uint64_t step = 0;
   double wall_seconds = 0.0, step_seconds = 0.0, tau = 0.0;
+  double apply_seconds = 0.0;  // the coordinator's update, after step_seconds
   uint64_t samples = 0, planned = 0, completed = 0, dropped = 0, orphaned = 0, lost_samples = 0;
   std::vector<WorkerStepPoint> workers;
 };
