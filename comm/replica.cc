@@ -23,8 +23,11 @@ Replica::Replica(std::unique_ptr<Model> model, const v1::OptimizerConfig& optimi
 double Replica::next_learning_rate() const { return learning_rate(schedule_, optimizer_->steps()); }
 
 void Replica::apply_update(std::span<float> gradient, std::span<const float> statistics) {
+  apply_update(gradient, statistics, next_learning_rate());
+}
+
+void Replica::apply_update(std::span<float> gradient, std::span<const float> statistics, double lr) {
   if (clip_norm_ > 0.0) clip_grad_norm(gradient, clip_norm_);
-  const double lr = next_learning_rate();
   optimizer_->step(model_->parameters().flat(), gradient, lr);
   if (buffer_count() > 0) model_->apply_statistics(statistics);
 }

@@ -34,8 +34,11 @@ class Replica {
   // when the run clips) and the averaged batch statistics (empty span for a
   // model without BatchNorm).
   void apply_update(std::span<float> gradient, std::span<const float> statistics);
+  // The same at a rate decided elsewhere (the coordinator's schedule, which
+  // may count samples rather than updates).
+  void apply_update(std::span<float> gradient, std::span<const float> statistics, double lr);
 
-  // The rate of the next update.
+  // The rate of the next update, counting updates.
   double next_learning_rate() const;
   int64_t optimizer_steps() const { return optimizer_->steps(); }
 

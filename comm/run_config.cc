@@ -86,7 +86,12 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(o, beta1, 0.9);
   DCTRAIN_DEFAULT(o, beta2, 0.999);
   DCTRAIN_DEFAULT(o, eps, 1e-8);
-  if (o.schedule().kind().empty()) o.mutable_schedule()->set_kind("constant");
+  v1::LrSchedule& schedule = *o.mutable_schedule();
+  if (schedule.kind().empty()) schedule.set_kind("constant");
+  if (schedule.clock().empty()) {
+    const bool budget_in_epochs = c.stop().max_steps() == 0 && c.stop().max_epochs() > 0.0;
+    schedule.set_clock(budget_in_epochs ? "samples" : "updates");
+  }
 
   v1::StepConfig& s = *c.mutable_step();
   if (s.tau() == 0.0) s.set_tau(std::numeric_limits<double>::infinity());
@@ -101,6 +106,7 @@ void apply_defaults(v1::RunConfig& c) {
     if (!a.has_reestimate_every_steps()) a.set_reestimate_every_steps(10);
     if (!a.has_min_change()) a.set_min_change(0.05);
     if (!a.has_min_gain()) a.set_min_gain(0.01);
+    if (!a.has_skip_steps()) a.set_skip_steps(5);
   }
 
   v1::DelayConfig& delay = *c.mutable_delay();
@@ -114,6 +120,7 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(l, silence_seconds, 10.0);
   DCTRAIN_DEFAULT(l, grace_seconds, 5.0);
   DCTRAIN_DEFAULT(l, join_timeout_seconds, 120.0);
+  if (!l.has_release_after_missed_steps()) l.set_release_after_missed_steps(10);
 
   DCTRAIN_DEFAULT(*c.mutable_eval(), batch, 256u);
   DCTRAIN_DEFAULT(c, progress_seconds, 5.0);
@@ -182,6 +189,9 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   const v1::LrSchedule& lr = o.schedule();
   if (!one_of(lr.kind(), {"constant", "cosine", "step"})) {
     problem("optimizer.schedule.kind '{}' is not known; use 'constant', 'cosine' or 'step'", lr.kind());
+  }
+  if (!one_of(lr.clock(), {"updates", "samples"})) {
+    problem("optimizer.schedule.clock '{}' is not known; use 'updates' or 'samples'", lr.clock());
   }
   if (lr.kind() == "step" && (lr.step_every() == 0 || !(lr.gamma() > 0.0))) {
     problem("optimizer.schedule 'step' needs step_every > 0 and gamma > 0");

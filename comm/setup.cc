@@ -91,9 +91,38 @@ LrScheduleSpec schedule_spec(const v1::OptimizerConfig& o) {
   return spec;
 }
 
+LrScheduleSpec run_schedule_spec(const v1::RunConfig& config) {
+  LrScheduleSpec spec = schedule_spec(config.optimizer());
+  const v1::LrSchedule& s = config.optimizer().schedule();
+  if (s.clock() != "samples") return spec;
+  const auto batch = static_cast<int64_t>(config.step().global_batch());
+  spec.warmup_steps *= batch;
+  spec.step_size *= batch;
+  spec.total_steps = s.total_samples() != 0 ? static_cast<int64_t>(s.total_samples())
+                                             : spec.total_steps * batch;
+  return spec;
+}
+
+double schedule_position(const v1::RunConfig& config, int64_t updates, uint64_t settled_samples) {
+  return config.optimizer().schedule().clock() == "samples" ? static_cast<double>(settled_samples)
+                                                             : static_cast<double>(updates);
+}
+
 void resolve_step_budget(v1::RunConfig& config, uint64_t train_size) {
   v1::LrSchedule& schedule = *config.mutable_optimizer()->mutable_schedule();
-  if (schedule.kind() != "cosine" || schedule.total_steps() != 0) return;
+  if (schedule.kind() != "cosine") return;
+  if (schedule.clock() == "samples" && schedule.total_samples() == 0 && schedule.total_steps() == 0 &&
+      config.stop().max_epochs() > 0.0) {
+    const double samples = std::round(config.stop().max_epochs() * static_cast<double>(train_size));
+    schedule.set_total_samples(std::max<uint64_t>(
+        static_cast<uint64_t>(samples),
+        (schedule.warmup_steps() + 1) * static_cast<uint64_t>(config.step().global_batch())));
+    // The same budget in updates without requeue, for the optimizer's own view.
+    schedule.set_total_steps((schedule.total_samples() + config.step().global_batch() - 1) /
+                             config.step().global_batch());
+    return;
+  }
+  if (schedule.total_steps() != 0) return;
   uint64_t steps = config.stop().max_steps();
   if (steps == 0) {
     const double per_epoch = std::ceil(static_cast<double>(train_size) / config.step().global_batch());

@@ -38,10 +38,18 @@ uint64_t test_samples(const v1::RunConfig& config, const Dataset& test);
 ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int threads);
 
 OptimizerSpec optimizer_spec(const v1::OptimizerConfig& optimizer);
+// The schedule counted in updates (the optimizer's own view).
 LrScheduleSpec schedule_spec(const v1::OptimizerConfig& optimizer);
+// The run's schedule in the units of its clock: updates, or samples (every
+// field scaled by the global batch; a cosine decays over total_samples).
+LrScheduleSpec run_schedule_spec(const v1::RunConfig& config);
+// Where the run's schedule stands before an update: `updates` applied so
+// far, or `settled_samples` (completed, or lost with requeue off).
+double schedule_position(const v1::RunConfig& config, int64_t updates, uint64_t settled_samples);
 
 // Resolves what depends on the training set's size: a cosine schedule's
-// total_steps left at 0 becomes the run's step budget.
+// total left at 0 becomes the run's budget: total_steps from stop.max_steps
+// (clock "updates"), total_samples from stop.max_epochs (clock "samples").
 void resolve_step_budget(v1::RunConfig& config, uint64_t train_size);
 
 }  // namespace dctrain

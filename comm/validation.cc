@@ -76,6 +76,7 @@ std::string_view body_name(const v1::Envelope& envelope) {
     case v1::Envelope::kPlan: return "plan";
     case v1::Envelope::kContribution: return "contribution";
     case v1::Envelope::kUpdate: return "update";
+    case v1::Envelope::kReady: return "ready";
     case v1::Envelope::BODY_NOT_SET: break;
   }
   return "empty message";

@@ -42,23 +42,31 @@ std::string describe_tau(double tau) {
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* evaluator,
-                         Outbox& outbox, std::shared_ptr<spdlog::logger> log, double now)
+                         Outbox& outbox, std::shared_ptr<spdlog::logger> log,
+                         CoordinatorClock clock)
     : setup_(std::move(setup)),
       config_(setup_.config),
       replica_(replica),
       evaluator_(evaluator),
       outbox_(outbox),
       log_(std::move(log)),
+      clock_(std::move(clock)),
+      schedule_(run_schedule_spec(config_)),
       membership_(config_.workers()),
       ledger_(initial_ledger(setup_)),
       reducer_(replica.parameter_count(), replica.buffer_count()),
-      metrics_(setup_.run_dir, setup_.resume.has_value()),
+      metrics_(setup_.run_dir, setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step())
+                                             : std::nullopt),
       threshold_(config_.step(), config_.seed()),
-      needs_data_root_(needs_data_root(config_)),
-      created_(now),
-      run_started_(now),
-      waiting_since_(now) {
+      needs_data_root_(needs_data_root(config_)) {
+  const double now = clock_();
+  created_ = run_started_ = waiting_since_ = now;
   if (setup_.resume) {
+    if (metrics_.records_superseded() > 0) {
+      log_->info("metrics.jsonl: removed {} records written after the checkpoint (steps from {} "
+                 "on are run again)",
+                 metrics_.records_superseded(), setup_.resume->next_step());
+    }
     step_ = setup_.resume->next_step();
     metrics_.totals() = setup_.resume->totals();
     wall_offset_ = metrics_.totals().wall_seconds();
@@ -98,6 +106,20 @@ void Coordinator::send(const std::string& peer, Message message) {
 void Coordinator::handle(Received received, double now) {
   dispatch(std::move(received), now);
   if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
+  start_when_ready(now);
+}
+
+bool Coordinator::start_when_ready(double now) {
+  if (phase_ == Phase::kJoining && membership_.ready_ranks().size() == config_.workers()) {
+    log_->info("all {} workers joined and loaded their data; training starts", config_.workers());
+    start_step(now);
+    return true;
+  }
+  if (phase_ == Phase::kWaiting && !membership_.ready_ranks().empty()) {
+    start_step(now);
+    return true;
+  }
+  return false;
 }
 
 void Coordinator::dispatch(Received received, double now) {
@@ -133,6 +155,9 @@ void Coordinator::dispatch(Received received, double now) {
       return;
     case v1::Envelope::kBye:
       on_bye(peer, message);
+      return;
+    case v1::Envelope::kReady:
+      on_ready(peer, now);
       return;
     case v1::Envelope::kError:
       log_->warn("worker '{}' reports: {}", peer, message.envelope.error().message());
@@ -225,6 +250,17 @@ void Coordinator::on_bye(const std::string& peer, const Message& message) {
   membership_.mark_dead(rank);
 }
 
+void Coordinator::on_ready(const std::string& peer, double now) {
+  Member* m = membership_.live_member(peer);
+  if (m == nullptr) {
+    ask_to_rejoin(peer, "ready from a worker that is not in the run");
+    return;
+  }
+  m->last_heard = now;
+  if (!m->ready) log_->debug("worker '{}' (rank {}) is ready", peer, m->rank);
+  m->ready = true;
+}
+
 void Coordinator::on_contribution(const std::string& peer, Message message, double now) {
   const uint64_t step = message.envelope.step();
   Member* member = membership_.live_member(peer);
@@ -299,6 +335,17 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
     abandon(rank, "its contribution was rejected");
     return;
   }
+  if (c.parameter_checksum() != start_checksum_) {
+    // Its gradient was computed on other parameters: using it would move
+    // every replica by a wrong update. Drop it, and resend the state.
+    v1::RunTotals& t = metrics_.totals();
+    t.set_checksum_mismatches(t.checksum_mismatches() + 1);
+    p.resync = true;
+    abandon(rank, fmt::format("its replica differs from the coordinator's (checksum {:016x}, "
+                              "expected {:016x}); it gets the coordinator's state after the update",
+                              c.parameter_checksum(), start_checksum_));
+    return;
+  }
   p.contribution = c;
   last_contribution_ = now;
   reducer_.add(rank, std::move(message));
@@ -320,9 +367,9 @@ void Coordinator::abandon(uint32_t rank, const std::string& why) {
 }
 
 void Coordinator::start_step(double now) {
-  std::vector<uint32_t> ranks = membership_.live_ranks();
+  std::vector<uint32_t> ranks = membership_.ready_ranks();
   if (ranks.empty()) {
-    if (phase_ != Phase::kWaiting) {
+    if (phase_ != Phase::kWaiting && membership_.live_count() == 0) {
       log_->warn("no live worker left; waiting up to {:.0f} s for one to join",
                  config_.liveness().join_timeout_seconds());
       waiting_since_ = now;
@@ -376,133 +423,32 @@ void Coordinator::start_step(double now) {
 }
 
 void Coordinator::close_step(double now) {
-  const auto clock = [] { return std::chrono::steady_clock::now(); };
-  const auto seconds = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
-  const auto reduce_begin = clock();
-  StepRecord record;
-  record.step = step_;
-  record.tau = threshold_.tau();
-  record.lr = replica_.next_learning_rate();
-  const bool requeue = config_.step().requeue();
-
-  double loss_sum = 0.0;
-  uint64_t loss_terms = 0, samples = 0, correct = 0, planned_samples = 0;
-  double max_compute = 0.0, compute_total = 0.0;
-  for (auto& [rank, p] : planned_) {
-    WorkerStepRecord w;
-    w.rank = rank;
-    w.name = membership_.at(rank).name;
-    w.missed = p.missed;
-    w.planned = p.micro_batches.size();
-    w.samples = 0;
-    record.planned += p.micro_batches.size();
-    planned_samples += p.samples;
-    if (p.contribution) {
-      const v1::Contribution& c = *p.contribution;
-      w.contributed = true;
-      w.compute_seconds = c.compute_seconds();
-      w.overhead_seconds = c.overhead_seconds();
-      w.completed = static_cast<uint64_t>(c.completed_size());
-      w.dropped = static_cast<uint64_t>(c.dropped_size());
-      w.samples = c.samples();
-      w.checksum_ok = c.parameter_checksum() == start_checksum_;
-      if (!w.checksum_ok) {
-        metrics_.totals().set_checksum_mismatches(metrics_.totals().checksum_mismatches() + 1);
-        log_->error("worker '{}' (rank {}) replica differs from the coordinator's at step {} "
-                    "(checksum {:016x}, expected {:016x})",
-                    w.name, rank, step_, c.parameter_checksum(), start_checksum_);
-      }
-      for (const v1::MicroBatchTime& t : c.completed()) {
-        w.micro_batch_seconds.push_back(t.compute_seconds());
-        ledger_.complete(t.id());
-      }
-      uint64_t dropped_samples = 0;
-      for (uint64_t id : c.dropped()) {
-        ledger_.drop(id);
-        dropped_samples += p.sizes[id];
-      }
-      if (!requeue) record.lost_samples += dropped_samples;
-      loss_sum += c.loss_sum();
-      loss_terms += c.loss_terms();
-      samples += c.samples();
-      correct += c.correct();
-      record.completed += w.completed;
-      record.dropped += w.dropped;
-      max_compute = std::max(max_compute, c.compute_seconds());
-      compute_total += c.compute_seconds();
-    } else {
-      record.orphaned += p.micro_batches.size();
-      if (!requeue) record.lost_samples += p.samples;
-    }
-    record.workers.push_back(std::move(w));
-  }
-  record.requeued = requeue ? record.dropped + record.orphaned : 0;
-  record.samples = samples;
-  record.applied = samples > 0;
-  record.loss = loss_terms > 0 ? loss_sum / static_cast<double>(loss_terms) : 0.0;
-  record.accuracy = loss_terms > 0 ? static_cast<double>(correct) / static_cast<double>(loss_terms) : 0.0;
-  if (loss_terms > 0) last_loss_ = record.loss;
-
-  // The reduce: the gradient of the mean loss over what was completed (or,
-  // with normalize "nominal", over what was planned), and the batch
-  // statistics averaged by samples.
-  double divisor = static_cast<double>(loss_terms);
-  if (config_.step().normalize() == "nominal" && samples > 0) {
-    divisor = static_cast<double>(loss_terms) * static_cast<double>(planned_samples) /
-              static_cast<double>(samples);
-  }
-  reducer_.finish(divisor, static_cast<double>(samples));
-  record.reduce_seconds = seconds(reduce_begin, clock());
-
-  Message update;
-  update.envelope = make_envelope(step_, kCoordinatorName);
-  update.envelope.mutable_update()->set_applied(record.applied);
-  update.envelope.mutable_update()->set_samples(samples);
-  update.envelope.mutable_update()->set_optimizer_steps(
-      static_cast<uint64_t>(replica_.optimizer_steps()) + (record.applied ? 1 : 0));
-  add_tensor(update, "gradient", reducer_.gradient());
-  if (replica_.buffer_count() > 0) add_tensor(update, "statistics", reducer_.statistics());
-  for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(update));
+  StepRecord record = settle_step();
   record.step_seconds = now - step_started_;
-
-  const auto apply_begin = clock();
-  if (record.applied) replica_.apply_update(reducer_.gradient(), reducer_.statistics());
-  start_checksum_ = replica_.parameter_checksum();
-  record.apply_seconds = seconds(apply_begin, clock());
-
-  v1::RunTotals& t = metrics_.totals();
-  t.set_steps(t.steps() + 1);
-  t.set_samples_completed(t.samples_completed() + samples);
-  t.set_microbatches_completed(t.microbatches_completed() + record.completed);
-  t.set_microbatches_dropped(t.microbatches_dropped() + record.dropped);
-  t.set_microbatches_orphaned(t.microbatches_orphaned() + record.orphaned);
-  t.set_samples_lost(t.samples_lost() + record.lost_samples);
-  t.set_compute_seconds(t.compute_seconds() + compute_total);
-  t.set_step_seconds(t.step_seconds() + record.step_seconds);
-  t.set_max_compute_seconds(t.max_compute_seconds() + max_compute);
-  t.set_steps_at_tau(t.steps_at_tau() + 1);
-  t.set_step_seconds_at_tau(t.step_seconds_at_tau() + record.step_seconds + record.apply_seconds);
-  t.set_microbatches_planned_at_tau(t.microbatches_planned_at_tau() + record.planned);
-  t.set_microbatches_dropped_at_tau(t.microbatches_dropped_at_tau() + record.dropped + record.orphaned);
-  epoch_samples_ += samples + record.lost_samples;
-  progress_samples_ += samples;
-  recent_step_seconds_ = recent_step_seconds_ == 0.0
-                             ? record.step_seconds
-                             : 0.8 * recent_step_seconds_ + 0.2 * record.step_seconds;
-
+  uint64_t planned_samples = 0;
+  for (const auto& [rank, p] : planned_) planned_samples += p.samples;
+  reduce_and_apply(record, planned_samples);
+  count_step(record);
   record.epoch = ledger_.epoch();
   record.epochs = epochs();
   record.wall_seconds = wall(now);
   worker_summary_.step_closed(record);
-  metrics_.record_step(record);
-  observe_threshold(record, now);
+  track_misses(record);
+  for (const auto& [rank, p] : planned_) {
+    if (p.resync && membership_.at(rank).live) {
+      log_->info("resending the coordinator's state to worker '{}' (rank {})", membership_.at(rank).name,
+                 rank);
+      welcome(rank);
+    }
+  }
   planned_.clear();
   ++step_;
 
+  v1::RunTotals& t = metrics_.totals();
   bool epoch_ended = false;
   if (ledger_.epoch_complete()) {
     const EpochAudit audit = ledger_.audit();
-    metrics_.record_epoch(audit, wall(now));
+    metrics_.record_epoch(audit, t.steps(), wall(now));
     t.set_epochs_completed(t.epochs_completed() + 1);
     if (audit.ok()) {
       log_->info("epoch {} complete: {} samples done exactly once, {} lost", audit.epoch, audit.done,
@@ -517,18 +463,176 @@ void Coordinator::close_step(double now) {
     epoch_ended = true;
   }
 
+  // The coordinator's own work between steps: on its clock, never on the
+  // workers' (the next step's clock starts when its plans go out).
   const uint64_t every = config_.eval().every_steps();
   if (evaluator_ != nullptr && ((every > 0 && t.steps() % every == 0) || (every == 0 && epoch_ended))) {
-    evaluate(now);
+    record.eval_seconds = evaluate(now);
   }
   const uint64_t checkpoint_every = config_.checkpoint().every_steps();
   const std::optional<std::string> stop = stop_reached(now);
-  if (checkpoint_every > 0 && t.steps() % checkpoint_every == 0 && !stop) checkpoint(now);
+  if (checkpoint_every > 0 && t.steps() % checkpoint_every == 0 && !stop) {
+    record.checkpoint_seconds = checkpoint(now);
+  }
+  metrics_.record_step(record);
+  observe_threshold(record, now);
   if (stop) {
     finish(*stop, 0, now);
     return;
   }
-  start_step(now);
+  start_step(clock_());
+}
+
+StepRecord Coordinator::settle_step() {
+  StepRecord record;
+  record.step = step_;
+  record.tau = threshold_.tau();
+  const bool requeue = config_.step().requeue();
+  for (auto& [rank, p] : planned_) {
+    WorkerStepRecord w;
+    w.rank = rank;
+    w.name = membership_.at(rank).name;
+    w.missed = p.missed;
+    w.planned = p.micro_batches.size();
+    w.checksum_ok = !p.resync;
+    record.planned += p.micro_batches.size();
+    if (p.contribution) {
+      const v1::Contribution& c = *p.contribution;
+      w.contributed = true;
+      w.compute_seconds = c.compute_seconds();
+      w.overhead_seconds = c.overhead_seconds();
+      w.completed = static_cast<uint64_t>(c.completed_size());
+      w.dropped = static_cast<uint64_t>(c.dropped_size());
+      w.samples = c.samples();
+      for (const v1::MicroBatchTime& t : c.completed()) {
+        w.micro_batch_seconds.push_back(t.compute_seconds());
+        ledger_.complete(t.id());
+      }
+      uint64_t dropped_samples = 0;
+      for (uint64_t id : c.dropped()) {
+        ledger_.drop(id);
+        dropped_samples += p.sizes[id];
+      }
+      if (!requeue) record.lost_samples += dropped_samples;
+      record.loss_sum += c.loss_sum();
+      record.loss_terms += c.loss_terms();
+      record.samples += c.samples();
+      record.correct += c.correct();
+      record.completed += w.completed;
+      record.dropped += w.dropped;
+    } else {
+      record.orphaned += p.micro_batches.size();
+      if (!requeue) record.lost_samples += p.samples;
+    }
+    record.workers.push_back(std::move(w));
+  }
+  record.requeued = requeue ? record.dropped + record.orphaned : 0;
+  record.applied = record.samples > 0;
+  if (record.loss_terms > 0) {
+    const auto terms = static_cast<double>(record.loss_terms);
+    record.loss = record.loss_sum / terms;
+    record.accuracy = static_cast<double>(record.correct) / terms;
+    last_loss_ = record.loss;
+  }
+  return record;
+}
+
+void Coordinator::reduce_and_apply(StepRecord& record, uint64_t planned_samples) {
+  // The gradient of the mean loss over what was completed (or, with
+  // normalize "nominal", over what was planned): loss terms are samples for
+  // the classifiers and masked tokens for MLM, so the divisor is in the
+  // loss's own units. A short step at the end of an epoch (fewer samples
+  // planned than the global batch) is weighted by its size, so the epoch's
+  // last few samples do not move the model as much as a full step.
+  const double reduce_begin = clock_();
+  const auto terms = static_cast<double>(record.loss_terms);
+  double divisor = terms;
+  if (config_.step().normalize() == "nominal" && record.samples > 0) {
+    divisor = terms * static_cast<double>(planned_samples) / static_cast<double>(record.samples);
+  }
+  const auto global_batch = static_cast<double>(config_.step().global_batch());
+  if (planned_samples > 0 && static_cast<double>(planned_samples) < global_batch) {
+    divisor *= global_batch / static_cast<double>(planned_samples);
+  }
+  reducer_.finish(divisor, static_cast<double>(record.samples));
+  record.reduce_seconds = clock_() - reduce_begin;
+
+  const v1::RunTotals& t = metrics_.totals();
+  record.lr = learning_rate(schedule_, schedule_position(config_, replica_.optimizer_steps(),
+                                                         t.samples_completed() + t.samples_lost()));
+  Message update;
+  update.envelope = make_envelope(step_, kCoordinatorName);
+  v1::Update& body = *update.envelope.mutable_update();
+  body.set_applied(record.applied);
+  body.set_samples(record.samples);
+  body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()) + (record.applied ? 1 : 0));
+  body.set_learning_rate(record.lr);
+  add_tensor(update, "gradient", reducer_.gradient());
+  if (replica_.buffer_count() > 0) add_tensor(update, "statistics", reducer_.statistics());
+  for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(update));
+
+  const double apply_begin = clock_();
+  if (record.applied) replica_.apply_update(reducer_.gradient(), reducer_.statistics(), record.lr);
+  start_checksum_ = replica_.parameter_checksum();
+  record.apply_seconds = clock_() - apply_begin;
+}
+
+void Coordinator::count_step(const StepRecord& record) {
+  double max_compute = 0.0, compute_total = 0.0;
+  for (const WorkerStepRecord& w : record.workers) {
+    if (!w.contributed) continue;
+    max_compute = std::max(max_compute, w.compute_seconds);
+    compute_total += w.compute_seconds;
+  }
+  // What one step costs on the clock the threshold predicts: plans out to
+  // the update applied, without evaluations and checkpoints.
+  const double cycle = record.step_seconds + record.reduce_seconds + record.apply_seconds;
+  v1::RunTotals& t = metrics_.totals();
+  t.set_steps(t.steps() + 1);
+  t.set_samples_completed(t.samples_completed() + record.samples);
+  t.set_microbatches_completed(t.microbatches_completed() + record.completed);
+  t.set_microbatches_dropped(t.microbatches_dropped() + record.dropped);
+  t.set_microbatches_orphaned(t.microbatches_orphaned() + record.orphaned);
+  t.set_samples_lost(t.samples_lost() + record.lost_samples);
+  t.set_compute_seconds(t.compute_seconds() + compute_total);
+  t.set_step_seconds(t.step_seconds() + record.step_seconds);
+  t.set_max_compute_seconds(t.max_compute_seconds() + max_compute);
+  t.set_steps_at_tau(t.steps_at_tau() + 1);
+  t.set_step_seconds_at_tau(t.step_seconds_at_tau() + cycle);
+  t.set_microbatches_planned_at_tau(t.microbatches_planned_at_tau() + record.planned);
+  t.set_microbatches_dropped_at_tau(t.microbatches_dropped_at_tau() + record.dropped + record.orphaned);
+  epoch_samples_ += record.samples + record.lost_samples;
+  progress_samples_ += record.samples;
+  recent_step_seconds_ = recent_step_seconds_ == 0.0 ? cycle : 0.8 * recent_step_seconds_ + 0.2 * cycle;
+}
+
+void Coordinator::track_misses(const StepRecord& record) {
+  const uint32_t limit = config_.liveness().release_after_missed_steps();
+  for (const WorkerStepRecord& w : record.workers) {
+    Member& m = membership_.at(w.rank);
+    if (!m.live || m.name != w.name) continue;
+    const bool missed_deadline = w.missed && w.checksum_ok;
+    m.missed_in_a_row = missed_deadline ? m.missed_in_a_row + 1 : 0;
+    if (limit > 0 && m.missed_in_a_row >= limit) release(w.rank, m.missed_in_a_row);
+  }
+}
+
+void Coordinator::release(uint32_t rank, uint32_t missed) {
+  const Member& m = membership_.at(rank);
+  const std::string reason = fmt::format(
+      "released from the run after missing {} step deadlines in a row (liveness."
+      "release_after_missed_steps); its slot is free for a restarted or new worker",
+      missed);
+  log_->warn("worker '{}' (rank {}) {}", m.name, rank, reason);
+  v1::RunTotals& t = metrics_.totals();
+  t.set_workers_released(t.workers_released() + 1);
+  worker_summary_.worker_released(m.name, rank, step_, missed);
+  Message bye;
+  bye.envelope = make_envelope(step_, kCoordinatorName);
+  bye.envelope.mutable_bye()->set_reason(reason);
+  bye.envelope.mutable_bye()->set_released(true);
+  send(m.name, std::move(bye));
+  membership_.mark_dead(rank);
 }
 
 void Coordinator::observe_threshold(const StepRecord& record, double now) {
@@ -536,17 +640,26 @@ void Coordinator::observe_threshold(const StepRecord& record, double now) {
   StepObservation observation;
   observation.step = record.step;
   double max_compute = 0.0;
+  bool complete = true;
   for (const WorkerStepRecord& w : record.workers) {
-    // A worker that missed the deadline or died leaves its times unknown:
-    // the step says nothing reliable about the slowest worker.
-    if (!w.contributed) return;
-    observation.workers.push_back(
-        {w.rank, w.micro_batch_seconds, static_cast<uint32_t>(w.dropped)});
-    max_compute = std::max(max_compute, w.compute_seconds);
+    if (w.contributed) {
+      observation.workers.push_back({w.rank, w.micro_batch_seconds, static_cast<uint32_t>(w.dropped)});
+      max_compute = std::max(max_compute, w.compute_seconds);
+    } else {
+      // A worker that missed the deadline or died: its times are unknown.
+      // Leaving the step out would keep only the fast steps; it stays, with
+      // its whole plan filled as dropped micro-batches are.
+      observation.workers.push_back({w.rank, {}, static_cast<uint32_t>(w.planned)});
+      complete = false;
+    }
   }
   if (observation.workers.empty()) return;
-  observation.overhead_seconds =
-      std::max(0.0, record.step_seconds + record.apply_seconds - max_compute);
+  // Time outside the slowest compute on the step's own clock (plans out to
+  // the coordinator's update applied; evaluations and checkpoints are not in
+  // it). A step that waited for a deadline says nothing about it.
+  observation.overhead_seconds = std::max(
+      0.0, record.step_seconds + record.reduce_seconds + record.apply_seconds - max_compute);
+  observation.overhead_known = complete;
   const std::optional<ThresholdDecision> d = threshold_.observe(std::move(observation));
   if (!d) return;
 
@@ -585,10 +698,10 @@ void Coordinator::observe_threshold(const StepRecord& record, double now) {
   }
 }
 
-void Coordinator::evaluate(double now) {
-  const auto begin = std::chrono::steady_clock::now();
+double Coordinator::evaluate(double now) {
+  const double begin = clock_();
   const Evaluation e = evaluator_->evaluate(replica_.model());
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  const double took = clock_() - begin;
   v1::RunTotals& t = metrics_.totals();
   t.set_has_eval(true);
   t.set_last_eval_loss(e.loss);
@@ -603,10 +716,12 @@ void Coordinator::evaluate(double now) {
     t.set_reached_target(true);
     t.set_time_to_target_seconds(wall(now) + took);
   }
+  return took;
 }
 
-void Coordinator::checkpoint(double now) {
-  if (setup_.run_dir.empty()) return;
+double Coordinator::checkpoint(double now) {
+  if (setup_.run_dir.empty()) return 0.0;
+  const double begin = clock_();
   v1::CheckpointHeader header;
   *header.mutable_config() = config_;
   header.set_next_step(step_);
@@ -620,6 +735,7 @@ void Coordinator::checkpoint(double now) {
   } catch (const std::exception& e) {
     log_->error("checkpoint at step {} failed: {}", step_, e.what());
   }
+  return clock_() - begin;
 }
 
 std::optional<std::string> Coordinator::stop_reached(double now) const {
@@ -705,9 +821,8 @@ void Coordinator::tick(double now) {
 
   switch (phase_) {
     case Phase::kJoining:
-      if (membership_.live_count() == config_.workers()) {
-        log_->info("all {} workers joined; training starts", config_.workers());
-        start_step(now);
+      if (start_when_ready(now)) {
+        return;
       } else if (now - created_ > live.join_timeout_seconds()) {
         finish(fmt::format("only {} of {} workers joined within {:.0f} s: start more dctrain-worker "
                            "processes, lower --workers, or raise liveness.join_timeout_seconds",
@@ -716,8 +831,10 @@ void Coordinator::tick(double now) {
       }
       return;
     case Phase::kWaiting:
-      if (membership_.live_count() > 0) {
-        start_step(now);
+      if (start_when_ready(now)) {
+        return;
+      } else if (membership_.live_count() > 0) {
+        waiting_since_ = now;  // a worker joined and is loading its data
       } else if (now - waiting_since_ > live.join_timeout_seconds()) {
         finish(fmt::format("every worker is gone and none joined within {:.0f} s",
                            live.join_timeout_seconds()),

@@ -3,13 +3,16 @@
 //
 // It is driven from outside: handle() for every message that arrives and
 // tick() every few milliseconds, both given the time on the caller's clock;
-// it answers through an Outbox. The same code runs over ZeroMQ across
+// it answers through an Outbox. It also holds that clock, to read the time
+// after its own work (reduce, update, evaluation, checkpoint): a step's clock
+// and deadline start when its plans go out, never before. The same code runs over ZeroMQ across
 // processes (coordinator/main.cc) and, with a fake clock and outbox, in one
 // process in the tests. A bad message is logged and dropped; it never throws.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,9 +32,13 @@
 #include "coordinator/threshold.h"
 #include "coordinator/worker_summary.h"
 #include "data/ledger.h"
+#include "model/lr_schedule.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {
+
+// Seconds on a monotonic clock: the process's steady clock, or a test's.
+using CoordinatorClock = std::function<double()>;
 
 struct CoordinatorSetup {
   v1::RunConfig config;                  // finalized
@@ -45,7 +52,7 @@ class Coordinator {
  public:
   // `replica` holds the initial (or restored) state; `evaluator` may be null.
   Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* evaluator, Outbox& outbox,
-              std::shared_ptr<spdlog::logger> log, double now);
+              std::shared_ptr<spdlog::logger> log, CoordinatorClock clock);
 
   void handle(Received message, double now);
   void tick(double now);
@@ -75,25 +82,41 @@ class Coordinator {
     std::map<uint64_t, uint64_t> sizes;  // micro-batch id -> samples
     uint64_t samples = 0;
     std::optional<v1::Contribution> contribution;
-    bool missed = false;
+    bool missed = false;  // out of the step: missed the deadline, died, left, or was rejected
+    bool resync = false;  // its replica differed from the coordinator's: resend the state
   };
 
   void dispatch(Received message, double now);
   void on_hello(const Received& from, const Message& message, double now);
   void on_contribution(const std::string& peer, Message message, double now);
   void on_bye(const std::string& peer, const Message& message);
+  void on_ready(const std::string& peer, double now);
 
   void welcome(uint32_t rank);
   void refuse(const std::string& peer, const std::string& reason);
   void ask_to_rejoin(const std::string& peer, const std::string& why);
   // Drops a worker from the current step: its micro-batches are requeued.
   void abandon(uint32_t rank, const std::string& why);
+  // Releases a worker that missed too many deadlines in a row: its slot is
+  // freed (a restarted worker may take it) and it is told to leave.
+  void release(uint32_t rank, uint32_t missed);
   void start_step(double now);
+  // Starts a step once the workers are ready (all of them to begin the
+  // run; any one after every worker was lost); true when it did.
+  bool start_when_ready(double now);
   void close_step(double now);
+  // The contributions of the closed step into the ledger and its record.
+  StepRecord settle_step();
+  // The reduce, the update to every live replica and the coordinator's own.
+  void reduce_and_apply(StepRecord& record, uint64_t planned_samples);
+  void count_step(const StepRecord& record);
+  // Consecutive misses per worker; releases those past the limit.
+  void track_misses(const StepRecord& record);
   // Feeds a closed step to the threshold; logs and records its estimates.
   void observe_threshold(const StepRecord& record, double now);
-  void evaluate(double now);
-  void checkpoint(double now);
+  // Each returns the seconds it took on the coordinator's clock.
+  double evaluate(double now);
+  double checkpoint(double now);
   std::optional<std::string> stop_reached(double now) const;
   void finish(const std::string& reason, int exit_code, double now);
   void progress(double now);
@@ -106,6 +129,8 @@ class Coordinator {
   Evaluator* evaluator_;
   Outbox& outbox_;
   std::shared_ptr<spdlog::logger> log_;
+  CoordinatorClock clock_;
+  LrScheduleSpec schedule_;  // the run's, in the units of its clock
 
   Membership membership_;
   Ledger ledger_;

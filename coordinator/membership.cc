@@ -23,6 +23,8 @@ std::optional<uint32_t> Membership::admit(const std::string& name, uint32_t thre
   m.live = true;
   m.last_heard = now;
   m.threads = threads;
+  m.ready = false;
+  m.missed_in_a_row = 0;
   used_[*chosen] = true;
   return chosen;
 }
@@ -53,5 +55,13 @@ std::vector<uint32_t> Membership::live_ranks() const {
 }
 
 size_t Membership::live_count() const { return live_ranks().size(); }
+
+std::vector<uint32_t> Membership::ready_ranks() const {
+  std::vector<uint32_t> out;
+  for (const Member& m : slots_) {
+    if (m.live && m.ready) out.push_back(m.rank);
+  }
+  return out;
+}
 
 }  // namespace dctrain

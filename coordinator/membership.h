@@ -16,6 +16,8 @@ struct Member {
   bool live = false;
   double last_heard = 0.0;  // seconds, on the coordinator's clock
   uint32_t threads = 1;
+  bool ready = false;             // took its welcome and loaded its data: may be planned
+  uint32_t missed_in_a_row = 0;   // step deadlines missed since its last contribution
 };
 
 class Membership {
@@ -30,6 +32,7 @@ class Membership {
   // The live member with this name, or nullptr.
   Member* live_member(const std::string& name);
   const Member& at(uint32_t rank) const { return slots_[rank]; }
+  Member& at(uint32_t rank) { return slots_[rank]; }
 
   // Marks `rank` dead (departed, silent or missed too much).
   void mark_dead(uint32_t rank);
@@ -39,6 +42,8 @@ class Membership {
   // Ranks of the live members, ascending.
   std::vector<uint32_t> live_ranks() const;
   size_t live_count() const;
+  // Ranks of the live members that are ready for a plan, ascending.
+  std::vector<uint32_t> ready_ranks() const;
   uint32_t slots() const { return static_cast<uint32_t>(slots_.size()); }
 
  private:

@@ -127,7 +127,7 @@ int run_coordinator(CoordinatorOptions options) {
     const Clock::time_point t0 = Clock::now();
     auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     CoordinatorSetup setup{config, train_size, run_dir, resume};
-    Coordinator coordinator(std::move(setup), replica, &evaluator, transport, log, now());
+    Coordinator coordinator(std::move(setup), replica, &evaluator, transport, log, now);
     Received received;
     while (!coordinator.finished()) {
       if (transport.receive(received, std::chrono::milliseconds(5))) {

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <iterator>
+#include <regex>
 #include <cstring>
 #include <stdexcept>
 
@@ -67,8 +68,46 @@ void write_file_atomically(const std::filesystem::path& path, const std::string&
   }
 }
 
-RunMetrics::RunMetrics(const std::filesystem::path& run_dir, bool append)
-    : out_(run_dir / "metrics.jsonl", append ? std::ios::app : std::ios::trunc) {
+namespace {
+
+// Keeps the records of metrics.jsonl that belong before `next_step`: step
+// and tau records of earlier steps, eval and epoch records at most
+// `next_step` steps in (they count steps done). A torn last line is dropped;
+// a record without a step is kept. Returns how many records were removed.
+uint64_t keep_records_before(const std::filesystem::path& path, uint64_t next_step) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  static const std::regex kType("^\\{\"type\":\"([a-z]+)\"");
+  static const std::regex kStep("\"step\":([0-9]+)");
+  std::string kept, line;
+  uint64_t removed = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::smatch type, step;
+    bool keep = line.back() == '}' && std::regex_search(line, type, kType);
+    if (keep && std::regex_search(line, step, kStep)) {
+      const uint64_t n = std::stoull(step[1]);
+      const bool counts_steps_done = type[1] == "eval" || type[1] == "epoch";
+      keep = counts_steps_done ? n <= next_step : n < next_step;
+    }
+    if (keep) {
+      kept += line;
+      kept += '\n';
+    } else {
+      ++removed;
+    }
+  }
+  in.close();
+  if (removed > 0) write_file_atomically(path, kept);
+  return removed;
+}
+
+}  // namespace
+
+RunMetrics::RunMetrics(const std::filesystem::path& run_dir, std::optional<uint64_t> resume_step) {
+  const std::filesystem::path path = run_dir / "metrics.jsonl";
+  if (resume_step) superseded_ = keep_records_before(path, *resume_step);
+  out_.open(path, resume_step ? std::ios::app : std::ios::trunc);
   if (!out_) {
     throw std::runtime_error(fmt::format("cannot open '{}' for writing (is the run folder writable?)",
                                          (run_dir / "metrics.jsonl").string()));
@@ -93,12 +132,13 @@ void RunMetrics::record_step(const StepRecord& r) {
   }
   out_ << fmt::format(
       "{{\"type\":\"step\",\"step\":{},\"epoch\":{},\"epochs\":{},\"wall_seconds\":{},"
-      "\"step_seconds\":{},\"reduce_seconds\":{},\"apply_seconds\":{},\"tau\":{},\"lr\":{},"
+      "\"step_seconds\":{},\"reduce_seconds\":{},\"apply_seconds\":{},\"eval_seconds\":{},"
+      "\"checkpoint_seconds\":{},\"tau\":{},\"lr\":{},"
       "\"applied\":{},\"samples\":{},\"loss\":{},\"accuracy\":{},\"planned\":{},\"completed\":{},"
       "\"dropped\":{},\"orphaned\":{},\"requeued\":{},\"lost_samples\":{},\"workers\":[{}]}}\n",
       r.step, r.epoch, json_number(r.epochs), json_number(r.wall_seconds),
       json_number(r.step_seconds), json_number(r.reduce_seconds), json_number(r.apply_seconds),
-      std::isinf(r.tau) ? std::string("\"inf\"") : json_number(r.tau), json_number(r.lr),
+      json_number(r.eval_seconds), json_number(r.checkpoint_seconds), std::isinf(r.tau) ? std::string("\"inf\"") : json_number(r.tau), json_number(r.lr),
       r.applied, r.samples, json_number(r.loss), json_number(r.accuracy), r.planned, r.completed,
       r.dropped, r.orphaned, r.requeued, r.lost_samples,
       workers);
@@ -114,11 +154,11 @@ void RunMetrics::record_eval(const EvalRecord& r) {
   out_.flush();
 }
 
-void RunMetrics::record_epoch(const EpochAudit& a, double wall_seconds) {
+void RunMetrics::record_epoch(const EpochAudit& a, uint64_t steps, double wall_seconds) {
   out_ << fmt::format(
-      "{{\"type\":\"epoch\",\"epoch\":{},\"wall_seconds\":{},\"audit_ok\":{},\"complete\":{},"
+      "{{\"type\":\"epoch\",\"step\":{},\"epoch\":{},\"wall_seconds\":{},\"audit_ok\":{},\"complete\":{},"
       "\"done\":{},\"lost\":{},\"duplicated\":{},\"missing\":{}}}\n",
-      a.epoch, json_number(wall_seconds), a.ok(), a.complete, a.done, a.lost.size(),
+      steps, a.epoch, json_number(wall_seconds), a.ok(), a.complete, a.done, a.lost.size(),
       a.duplicated.size(), a.missing.size());
   out_.flush();
 }
@@ -175,6 +215,7 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       "  \"time_to_target_seconds\": {},\n"
       "  \"target_accuracy\": {},\n"
       "  \"checksum_mismatches\": {},\n"
+      "  \"workers_released\": {},\n"
       "  \"epochs_audited\": {},\n"
       "  \"audits_failed\": {},\n"
       "  \"mean_step_seconds\": {},\n"
@@ -206,7 +247,7 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       json_number(drop_rate), t.samples_lost(),
       t.reached_target() ? json_number(t.time_to_target_seconds()) : "null",
       config.stop().target_accuracy() > 0 ? json_number(config.stop().target_accuracy()) : "null",
-      t.checksum_mismatches(), t.epochs_completed(), t.audits_failed(),
+      t.checksum_mismatches(), t.workers_released(), t.epochs_completed(), t.audits_failed(),
       json_number(t.steps() > 0 ? t.step_seconds() / static_cast<double>(t.steps()) : 0.0),
       json_number(t.steps() > 0 ? t.max_compute_seconds() / static_cast<double>(t.steps()) : 0.0),
       config.workers(), json_tau(tau), json_string(config.step().tau_policy()), t.tau_changes(),

@@ -36,13 +36,17 @@ struct StepRecord {
   uint64_t epoch = 0;
   double epochs = 0.0;               // fractional epochs done after this step
   double wall_seconds = 0.0;         // since the run started (resumes included)
-  double step_seconds = 0.0;         // plans sent to update sent
+  double step_seconds = 0.0;         // plans sent to the last contribution (or the deadline)
   double reduce_seconds = 0.0;       // after the last contribution: finishing the sum, dividing
   double apply_seconds = 0.0;        // the coordinator's own optimizer update
+  double eval_seconds = 0.0;         // evaluation after this step (0: none); not in step_seconds
+  double checkpoint_seconds = 0.0;   // checkpoint after this step (0: none); not in step_seconds
   double tau = 0.0;
   double lr = 0.0;
   bool applied = false;
   uint64_t samples = 0;
+  double loss_sum = 0.0;             // over the contributions
+  uint64_t loss_terms = 0, correct = 0;
   double loss = 0.0, accuracy = 0.0;
   uint64_t planned = 0, completed = 0, dropped = 0, orphaned = 0, requeued = 0, lost_samples = 0;
   std::vector<WorkerStepRecord> workers;
@@ -76,12 +80,18 @@ struct TauRecord {
 
 class RunMetrics {
  public:
-  // Opens `run_dir`/metrics.jsonl, appending when resuming.
-  RunMetrics(const std::filesystem::path& run_dir, bool append);
+  // Opens `run_dir`/metrics.jsonl afresh, or, resuming at step
+  // `resume_step`, keeps only the records of the steps before it (those
+  // written after the checkpoint by a process that crashed are removed,
+  // so every step appears once) and appends.
+  RunMetrics(const std::filesystem::path& run_dir, std::optional<uint64_t> resume_step);
+  // Records removed when resuming.
+  uint64_t records_superseded() const { return superseded_; }
 
   void record_step(const StepRecord& record);
   void record_eval(const EvalRecord& record);
-  void record_epoch(const EpochAudit& audit, double wall_seconds);
+  // `steps`: steps done when the epoch ended.
+  void record_epoch(const EpochAudit& audit, uint64_t steps, double wall_seconds);
   void record_tau(const TauRecord& record);
 
   v1::RunTotals& totals() { return totals_; }
@@ -97,6 +107,7 @@ class RunMetrics {
 
  private:
   std::ofstream out_;
+  uint64_t superseded_ = 0;
   v1::RunTotals totals_;
   std::string summary_members_;
 };

@@ -179,6 +179,22 @@ std::vector<RecordedStep> complete_observations(const std::vector<StepObservatio
   return out;
 }
 
+double median_overhead(const std::vector<StepObservation>& window) {
+  std::vector<double> known, all;
+  for (const StepObservation& s : window) {
+    all.push_back(s.overhead_seconds);
+    if (s.overhead_known) known.push_back(s.overhead_seconds);
+  }
+  std::vector<double>& values = known.empty() ? all : known;
+  if (values.empty()) return 0.0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid), values.end());
+  if (values.size() % 2 == 1) return values[mid];
+  const double upper = values[mid];
+  const double lower = *std::max_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid));
+  return 0.5 * (lower + upper);
+}
+
 Threshold::Threshold(const v1::StepConfig& step, uint64_t seed)
     : automatic_(step.tau_policy() == "auto"),
       config_(step.auto_tau()),
@@ -187,6 +203,10 @@ Threshold::Threshold(const v1::StepConfig& step, uint64_t seed)
 
 std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
   if (!automatic_) return std::nullopt;
+  if (skipped_ < config_.skip_steps()) {
+    ++skipped_;
+    return std::nullopt;
+  }
   const uint64_t step_number = step.step;
   window_.push_back(std::move(step));
   const size_t capacity = std::max<size_t>(config_.window_steps(), 1);
@@ -205,9 +225,7 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
     return std::nullopt;
   }
 
-  double overhead = 0.0;
-  for (const StepObservation& s : window_) overhead += s.overhead_seconds;
-  overhead /= static_cast<double>(window_.size());
+  const double overhead = median_overhead(window_);
   const std::vector<RecordedStep> steps = complete_observations(window_, seed_);
 
   ThresholdDecision d;

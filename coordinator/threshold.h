@@ -125,9 +125,9 @@ StepTimePrediction predict_step_time(const std::vector<std::vector<double>>& wor
 
 // ---------------------------------------------------------------- runtime
 
-// What the coordinator observed in a step in which every planned worker
-// contributed (steps with a worker that missed the deadline or died are not
-// observed: their times are unknown).
+// What the coordinator observed in a step. A worker that missed the deadline
+// or died is observed with no completed micro-batch and its whole plan as
+// dropped, so its times are filled like any drop's.
 struct WorkerObservation {
   uint32_t rank = 0;
   std::vector<double> micro_batch_seconds;  // completed, in the order they ran
@@ -137,7 +137,8 @@ struct WorkerObservation {
 struct StepObservation {
   uint64_t step = 0;
   std::vector<WorkerObservation> workers;
-  double overhead_seconds = 0.0;  // step wall + update - slowest compute, >= 0
+  double overhead_seconds = 0.0;  // plans out to update applied - slowest compute, >= 0
+  bool overhead_known = true;     // false when the step waited for a missed worker's deadline
 };
 
 // Completes observed steps for the model: every dropped micro-batch gets a
@@ -145,6 +146,10 @@ struct StepObservation {
 // every rank's when it has none), keyed by (seed, step, rank, index).
 std::vector<RecordedStep> complete_observations(const std::vector<StepObservation>& window,
                                                 uint64_t seed);
+
+// The median overhead of `window`'s steps whose overhead is known (of all
+// its steps when none is); 0 for an empty window.
+double median_overhead(const std::vector<StepObservation>& window);
 
 // An estimate run by the automatic threshold, and what came of it.
 struct ThresholdDecision {
@@ -158,9 +163,12 @@ struct ThresholdDecision {
 };
 
 // The threshold in force. Policy "fixed": step.tau, always. Policy "auto":
-// inf during the first warmup_steps observed steps; then the estimate over
-// them; then, every reestimate_every_steps observed steps, an estimate over
-// the last window_steps. tau moves only when the estimate's speedup beats
+// the first skip_steps observed steps are not recorded (start-up: data
+// loading, cold caches, as the DropCompute authors skip theirs); inf during
+// the next warmup_steps; then the estimate over them; then, every
+// reestimate_every_steps recorded steps, an estimate over the last
+// window_steps. The overhead o is the median over the window's steps whose
+// overhead is known (all of them when none is), robust to the odd slow one. tau moves only when the estimate's speedup beats
 // the prediction at the tau in force by more than min_gain and the new tau
 // differs from the old by more than min_change (relative; inf against a
 // finite tau always differs).
@@ -171,7 +179,9 @@ class Threshold {
 
   bool automatic() const { return automatic_; }
   double tau() const { return tau_; }
-  bool warming_up() const { return automatic_ && observed_ < config_.warmup_steps(); }
+  bool warming_up() const {
+    return automatic_ && (skipped_ < config_.skip_steps() || observed_ < config_.warmup_steps());
+  }
 
   // Records a step (policy "auto"); returns the decision when an estimate ran.
   std::optional<ThresholdDecision> observe(StepObservation step);
@@ -181,7 +191,8 @@ class Threshold {
   v1::AutoTauConfig config_;
   uint64_t seed_ = 0;
   double tau_ = 0.0;
-  uint64_t observed_ = 0;
+  uint64_t skipped_ = 0;   // start-up steps seen and not recorded
+  uint64_t observed_ = 0;  // steps recorded
   std::vector<StepObservation> window_;
 };
 

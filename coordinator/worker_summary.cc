@@ -124,6 +124,11 @@ std::vector<std::pair<WorkerTotals, std::string>> WorkerSummary::slow_workers(do
   return out;
 }
 
+void WorkerSummary::worker_released(const std::string& name, uint32_t rank, uint64_t step,
+                                    uint32_t missed) {
+  released_.push_back({name, rank, step, missed});
+}
+
 std::string WorkerSummary::json_members() const {
   auto entry = [](const WorkerTotals& w) {
     return fmt::format(
@@ -146,8 +151,14 @@ std::string WorkerSummary::json_members() const {
     slow += fmt::format("{}\n    {}, \"cause\": {}}}", slow.empty() ? "" : ",", entry(w),
                         json_string(cause));
   }
-  return fmt::format("\"per_worker\": [{}\n  ],\n  \"slow_workers\": [{}{}]", per_worker, slow,
-                     slow.empty() ? "" : "\n  ");
+  std::string released;
+  for (const Release& r : released_) {
+    released += fmt::format("{}\n    {{\"name\": {}, \"rank\": {}, \"step\": {}, \"missed_in_a_row\": {}}}",
+                            released.empty() ? "" : ",", json_string(r.name), r.rank, r.step, r.missed);
+  }
+  return fmt::format(
+      "\"per_worker\": [{}\n  ],\n  \"slow_workers\": [{}{}],\n  \"released_workers\": [{}{}]",
+      per_worker, slow, slow.empty() ? "" : "\n  ", released, released.empty() ? "" : "\n  ");
 }
 
 }  // namespace dctrain

@@ -45,6 +45,10 @@ class WorkerSummary {
   // worker's arrival_seconds and adds the step to the totals.
   void step_closed(StepRecord& record);
 
+  // Call when the coordinator releases a worker for missing `missed`
+  // deadlines in a row; summary.json lists it under "released_workers".
+  void worker_released(const std::string& name, uint32_t rank, uint64_t step, uint32_t missed);
+
   std::vector<WorkerTotals> totals() const;
   // Workers at least `factor` times slower than the median of the others, in
   // mean micro-batch time ("compute") or mean communication time
@@ -54,7 +58,14 @@ class WorkerSummary {
   std::string json_members() const;
 
  private:
+  struct Release {
+    std::string name;
+    uint32_t rank = 0;
+    uint64_t step = 0;
+    uint32_t missed = 0;
+  };
   std::map<std::string, WorkerTotals> workers_;
+  std::vector<Release> released_;
   std::map<uint64_t, double> started_;                  // recent steps' start times
   std::map<std::string, double> arrival_in_open_step_;  // name -> arrival seconds
   uint64_t open_step_ = 0;

@@ -24,17 +24,16 @@ void validate(const LrScheduleSpec& spec) {
   }
 }
 
-double learning_rate(const LrScheduleSpec& spec, int64_t step) {
-  if (step < spec.warmup_steps) {
-    return spec.base_lr * static_cast<double>(step) / static_cast<double>(spec.warmup_steps);
-  }
+double learning_rate(const LrScheduleSpec& spec, double step) {
+  const auto warmup = static_cast<double>(spec.warmup_steps);
+  const auto total = static_cast<double>(spec.total_steps);
+  if (step < warmup) return spec.base_lr * step / warmup;
   if (spec.name == "step") {
-    return spec.base_lr * std::pow(spec.gamma, static_cast<double>(step / spec.step_size));
+    return spec.base_lr * std::pow(spec.gamma, std::floor(step / static_cast<double>(spec.step_size)));
   }
   if (spec.name == "cosine") {
-    if (step >= spec.total_steps) return 0.0;
-    const double progress = static_cast<double>(step - spec.warmup_steps) /
-                            static_cast<double>(spec.total_steps - spec.warmup_steps);
+    if (step >= total) return 0.0;
+    const double progress = (step - warmup) / (total - warmup);
     return spec.base_lr * (1.0 + std::cos(std::numbers::pi * progress)) / 2.0;
   }
   return spec.base_lr;

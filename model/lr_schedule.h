@@ -1,5 +1,8 @@
-// Learning-rate schedules as a pure function of the update count, so every
-// replica (and a restarted run) computes the same rate for the same step.
+// Learning-rate schedules as a pure function of a position, so every replica
+// (and a restarted run) computes the same rate for the same step. The
+// position counts updates, or samples (a run whose schedule clock is
+// "samples" expresses every field below in samples: warm-up, step size and
+// total scaled by the global batch).
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,8 @@ struct LrScheduleSpec {
 // Throws std::invalid_argument for an unknown name or inconsistent fields.
 void validate(const LrScheduleSpec& spec);
 
-// The rate for the update with 0-based index `step`.
-double learning_rate(const LrScheduleSpec& spec, int64_t step);
+// The rate at `position` (0-based update index, or samples settled before
+// the update). Integer positions give the same value as an integer index.
+double learning_rate(const LrScheduleSpec& spec, double position);
 
 }  // namespace dctrain

@@ -1,5 +1,6 @@
 #include "worker/compute_loop.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "comm/envelope.h"
@@ -39,7 +40,8 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
     train_.fill(ids_, SampleContext{data_seed_, mb.epoch(), true}, batch_);
     const MicroBatchResult r = model.train_micro_batch(batch_);
     const double computed = since(begin);
-    const double delay = delays_.delay_after(computed);
+    double delay = delays_.delay_after(computed);
+    if (delays_.caps_at_tau()) delay = std::min(delay, std::max(0.0, plan.tau() - since(start)));
     if (delay > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
     v1::MicroBatchTime& t = *c.add_completed();
     t.set_id(mb.id());
@@ -70,7 +72,7 @@ void ComputeLoop::apply(const Message& update) {
   copy_tensor(update, 0, gradient);
   statistics_.resize(replica_.buffer_count());
   if (!statistics_.empty()) copy_tensor(update, 1, statistics_);
-  replica_.apply_update(gradient, statistics_);
+  replica_.apply_update(gradient, statistics_, update.envelope.update().learning_rate());
 }
 
 }  // namespace dctrain

@@ -9,6 +9,12 @@
 //                and rescaled to mean 1 (the DropCompute paper's model)
 //   bimodal      stall_seconds with probability `probability`, else 0
 // and, whatever the kind, (slowdown - 1) * t for the ranks in slow_workers.
+//
+// With cap_at_tau (the DropCompute authors' form) the compute loop cuts each
+// delay at the time left before tau on the step compute clock, so the
+// micro-batch that crosses tau overshoots by its own compute only; without
+// it (the default) the whole delay is slept, and that micro-batch may
+// overshoot tau by its delay too (up to ~5x its compute for dropcompute).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +31,8 @@ class DelayModel {
 
   // Seconds to add after a micro-batch that computed for `compute_seconds`.
   double delay_after(double compute_seconds);
+  // Whether a delay stops at tau (DelayConfig.cap_at_tau).
+  bool caps_at_tau() const { return config_.cap_at_tau(); }
 
   // The DropCompute multiplier X (mean 1), for tests and the benchmark.
   double draw_dropcompute_factor();

@@ -75,8 +75,9 @@ class JobQueue {
 };
 
 // The compute thread: owns datasets, replica and compute loop. It sends, on
-// its PAIR socket, either a message to forward to the coordinator, or a
-// one-frame status ("exit:<code>" when finished).
+// its PAIR socket, either a message to forward to the coordinator (its first
+// frame, the envelope, is never empty), or a status: an empty frame, then
+// "exit:<code>" when finished.
 class ComputeThread {
  public:
   ComputeThread(const WorkerOptions& options, zmq::context_t& context, const std::string& endpoint,
@@ -145,6 +146,10 @@ class ComputeThread {
                "delay '{}'",
                rank_, config_.workers(), config_.model().name(), replica_->parameter_count(),
                w.optimizer_steps(), config_.delay().kind());
+    Message ready;
+    ready.envelope = make_envelope(welcome.envelope.step(), options_.name);
+    ready.envelope.mutable_ready()->set_parameter_checksum(replica_->parameter_checksum());
+    forward(std::move(ready));
     return true;
   }
 
@@ -185,6 +190,11 @@ class ComputeThread {
   }
 
   bool on_bye(const v1::Bye& bye) {
+    if (bye.released()) {
+      log_->warn("released from the run: {}", bye.reason());
+      status(fmt::format("exit:{}", kWorkerReleased));
+      return false;
+    }
     int code = kWorkerDone;
     if (bye.has_checksum() && replica_) {
       const uint64_t mine = replica_->parameter_checksum();
@@ -207,7 +217,10 @@ class ComputeThread {
     }
   }
 
-  void status(const std::string& text) { pair_.send(zmq::buffer(text), zmq::send_flags::none); }
+  void status(const std::string& text) {
+    pair_.send(zmq::message_t(), zmq::send_flags::sndmore);
+    pair_.send(zmq::buffer(text), zmq::send_flags::none);
+  }
 
   void report_error(const std::string& text) {
     Message m;
@@ -319,6 +332,7 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
   constexpr double kWaitLogSeconds = 2.0;
   bool answered = false;
   bool connected = false;
+  bool leaving = false;  // the coordinator said bye: never say hello again
   int attempts = 1;
   Clock::time_point waiting_since = Clock::now(), last_wait_log = Clock::now();
   auto start_waiting = [&] {
@@ -371,8 +385,8 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
     }
 
     while (receive_parts(from_compute, parts, false)) {
-      if (parts.size() == 1 && parts[0].size() < 32) {
-        const std::string status = parts[0].to_string();
+      if (parts.size() == 2 && parts[0].size() == 0) {
+        const std::string status = parts[1].to_string();
         if (status.rfind("exit:", 0) == 0) exit_code = std::stoi(status.substr(5));
         continue;
       }
@@ -416,7 +430,10 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
         case v1::Envelope::kUpdate:
         case v1::Envelope::kBye:
           if (message.envelope.body_case() == v1::Envelope::kBye) {
-            log->info("the coordinator ends the run: {}", message.envelope.bye().reason());
+            if (!message.envelope.bye().released()) {
+              log->info("the coordinator ends the run: {}", message.envelope.bye().reason());
+            }
+            leaving = true;
           }
           jobs.push(Job{std::move(message), received});
           break;
@@ -426,6 +443,7 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
           break;
         case v1::Envelope::kError:
           if (message.envelope.error().rejoin()) {
+            if (leaving) break;
             log->warn("{}; saying hello again", message.envelope.error().message());
             hello();
           } else {

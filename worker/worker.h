@@ -20,6 +20,7 @@ inline constexpr int kWorkerFailed = 1;          // a fatal problem (logged)
 inline constexpr int kWorkerRefused = 2;         // the coordinator refused this worker
 inline constexpr int kWorkerDiverged = 3;        // the final replica differs from the coordinator's
 inline constexpr int kWorkerNoCoordinator = 4;   // no answer from the coordinator within --connect-timeout
+inline constexpr int kWorkerReleased = 5;        // released from the run (missed too many deadlines in a row)
 inline constexpr int kWorkerInterrupted = 130;   // SIGINT / SIGTERM
 
 // Runs until the coordinator says bye, refuses, or a signal arrives, or the

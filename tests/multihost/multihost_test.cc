@@ -14,10 +14,12 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "tests/multihost/hosts.h"
 #include "tests/runtime/process.h"
+#include "worker/worker.h"
 
 namespace dctrain {
 namespace {
@@ -135,15 +137,16 @@ class Job {
         << workers_.back()->output();
   }
 
-  // Every process ends with status 0.
-  void expect_clean_finish(std::chrono::seconds timeout) {
+  // Every process ends with status 0, but the workers named in `released`,
+  // which the coordinator released (worker/worker.h kWorkerReleased).
+  void expect_clean_finish(std::chrono::seconds timeout, const std::set<size_t>& released = {}) {
     const auto code = coordinator_->wait_for(timeout);
     ASSERT_TRUE(code.has_value()) << "coordinator still running:\n" << log();
     EXPECT_EQ(*code, 0) << coordinator_->output();
-    for (auto& w : workers_) {
-      const auto status = w->wait_for(30s);
-      ASSERT_TRUE(status.has_value()) << w->output();
-      EXPECT_EQ(*status, 0) << w->output();
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      const auto status = workers_[i]->wait_for(30s);
+      ASSERT_TRUE(status.has_value()) << workers_[i]->output();
+      EXPECT_EQ(*status, released.contains(i) ? kWorkerReleased : 0) << workers_[i]->output();
     }
   }
 
@@ -224,8 +227,11 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
   // tau 0.15 s: a free worker starts all 4 of its micro-batches (10 to 40 ms
   // each, with the other processes on the same cores); the capped one
   // cannot. Deadline tau + grace = 1.15 s: the slow link's contribution
-  // arrives after it.
-  const std::string config = mnist_config("tau: 0.15", "stop { max_epochs: 1 }");
+  // arrives after it, every step: after 8 missed deadlines in a row the
+  // coordinator releases it, and the run ends with the other two.
+  std::string config = mnist_config("tau: 0.15", "stop { max_epochs: 1 }");
+  config.replace(config.find("join_timeout_seconds: 60"), 24,
+                 "join_timeout_seconds: 60 release_after_missed_steps: 8");
   // Declared before the processes, so they are gone before it is removed.
   CpuQuota quota(fmt::format("dctrain-multihost-{}", ::getpid()), 0.05);
   if (!quota.error().empty()) GTEST_SKIP() << "cannot cap a worker's CPU: " << quota.error();
@@ -248,10 +254,16 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     capped.insert(capped.end(), on_w1.begin(), on_w1.end());
     run.start_worker(capped, "w1-capped-cpu");
     run.start_worker(cluster.on(3), "w2-slow-link");
-    run.expect_clean_finish(150s);
+    run.expect_clean_finish(150s, {2});
     if (::testing::Test::HasFailure()) return;
 
     const std::string summary = run.summary();
+    EXPECT_EQ(field(summary, "workers_released"), "1") << summary;
+    const std::string released = summary.substr(summary.find("\"released_workers\""));
+    const auto released_lines = lines_with(released, "{\"name\": ");
+    ASSERT_EQ(released_lines.size(), 1u) << released;
+    EXPECT_EQ(field(released_lines[0], "name"), "\"w2-slow-link\"") << released;
+    EXPECT_EQ(field(released_lines[0], "missed_in_a_row"), "8") << released;
     std::printf("%s\n", summary.c_str());
     EXPECT_EQ(field(summary, "samples_lost"), "0") << summary;
     EXPECT_EQ(field(summary, "samples"), "1536") << "one epoch, each sample exactly once";
@@ -293,7 +305,8 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     EXPECT_LT(lost(free), lost(slow_link)) << free << "\n" << slow_link;
 
     // summary.json names exactly the two stragglers, each with its cause.
-    const std::string slow = summary.substr(summary.find("\"slow_workers\""));
+    const size_t slow_at = summary.find("\"slow_workers\"");
+    const std::string slow = summary.substr(slow_at, summary.find("\"released_workers\"") - slow_at);
     const auto named = lines_with(slow, "{\"name\": ");
     ASSERT_EQ(named.size(), 2u) << slow;
     EXPECT_EQ(field(named[0], "name"), "\"w1-capped-cpu\"") << slow;

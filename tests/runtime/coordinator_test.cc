@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include "common/version.h"
@@ -54,9 +55,11 @@ class CoordinatorTest : public ::testing::Test {
   void start() {
     finalize_run_config(config);
     train = open_dataset(config, Split::kTrain, "");
+    resolve_step_budget(config, train_samples(config, *train));  // as the program does
     replica = std::make_unique<Replica>(testing::softmax_for(config), config.optimizer());
     CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt};
-    coordinator = std::make_unique<Coordinator>(setup, *replica, nullptr, outbox, log.logger, now);
+    coordinator =
+        std::make_unique<Coordinator>(setup, *replica, evaluator, outbox, log.logger, [this] { return now; });
     for (const char* name : {"a", "b", "c"}) workers.emplace(name, FakeWorker(name, *train));
   }
 
@@ -78,17 +81,46 @@ class CoordinatorTest : public ::testing::Test {
           queue.pop_front();
           moved = true;
           switch (m.envelope.body_case()) {
-            case v1::Envelope::kWelcome: worker.on_welcome(m); break;
+            case v1::Envelope::kWelcome:
+              coordinator->handle(as_received(name, worker.on_welcome(m)), now);
+              break;
             case v1::Envelope::kPlan: {
               plans[m.envelope.step()].push_back(m.envelope.plan());
-              coordinator->handle(as_received(name, worker.on_plan(m)), now);
+              Message contribution = worker.on_plan(m);
+              if (capture) {
+                std::vector<float>& g = contributed[m.envelope.step()][name];
+                g.resize(replica->parameter_count());
+                copy_tensor(contribution, 0, g);
+              }
+              coordinator->handle(as_received(name, std::move(contribution)), now);
+              if (tick_in_pump) coordinator->tick(now);
               break;
             }
-            case v1::Envelope::kUpdate: worker.on_update(m); break;
+            case v1::Envelope::kUpdate:
+              if (capture && !updates[m.envelope.step()].has_value()) {
+                std::vector<float> g(replica->parameter_count());
+                copy_tensor(m, 0, g);
+                updates[m.envelope.step()] = std::move(g);
+              }
+              worker.on_update(m);
+              break;
             case v1::Envelope::kBye: byes[name] = m.envelope.bye(); break;
             default: break;
           }
         }
+      }
+    }
+  }
+
+  // Delivers only the welcomes at the head of each queue, and the workers'
+  // Ready answers (the last of which starts the run): plans stay queued.
+  void welcome_all() {
+    for (auto& [name, worker] : workers) {
+      auto& queue = outbox.inbox[name];
+      while (!queue.empty() && queue.front().envelope.body_case() == v1::Envelope::kWelcome) {
+        Message m = roundtrip(std::move(queue.front()));
+        queue.pop_front();
+        coordinator->handle(as_received(name, worker.on_welcome(m)), now);
       }
     }
   }
@@ -115,11 +147,48 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<Replica> replica;
   RecordingOutbox outbox;
   CapturedLog log;
+  Evaluator* evaluator = nullptr;  // none unless a test sets one before start()
   std::unique_ptr<Coordinator> coordinator;
   std::map<std::string, FakeWorker> workers;
   std::map<uint64_t, std::vector<v1::Plan>> plans;
   std::map<std::string, v1::Bye> byes;
+  // With `capture`, pump() keeps each contribution's gradient and each
+  // step's update; with `tick_in_pump`, it ticks after every contribution,
+  // as the real loop does.
+  bool capture = false;
+  bool tick_in_pump = false;
+  std::map<uint64_t, std::map<std::string, std::vector<float>>> contributed;
+  std::map<uint64_t, std::optional<std::vector<float>>> updates;
 };
+
+// An evaluation that takes `seconds` on the coordinator's (fake) clock.
+class SlowEvaluator : public Evaluator {
+ public:
+  SlowEvaluator(double& now, double seconds) : now_(now), seconds_(seconds) {}
+  Evaluation evaluate(Model&) override {
+    now_ += seconds_;
+    ++count;
+    return Evaluation{1.0, 0.5, 100};
+  }
+  int count = 0;
+
+ private:
+  double& now_;
+  double seconds_;
+};
+
+// The gradient sum of a step's contributions in rank order (a, b, c), as
+// the reducer adds them, divided as the reducer divides.
+std::vector<float> reduced(const std::map<std::string, std::vector<float>>& by_worker,
+                           double divisor) {
+  std::vector<float> sum(by_worker.begin()->second.size(), 0.0f);
+  for (const auto& [name, g] : by_worker) {
+    for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+  }
+  const auto d = static_cast<float>(divisor);
+  for (float& v : sum) v /= d;
+  return sum;
+}
 
 TEST_F(CoordinatorTest, RunStartsWhenAllJoinedAndReplicasStayIdentical) {
   start();
@@ -206,7 +275,7 @@ TEST_F(CoordinatorTest, WorkerMissingTheDeadlineIsNamedAndItsMicroBatchesRequeue
   config.mutable_step()->set_tau(0.5);
   start();
   for (const char* n : {"a", "b", "c"}) hello(n);
-  pump();  // welcomes
+  welcome_all();
   coordinator->tick(now);
   pump({"b"});
   EXPECT_EQ(coordinator->step(), 0u) << "the step waits for b until the deadline";
@@ -253,7 +322,7 @@ TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndRejoinsWithTheCurrentState)
   config.mutable_stop()->set_max_steps(6);
   start();
   for (const char* n : {"a", "b", "c"}) hello(n);
-  pump();
+  welcome_all();
   coordinator->tick(now);
   pump({"c"});
   EXPECT_EQ(coordinator->step(), 0u);
@@ -278,7 +347,7 @@ TEST_F(CoordinatorTest, RestartedWorkerIsWelcomedWithTheCurrentModelAndJoinsTheN
   config.mutable_stop()->set_max_steps(6);
   start();
   for (const char* n : {"a", "b", "c"}) hello(n);
-  pump();
+  welcome_all();
   coordinator->tick(now);
   pump({"c"});
   now = 10.6;
@@ -296,6 +365,7 @@ TEST_F(CoordinatorTest, RestartedWorkerIsWelcomedWithTheCurrentModelAndJoinsTheN
   workers.emplace("c", FakeWorker("c", *train));
   hello("c");
   EXPECT_TRUE(log.contains("worker 'c' joined as rank 2"));
+  welcome_all();  // c has loaded its data (said Ready) while step 1 runs
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
   EXPECT_EQ(plans[1].size(), 2u);
@@ -309,7 +379,7 @@ TEST_F(CoordinatorTest, RestartedWorkerIsWelcomedWithTheCurrentModelAndJoinsTheN
 TEST_F(CoordinatorTest, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndDropped) {
   start();
   for (const char* n : {"a", "b", "c"}) hello(n);
-  pump();
+  welcome_all();
   coordinator->tick(now);
 
   std::vector<zmq::message_t> garbage;
@@ -376,7 +446,7 @@ TEST_F(CoordinatorTest, DroppedMicroBatchesAreRequeuedAndEveryEpochAuditsClean) 
   config.mutable_stop()->set_max_epochs(2);
   start();
   for (const char* n : {"a", "b", "c"}) hello(n);
-  pump();
+  welcome_all();
   coordinator->tick(now);
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
@@ -403,7 +473,7 @@ TEST_F(CoordinatorTest, WithoutRequeueDroppedSamplesAreLostAsInDropCompute) {
   config.mutable_stop()->set_max_epochs(1);
   start();
   for (const char* n : {"a", "b", "c"}) hello(n);
-  pump();
+  welcome_all();
   coordinator->tick(now);
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
@@ -440,6 +510,271 @@ TEST_F(CoordinatorTest, FourthWorkerIsRefusedWhileAllSlotsAreLive) {
   const Message refusal = roundtrip(std::move(outbox.inbox["d"].front()));
   EXPECT_EQ(refusal.envelope.body_case(), v1::Envelope::kRefusal);
   EXPECT_TRUE(log.contains("already has its 3 workers"));
+}
+
+
+// A field of one metrics.jsonl line, as text ("" when absent).
+std::string field_of(const std::string& line, const std::string& key) {
+  const std::regex re("\"" + key + "\":(\"[^\"]*\"|[^,}\\]]+)");
+  std::smatch m;
+  return std::regex_search(line, m, re) ? m[1].str() : std::string();
+}
+
+TEST_F(CoordinatorTest, SlowEvaluationNeverMakesAWorkerMissTheNextStep) {
+  // An evaluation after every step takes 5 s on the coordinator's clock,
+  // ten times tau + grace. The next step's clock starts when its plans go
+  // out, after the evaluation: nobody misses, and step_seconds holds only
+  // the step (0 here: the fake workers answer at once).
+  config.mutable_step()->set_tau(0.5);
+  config.mutable_eval()->set_every_steps(1);
+  SlowEvaluator slow(now, 5.0);
+  evaluator = &slow;
+  tick_in_pump = true;
+  start();
+  for (const char* n : {"a", "b", "c"}) hello(n);
+  welcome_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->totals().steps(), 4u);
+  EXPECT_EQ(coordinator->totals().microbatches_orphaned(), 0u) << log.text.str();
+  EXPECT_FALSE(log.contains("missed the deadline")) << log.text.str();
+  EXPECT_EQ(slow.count, 4);
+  const auto steps = metrics_lines("step");
+  ASSERT_EQ(steps.size(), 4u);
+  for (const std::string& r : steps) {
+    EXPECT_EQ(std::stod(field_of(r, "step_seconds")), 0.0) << r;
+    EXPECT_EQ(std::stod(field_of(r, "eval_seconds")), 5.0) << r;
+    EXPECT_EQ(std::stod(field_of(r, "checkpoint_seconds")), 0.0) << r;
+  }
+}
+
+TEST_F(CoordinatorTest, StepZeroStartsOnceEveryWorkerHasLoadedItsData) {
+  // The workers take 20 s to load their data after their welcome (they
+  // heartbeat meanwhile). No plan goes out before every worker said Ready,
+  // so the first step's deadline counts from then.
+  config.mutable_step()->set_tau(0.5);
+  tick_in_pump = true;
+  start();
+  for (const char* n : {"a", "b", "c"}) hello(n);
+  coordinator->tick(now);
+  for (now = 1.0; now <= 20.0; now += 1.0) {
+    for (const char* n : {"a", "b", "c"}) {
+      Message hb;
+      hb.envelope = make_envelope(0, n);
+      hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
+      coordinator->handle(as_received(n, std::move(hb)), now);
+    }
+    coordinator->tick(now);
+  }
+  for (const char* n : {"a", "b", "c"}) {
+    for (const Message& m : outbox.inbox[n]) EXPECT_NE(m.envelope.body_case(), v1::Envelope::kPlan) << n;
+  }
+  welcome_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->totals().microbatches_orphaned(), 0u) << log.text.str();
+  const auto steps = metrics_lines("step");
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(std::stod(field_of(steps[0], "step_seconds")), 0.0) << steps[0];
+}
+
+TEST_F(CoordinatorTest, AutoTauOverheadLeavesOutEvaluationsAndTheStartUp) {
+  // Evaluations of 5 s after every step: the threshold's overhead is the
+  // time outside compute on the step's own clock (0 with the fake clock),
+  // not the evaluation.
+  config.mutable_step()->set_tau_policy("auto");
+  config.mutable_step()->mutable_auto_tau()->set_warmup_steps(2);
+  config.mutable_step()->mutable_auto_tau()->set_reestimate_every_steps(1);
+  config.mutable_step()->mutable_auto_tau()->set_skip_steps(1);
+  config.mutable_eval()->set_every_steps(1);
+  config.mutable_stop()->set_max_steps(6);
+  SlowEvaluator slow(now, 5.0);
+  evaluator = &slow;
+  start();
+  for (const char* n : {"a", "b", "c"}) hello(n);
+  welcome_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  const auto taus = metrics_lines("tau");
+  ASSERT_EQ(taus.size(), 4u) << "step 0 skipped, 1-2 the warm-up, then an estimate after 3, 4, 5";
+  EXPECT_EQ(field_of(taus[0], "step"), "2") << taus[0];
+  EXPECT_EQ(field_of(taus[0], "steps"), "2") << taus[0];
+  for (const std::string& r : taus) EXPECT_EQ(std::stod(field_of(r, "overhead_seconds")), 0.0) << r;
+}
+
+TEST_F(CoordinatorTest, WorkerMissingManyDeadlinesInARowIsReleasedAndTheRunGoesOn) {
+  config.mutable_step()->set_tau(0.5);
+  config.mutable_liveness()->set_release_after_missed_steps(3);
+  config.mutable_stop()->set_max_steps(8);
+  start();
+  for (const char* n : {"a", "b", "c"}) hello(n);
+  welcome_all();
+  // b heartbeats but never computes: it misses every deadline.
+  for (int round = 0; round < 8 && !coordinator->finished(); ++round) {
+    pump({"b"});
+    now += 1.1;  // past tau 0.5 + grace 0.5
+    Message hb;
+    hb.envelope = make_envelope(0, "b");
+    hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
+    coordinator->handle(as_received("b", std::move(hb)), now);
+    coordinator->tick(now);
+  }
+  pump({"b"});
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->exit_code(), 0);
+  EXPECT_TRUE(log.contains("worker 'b' (rank 1) released from the run after missing 3 step deadlines"))
+      << log.text.str();
+  EXPECT_EQ(coordinator->totals().workers_released(), 1u);
+  bool told = false;
+  for (const Message& m : outbox.inbox["b"]) told |= m.envelope.has_bye() && m.envelope.bye().released();
+  EXPECT_TRUE(told) << "b is told it was released";
+  // Three steps waited for b; the later ones plan only a and c.
+  EXPECT_EQ(plans[3].size(), 2u);
+  EXPECT_EQ(plans[7].size(), 2u);
+  EXPECT_EQ(coordinator->totals().steps(), 8u);
+  std::ifstream in(run_dir / "summary.json");
+  const std::string summary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(summary.find("\"released_workers\": [\n    {\"name\": \"b\", \"rank\": 1, \"step\": 2, "
+                         "\"missed_in_a_row\": 3}"),
+            std::string::npos)
+      << summary;
+}
+
+TEST_F(CoordinatorTest, ChecksumMismatchDropsTheContributionAndResyncsTheReplica) {
+  start();
+  for (const char* n : {"a", "b", "c"}) hello(n);
+  welcome_all();
+  // b's replica drifts from the others (a bit flip, a bad update...).
+  workers.at("b").replica->model().parameters().flat()[0] += 1e-3f;
+  capture = true;
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->totals().checksum_mismatches(), 1u);
+  EXPECT_TRUE(log.contains("worker 'b' (rank 1) is out of step 0 because its replica differs"))
+      << log.text.str();
+  EXPECT_TRUE(log.contains("resending the coordinator's state to worker 'b'")) << log.text.str();
+  // Step 0's update holds a's and c's gradients only, over their samples.
+  auto step0 = contributed[0];
+  step0.erase("b");
+  ASSERT_TRUE(updates[0].has_value());
+  EXPECT_EQ(*updates[0], reduced(step0, 16.0)) << "b's gradient stayed out of the update";
+  // Its micro-batches were requeued: planned first in step 1.
+  std::set<uint64_t> b0, step1;
+  for (const auto& p : plans[0]) {
+    if (&p == &plans[0][1]) {
+      for (const auto& mb : p.micro_batches()) b0.insert(mb.samples().begin(), mb.samples().end());
+    }
+  }
+  for (size_t i = 0; i < plans[1].size(); ++i) {
+    for (uint64_t id : planned_samples(1, i)) step1.insert(id);
+  }
+  for (uint64_t id : b0) EXPECT_TRUE(step1.contains(id)) << id;
+  // From step 1 on b computes on the coordinator's parameters again.
+  EXPECT_EQ(plans[1].size(), 3u);
+  for (auto& [name, worker] : workers) {
+    EXPECT_EQ(worker.replica->parameter_checksum(), replica->parameter_checksum()) << name;
+  }
+}
+
+TEST_F(CoordinatorTest, NominalNormalizationDividesByThePlannedSamples) {
+  // Every worker stops after its first micro-batch (tau 5 ms, 10 ms of
+  // delay each): 3 of 6 micro-batches complete, 12 of 24 samples.
+  config.mutable_step()->set_tau(0.005);
+  config.mutable_step()->set_normalize("nominal");
+  config.mutable_delay()->set_kind("constant");
+  config.mutable_delay()->set_seconds(0.01);
+  config.mutable_stop()->set_max_steps(1);
+  capture = true;
+  start();
+  for (const char* n : {"a", "b", "c"}) hello(n);
+  welcome_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  ASSERT_TRUE(updates[0].has_value());
+  ASSERT_EQ(coordinator->totals().samples_completed(), 12u);
+  EXPECT_EQ(*updates[0], reduced(contributed[0], 24.0)) << "sum over the 24 planned samples";
+  EXPECT_NE(*updates[0], reduced(contributed[0], 12.0));
+}
+
+TEST_F(CoordinatorTest, ShortStepAtTheEndOfAnEpochIsWeightedByItsSize) {
+  // 240 samples in steps of 36: six full steps, then one of 24 samples.
+  config.mutable_step()->set_global_batch(36);
+  config.mutable_stop()->set_max_steps(7);
+  capture = true;
+  start();
+  for (const char* n : {"a", "b", "c"}) hello(n);
+  welcome_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  ASSERT_TRUE(updates[6].has_value());
+  EXPECT_EQ(coordinator->totals().epochs_completed(), 1u);
+  EXPECT_EQ(*updates[5], reduced(contributed[5], 36.0));
+  EXPECT_EQ(*updates[6], reduced(contributed[6], 36.0)) << "24 samples weigh 24/36 of a full step";
+}
+
+TEST_F(CoordinatorTest, ScheduleSizedInEpochsSpansThemWhateverRequeueAdds) {
+  // A cosine schedule over 2 epochs, with half of every step dropped and
+  // requeued: the run takes about twice the nominal 20 steps. The schedule
+  // counts samples, so the rate falls smoothly to the end of epoch 2
+  // instead of reaching 0 halfway.
+  config.mutable_step()->set_tau(0.005);
+  config.mutable_delay()->set_kind("constant");
+  config.mutable_delay()->set_seconds(0.01);
+  config.mutable_optimizer()->mutable_schedule()->set_kind("cosine");
+  config.mutable_stop()->set_max_steps(0);
+  config.mutable_stop()->set_max_epochs(2);
+  start();
+  for (const char* n : {"a", "b", "c"}) hello(n);
+  welcome_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  const auto steps = metrics_lines("step");
+  ASSERT_GT(steps.size(), 30u) << "requeue adds steps";
+  uint64_t settled = 0;
+  for (const std::string& r : steps) {
+    const double expected = 0.1 * (1.0 + std::cos(M_PI * static_cast<double>(settled) / 480.0)) / 2.0;
+    EXPECT_NEAR(std::stod(field_of(r, "lr")), expected, 1e-12) << r;
+    EXPECT_GT(std::stod(field_of(r, "lr")), 0.0) << r;
+    settled += std::stoull(field_of(r, "samples"));
+  }
+  EXPECT_EQ(settled, 480u);
+}
+
+
+// The micro-batch that crosses tau: its whole injected delay by default, cut
+// at tau with cap_at_tau (the DropCompute authors' form).
+TEST(ComputeLoop, DelayCappedAtTauStopsAtTauOtherwiseRunsWhole) {
+  for (const bool cap : {false, true}) {
+    v1::RunConfig config = parse_run_config(kConfig, "unit");
+    config.mutable_delay()->set_kind("constant");
+    config.mutable_delay()->set_seconds(0.2);
+    config.mutable_delay()->set_cap_at_tau(cap);
+    finalize_run_config(config);
+    const auto train = open_dataset(config, Split::kTrain, "");
+    Replica replica(testing::softmax_for(config), config.optimizer());
+    DelayModel delays(config.delay(), 0);
+    ComputeLoop loop(replica, *train, config.seed(), delays);
+    v1::Plan plan;
+    plan.set_tau(0.02);
+    for (uint64_t id = 1; id <= 3; ++id) {
+      v1::MicroBatch& mb = *plan.add_micro_batches();
+      mb.set_id(id);
+      for (uint64_t k = 0; k < 4; ++k) mb.add_samples(4 * id + k);
+    }
+    const Message out = loop.run(plan, 0, "w", std::chrono::steady_clock::now());
+    const v1::Contribution& c = out.envelope.contribution();
+    ASSERT_EQ(c.completed_size(), 1) << "cap " << cap;
+    EXPECT_EQ(c.dropped_size(), 2) << "cap " << cap;
+    const double t = c.completed(0).compute_seconds();
+    if (cap) {
+      EXPECT_GE(t, 0.02);
+      EXPECT_LT(t, 0.1) << "the delay stops at tau";
+      EXPECT_LT(c.completed(0).delay_seconds(), 0.02 + 1e-9);
+    } else {
+      EXPECT_GE(t, 0.2) << "the whole delay";
+      EXPECT_EQ(c.completed(0).delay_seconds(), 0.2);
+    }
+  }
 }
 
 }  // namespace

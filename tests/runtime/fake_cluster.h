@@ -68,7 +68,8 @@ class FakeWorker {
     return m;
   }
 
-  void on_welcome(const Message& welcome) {
+  // Takes a welcome; returns the Ready the coordinator waits for.
+  Message on_welcome(const Message& welcome) {
     const v1::Welcome& w = welcome.envelope.welcome();
     rank = w.rank();
     config = w.config();
@@ -76,6 +77,10 @@ class FakeWorker {
     replica->load_state(welcome, 0, static_cast<int64_t>(w.optimizer_steps()));
     delays = std::make_unique<DelayModel>(config.delay(), rank);
     loop = std::make_unique<ComputeLoop>(*replica, train_, config.seed(), *delays);
+    Message ready;
+    ready.envelope = make_envelope(welcome.envelope.step(), name);
+    ready.envelope.mutable_ready()->set_parameter_checksum(replica->parameter_checksum());
+    return ready;
   }
 
   Message on_plan(const Message& plan) {

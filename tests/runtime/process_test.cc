@@ -337,17 +337,29 @@ TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesO
   EXPECT_EQ(field(cluster.summary(), "steps"), "25");
 }
 
-TEST(Processes, ResumeContinuesFromTheLastCheckpointExactlyAsAnUnbrokenRun) {
-  const std::string text = small_config(2, "stop { max_steps: 10 }\ncheckpoint { every_steps: 5 }");
-  Cluster broken("resume-broken", text, 2);
+TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrokenRun) {
+  // 30 ms of injected delay per micro-batch makes a step last ~0.1 s, so the
+  // coordinator can be killed between checkpoints, with steps recorded after
+  // the last one (the delay changes timing only, never the numbers).
+  const std::string run = "stop { max_steps: 16 }\ncheckpoint { every_steps: 5 }\n"
+                          "delay { kind: \"constant\" seconds: 0.03 }";
+  Cluster broken("resume-broken", small_config(2, run), 2);
   broken.start_coordinator();
   broken.start_workers();
-  broken.expect_clean_finish();
+  ASSERT_TRUE(eventually([&] { return broken.records("step").size() >= 8; }, 60s))
+      << broken.coordinator().output();
+  broken.coordinator().kill(SIGKILL);
+  ASSERT_TRUE(broken.coordinator().wait_for(10s).has_value());
+  broken.worker("w0").kill(SIGKILL);
+  broken.worker("w1").kill(SIGKILL);
+  const size_t before = broken.records("step").size();
+  ASSERT_GE(before, 8u);
+  ASSERT_LT(before, 16u) << "killed mid-run";
   ASSERT_TRUE(std::filesystem::exists(checkpoint_path(broken.run_dir())));
 
-  // Continue the same run folder to step 16 with fresh workers.
+  // Resume the same run folder with fresh workers; it runs to step 16.
   Process resumed(kBin + "/dctrain-coordinator",
-                  {"--resume", broken.run_dir().string(), "--bind", "tcp://127.0.0.1:*", "--steps", "16"},
+                  {"--resume", broken.run_dir().string(), "--bind", "tcp://127.0.0.1:*"},
                   broken.run_dir() / "resumed.out");
   std::filesystem::remove(broken.run_dir() / "endpoint");
   ASSERT_TRUE(eventually([&] { return std::filesystem::exists(broken.run_dir() / "endpoint"); }, 30s))
@@ -359,9 +371,12 @@ TEST(Processes, ResumeContinuesFromTheLastCheckpointExactlyAsAnUnbrokenRun) {
   ASSERT_EQ(resumed.wait_for(60s), std::optional<int>(0)) << resumed.output();
   EXPECT_EQ(w0.wait_for(15s), std::optional<int>(0)) << w0.output();
   EXPECT_EQ(w1.wait_for(15s), std::optional<int>(0)) << w1.output();
-  EXPECT_NE(broken.log().find("resuming at step 10"), std::string::npos) << broken.log();
+  const std::string log = broken.log();
+  const size_t resumed_at = log.find("resuming at step ");
+  ASSERT_NE(resumed_at, std::string::npos) << log;
+  EXPECT_NE(log.find("records written after the checkpoint"), std::string::npos) << log;
 
-  Cluster unbroken("resume-unbroken", small_config(2, "stop { max_steps: 16 }"), 2);
+  Cluster unbroken("resume-unbroken", small_config(2, run), 2);
   unbroken.start_coordinator();
   unbroken.start_workers();
   unbroken.expect_clean_finish();
@@ -370,9 +385,17 @@ TEST(Processes, ResumeContinuesFromTheLastCheckpointExactlyAsAnUnbrokenRun) {
     for (const std::string& r : c.records("step")) out.push_back(field(r, "step") + ":" + field(r, "loss"));
     return out;
   };
+  // Every step once, in order, with the unbroken run's losses; the evals
+  // likewise (every 5 steps, and the final one).
   const auto a = losses(broken), b = losses(unbroken);
   ASSERT_EQ(a.size(), 16u);
   EXPECT_EQ(a, b);
+  auto evals = [](const Cluster& c) {
+    std::vector<std::string> out;
+    for (const std::string& r : c.records("eval")) out.push_back(field(r, "step") + ":" + field(r, "eval_loss"));
+    return out;
+  };
+  EXPECT_EQ(evals(broken), evals(unbroken));
 }
 
 TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {

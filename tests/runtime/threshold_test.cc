@@ -218,6 +218,7 @@ v1::StepConfig auto_step(uint32_t warmup, uint32_t window, uint32_t every) {
   c.mutable_step()->mutable_auto_tau()->set_warmup_steps(warmup);
   c.mutable_step()->mutable_auto_tau()->set_window_steps(window);
   c.mutable_step()->mutable_auto_tau()->set_reestimate_every_steps(every);
+  c.mutable_step()->mutable_auto_tau()->set_skip_steps(0);  // the window mechanics, from step 0
   finalize_run_config(c);
   return c.step();
 }
@@ -481,7 +482,7 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
     dataset { kind: "synthetic" synthetic_samples: 600 train_limit: 240 }
     optimizer { kind: "sgd" lr: 0.1 }
     step { global_batch: 72 micro_batch: 4 tau_policy: "auto"
-           auto_tau { warmup_steps: 6 reestimate_every_steps: 4 window_steps: 20 } }
+           auto_tau { warmup_steps: 6 reestimate_every_steps: 4 window_steps: 20 skip_steps: 0 } }
     delay { kind: "bimodal" probability: 0.15 stall_seconds: 0.02 }
     liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 30 join_timeout_seconds: 120 }
     stop { max_epochs: 6 }
@@ -495,7 +496,7 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
   const double now = 0.0;
   {
     CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt};
-    Coordinator coordinator(setup, replica, nullptr, outbox, log.logger, now);
+    Coordinator coordinator(setup, replica, nullptr, outbox, log.logger, [&] { return now; });
     std::map<std::string, testing::FakeWorker> workers;
     for (const char* name : {"a", "b", "c"}) {
       workers.emplace(name, testing::FakeWorker(name, *train));
@@ -514,7 +515,7 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
           ASSERT_FALSE(decode(encode(std::move(m)), decoded).has_value());
           switch (decoded.envelope.body_case()) {
             case v1::Envelope::kWelcome:
-              worker.on_welcome(decoded);
+              coordinator.handle(testing::as_received(name, worker.on_welcome(decoded)), now);
               break;
             case v1::Envelope::kPlan:
               coordinator.handle(testing::as_received(name, worker.on_plan(decoded)), now);

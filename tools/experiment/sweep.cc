@@ -210,6 +210,10 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
               *c.config.mutable_delay() = delay.delay();
               c.config.set_seed(seed);
               c.config.mutable_step()->set_requeue(requeue);
+              // Requeue off is the original DropCompute: what was dropped is
+              // lost, and the step's gradient is still averaged over the
+              // nominal batch (normalize "nominal"), as in the paper.
+              if (!requeue) c.config.mutable_step()->set_normalize("nominal");
               // As dctrain-launch --tau does: "auto" hands tau to the
               // coordinator; any other policy is fixed (a percentile is
               // resolved when its baseline has run).
