@@ -55,7 +55,8 @@ class CoordinatorTest : public ::testing::Test {
     finalize_run_config(config);
     train = open_dataset(config, Split::kTrain, "");
     replica = std::make_unique<Replica>(testing::softmax_for(config), config.optimizer());
-    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt};
+    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
+                           std::nullopt};
     coordinator = std::make_unique<Coordinator>(setup, *replica, nullptr, outbox, log.logger, now);
     for (const char* name : {"a", "b", "c"}) workers.emplace(name, FakeWorker(name, *train));
   }
