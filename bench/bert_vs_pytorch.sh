@@ -15,6 +15,9 @@ if [ ! -x "$ours" ]; then
   echo "bert_vs_pytorch: $ours not found; build it with cmake --build $build --target bench_engine_bert_tiny" >&2
   exit 1
 fi
+# Which CPU and OpenBLAS core the figures come from (the engine prints its
+# core, settled at start: see README "BLAS core").
+echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 ours_all=""
 torch_all=""
 round=1

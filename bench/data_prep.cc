@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "bench/sgemm_reference.h"
 #include "common/random.h"
 #include "data/dataset_factory.h"
 #include "data/image_dataset.h"
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(10, 1000000))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  dctrain::bench::settle_and_print_blas(argv);
 
   try {
     std::unique_ptr<dctrain::Dataset> images, text;

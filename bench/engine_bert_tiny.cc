@@ -80,6 +80,7 @@ double tokens_per_second(int threads, int steps, const Batch& batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dctrain::bench::settle_and_print_blas(argv);
   const int steps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
   const Batch batch = make_batch();
   std::printf(

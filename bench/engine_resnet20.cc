@@ -57,6 +57,7 @@ int parse_int(const char* flag, const char* value) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dctrain::bench::settle_and_print_blas(argv);
   std::vector<int> thread_counts;
   int batch_size = 128, steps = 4;
   for (int i = 1; i < argc; ++i) {

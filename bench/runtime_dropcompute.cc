@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -67,6 +68,32 @@ std::vector<StepFigures> read_steps(const fs::path& metrics) {
     steps.push_back(s);
   }
   return steps;
+}
+
+// Which CPU and OpenBLAS core the processes of a run computed on, from its
+// summary.json (the coordinator's "blas" and each worker's).
+void print_blas(const fs::path& summary) {
+  std::ifstream in(summary);
+  const std::string fields =
+      R"re("core": "([^"]*)", "how": "([^"]*)".*"cpu_model": "([^"]*)".*"sgemm_gflops": ([^,]+),)re";
+  const std::regex worker(R"re("name": "([^"]+)".*"blas": \{.*)re" + fields);
+  const std::regex coordinator(R"re(^  "blas": \{.*)re" + fields);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"cause\":") != std::string::npos) continue;  // a slow worker, listed again
+    std::smatch m;
+    std::string who;
+    if (std::regex_search(line, m, coordinator)) {
+      who = "coordinator";
+    } else if (std::regex_search(line, m, worker)) {
+      who = m[1].str();
+    } else {
+      continue;
+    }
+    const size_t k = m.size() - 4;  // the first of the four fields
+    std::printf("BLAS: %s on %s: core %s (%s), start-up sgemm %.1f GFLOP/s\n", who.c_str(),
+                m[k + 2].str().c_str(), m[k].str().c_str(), m[k + 1].str().c_str(),
+                std::atof(m[k + 3].str().c_str()));
+  }
 }
 
 int run_launch(const fs::path& bin, const std::vector<std::string>& args, const fs::path& log) {
@@ -170,6 +197,7 @@ stop {{ max_steps: {} }}
       tau = computes.empty() ? 1.0 : computes[computes.size() * 9 / 10];
       std::printf("tau = %.4f s: the 90th percentile of %zu worker step compute times at tau = inf\n",
                   tau, computes.size());
+      print_blas(dir / "baseline-0" / "summary.json");
     }
     auto drop_run = launch(fmt::format("dropcompute-{}", round), fmt::format("{:.6f}", tau));
     if (!drop_run) return 1;

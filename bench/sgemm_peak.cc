@@ -5,7 +5,8 @@
 
 #include "bench/sgemm_reference.h"
 
-int main() {
+int main(int, char** argv) {
+  dctrain::bench::settle_and_print_blas(argv);
   constexpr int kN = 2048;
   std::printf("cblas_sgemm %dx%dx%d, best of 5 (machine shared with other processes: "
               "figures are noisy)\n", kN, kN, kN);

@@ -1,12 +1,14 @@
 // The dense-math ceiling that benchmarks quote their GFLOP/s against:
-// OpenBLAS cblas_sgemm on square matrices, measured in the benchmark's own run.
+// OpenBLAS cblas_sgemm on square matrices, measured in the benchmark's own
+// run; and the line that says which CPU and OpenBLAS core it ran on.
 #pragma once
 
 #include <cblas.h>
 
-#include <algorithm>
 #include <chrono>
-#include <vector>
+#include <cstdio>
+
+#include "common/blas_runtime.h"
 
 namespace dctrain::bench {
 
@@ -18,19 +20,18 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // (after one warm-up call). Leaves OpenBLAS at `threads`.
 inline double sgemm_gflops(int n, int threads, int repeats) {
   openblas_set_num_threads(threads);
-  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size(), 0.0f);
-  auto once = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
-                0.0f, c.data(), n);
-  };
-  once();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    once();
-    best = std::min(best, seconds_since(t0));
-  }
-  return 2.0 * n * n * static_cast<double>(n) / best * 1e-9;
+  return dctrain::sgemm_gflops(n, repeats);
+}
+
+// Call first in main: settles the OpenBLAS core as the programs do
+// (common/blas_runtime.h; this may run the benchmark again from the start)
+// and prints the CPU and the core its figures come from.
+inline BlasReport settle_and_print_blas(char** argv) {
+  const BlasReport blas = settle_blas_core(argv);
+  std::printf("BLAS: %s\n", describe(blas).c_str());
+  if (!blas.warning.empty()) std::printf("BLAS warning: %s\n", blas.warning.c_str());
+  std::fflush(stdout);
+  return blas;
 }
 
 }  // namespace dctrain::bench

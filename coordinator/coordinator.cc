@@ -205,9 +205,18 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     refuse(from.peer, reason);
     return;
   }
-  log_->info("worker '{}' joined as rank {} ({} threads, dctrain {}); {} of {} workers live",
-             from.peer, *rank, hello.threads(), hello.software_version(), membership_.live_count(),
-             config_.workers());
+  log_->info(
+      "worker '{}' joined as rank {} ({} threads, dctrain {}, BLAS core {}); {} of {} "
+      "workers live",
+      from.peer, *rank, hello.threads(), hello.software_version(),
+      hello.has_blas() ? fmt::format("{} ({}), sgemm {:.1f} GFLOP/s", hello.blas().core(),
+                                     hello.blas().how(), hello.blas().sgemm_gflops())
+                       : std::string("not reported"),
+      membership_.live_count(), config_.workers());
+  if (hello.has_blas() && !hello.blas().warning().empty()) {
+    log_->warn("worker '{}': BLAS: {}", from.peer, hello.blas().warning());
+  }
+  worker_summary_.joined(from.peer, *rank, hello);
   welcome(*rank);
 }
 
@@ -774,7 +783,9 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
   t.set_wall_seconds(wall(now));
   if (!setup_.run_dir.empty()) {
     try {
-      metrics_.set_summary_members(worker_summary_.json_members());
+      metrics_.set_summary_members(
+          (setup_.blas ? fmt::format("\"blas\": {},\n  ", blas_json(*setup_.blas)) : "") +
+          worker_summary_.json_members());
       metrics_.write_summary(setup_.run_dir / "summary.json", config_, wall(now), epochs(), reason);
     } catch (const std::exception& e) {
       log_->error("{}", e.what());

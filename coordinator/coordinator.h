@@ -46,6 +46,8 @@ struct CoordinatorSetup {
   std::filesystem::path run_dir;         // metrics, summary, checkpoints
   // Resuming: the checkpoint's header (its ledger, counters and next step).
   std::optional<v1::CheckpointHeader> resume;
+  // This process's BLAS (common/blas_runtime.h), for summary.json's "blas".
+  std::optional<v1::BlasInfo> blas;
 };
 
 class Coordinator {

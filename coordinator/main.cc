@@ -1,6 +1,9 @@
 // dctrain-coordinator: thin main over the coordinator library.
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 
+#include "common/blas_runtime.h"
 #include "common/cli.h"
 #include "coordinator/options.h"
 #include "coordinator/program.h"
@@ -11,5 +14,13 @@ int main(int argc, char** argv) {
   dctrain::add_coordinator_options(app, options);
   CLI11_PARSE(app, argc, argv);
   dctrain::apply_log_level(options.log_level);
-  return dctrain::run_coordinator(options);
+  // Before any other work: this may run the program again from the start on
+  // a wider OpenBLAS core.
+  dctrain::BlasReport blas = dctrain::settle_blas_core(argv);
+  dctrain::measure_sgemm_peak(blas);
+  if (options.blas_info) {
+    dctrain::log_blas(*spdlog::default_logger(), blas);
+    return 0;
+  }
+  return dctrain::run_coordinator(options, blas);
 }

@@ -29,6 +29,7 @@ void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
   app.add_option("--threads", options.threads, "Compute threads for evaluation")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  add_blas_options(app, options.blas_info);
 }
 
 }  // namespace dctrain

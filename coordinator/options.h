@@ -19,6 +19,7 @@ struct CoordinatorOptions {
   std::string data_dir;                 // data root for the held-out split; empty: synthetic only
   int threads = 1;                      // compute threads of the coordinator's replica (evaluation)
   std::string log_level = "info";
+  bool blas_info = false;  // log the BLAS core and an sgemm figure, then exit
 };
 
 // Registers every flag, bound to `options`, with its default shown by --help.

@@ -13,10 +13,12 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "comm/blas_info.h"
 #include "comm/replica.h"
 #include "comm/run_config.h"
 #include "comm/setup.h"
 #include "comm/transport.h"
+#include "common/blas_runtime.h"
 #include "common/cli.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
@@ -48,7 +50,7 @@ std::shared_ptr<spdlog::logger> make_logger(const fs::path& run_dir, const std::
 
 }  // namespace
 
-int run_coordinator(CoordinatorOptions options) {
+int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
   // SIGINT / SIGTERM end the run cleanly (bye to workers, summary written).
   sigset_t set;
   sigemptyset(&set);
@@ -93,6 +95,7 @@ int run_coordinator(CoordinatorOptions options) {
   }
   auto log = make_logger(run_dir, options.log_level);
   log->info("{}", version_line("dctrain-coordinator"));
+  log_blas(*log, blas);
 
   try {
     if (needs_data_root(config) && options.data_dir.empty()) {
@@ -126,7 +129,7 @@ int run_coordinator(CoordinatorOptions options) {
 
     const Clock::time_point t0 = Clock::now();
     auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-    CoordinatorSetup setup{config, train_size, run_dir, resume};
+    CoordinatorSetup setup{config, train_size, run_dir, resume, to_proto(blas)};
     Coordinator coordinator(std::move(setup), replica, &evaluator, transport, log, now);
     Received received;
     while (!coordinator.finished()) {

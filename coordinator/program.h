@@ -2,11 +2,14 @@
 // the loop that feeds the Coordinator its messages and the clock.
 #pragma once
 
+#include "common/blas_core.h"
 #include "coordinator/options.h"
 
 namespace dctrain {
 
 // Runs a whole job; returns the process exit code (0: the run finished).
-int run_coordinator(CoordinatorOptions options);
+// `blas` (what this process settled on, common/blas_runtime.h) is logged and
+// recorded in summary.json.
+int run_coordinator(CoordinatorOptions options, const BlasReport& blas);
 
 }  // namespace dctrain

@@ -31,6 +31,13 @@ double WorkerTotals::mean_communication_seconds() const {
   return arrivals == 0 ? 0.0 : communication_seconds / static_cast<double>(arrivals);
 }
 
+void WorkerSummary::joined(const std::string& name, uint32_t rank, const v1::Hello& hello) {
+  WorkerTotals& w = workers_[name];
+  w.name = name;
+  w.rank = rank;
+  if (hello.has_blas()) w.blas = hello.blas();
+}
+
 void WorkerSummary::step_started(uint64_t step, double now) {
   started_[step] = now;
   while (started_.size() > kRecentSteps) started_.erase(started_.begin());
@@ -136,12 +143,13 @@ std::string WorkerSummary::json_members() const {
         "\"steps_missed\": {}, \"microbatches_completed\": {}, \"microbatches_dropped\": {}, "
         "\"microbatches_orphaned\": {}, \"mean_micro_batch_seconds\": {}, "
         "\"mean_arrival_seconds\": {}, \"mean_communication_seconds\": {}, "
-        "\"late_contributions\": {}, \"mean_late_arrival_seconds\": {}",
+        "\"late_contributions\": {}, \"mean_late_arrival_seconds\": {}, \"blas\": {}",
         json_string(w.name), w.rank, w.steps_planned, w.steps_contributed, w.steps_missed,
         w.completed, w.dropped, w.orphaned, json_number(w.mean_micro_batch_seconds()),
         json_number(w.arrivals == 0 ? 0.0 : w.arrival_seconds / static_cast<double>(w.arrivals)),
         json_number(w.mean_communication_seconds()), w.late,
-        json_number(w.late == 0 ? 0.0 : w.late_arrival_seconds / static_cast<double>(w.late)));
+        json_number(w.late == 0 ? 0.0 : w.late_arrival_seconds / static_cast<double>(w.late)),
+        w.blas ? blas_json(*w.blas) : std::string("null"));
   };
   std::string per_worker, slow;
   for (const WorkerTotals& w : totals()) {
@@ -159,6 +167,21 @@ std::string WorkerSummary::json_members() const {
   return fmt::format(
       "\"per_worker\": [{}\n  ],\n  \"slow_workers\": [{}{}],\n  \"released_workers\": [{}{}]",
       per_worker, slow, slow.empty() ? "" : "\n  ", released, released.empty() ? "" : "\n  ");
+}
+
+std::string blas_json(const v1::BlasInfo& b) {
+  auto text_or_null = [](const std::string& s) {
+    return s.empty() ? std::string("null") : json_string(s);
+  };
+  return fmt::format(
+      "{{\"library\": {}, \"core\": {}, \"how\": {}, \"detected_core\": {}, "
+      "\"coretype\": {}, \"cpu_model\": {}, \"cpu_features\": {}, \"threads\": {}, "
+      "\"sgemm_size\": {}, \"sgemm_threads\": {}, \"sgemm_gflops\": {}, \"warning\": {}}}",
+      json_string(b.library()), json_string(b.core()), json_string(b.how()),
+      json_string(b.detected_core()), text_or_null(b.coretype()), json_string(b.cpu_model()),
+      json_string(b.cpu_features()), b.threads(), b.sgemm_size(), b.sgemm_threads(),
+      b.sgemm_size() == 0 ? std::string("null") : json_number(b.sgemm_gflops()),
+      text_or_null(b.warning()));
 }
 
 }  // namespace dctrain

@@ -29,6 +29,7 @@ struct WorkerTotals {
   double communication_seconds = 0.0;  // sum of arrival - the worker's own compute and overhead
   uint64_t late = 0;                   // contributions that arrived after their step closed
   double late_arrival_seconds = 0.0;   // sum of their plan sent -> arrival
+  std::optional<v1::BlasInfo> blas;    // from its (latest) hello; none from older workers
 
   double mean_micro_batch_seconds() const;
   double mean_communication_seconds() const;
@@ -36,6 +37,8 @@ struct WorkerTotals {
 
 class WorkerSummary {
  public:
+  // Call when a worker is admitted: keeps what its hello says about its BLAS.
+  void joined(const std::string& name, uint32_t rank, const v1::Hello& hello);
   // Call when the plans of `step` are sent.
   void step_started(uint64_t step, double now);
   // Call for every contribution from a member, accepted or not.
@@ -71,5 +74,8 @@ class WorkerSummary {
   uint64_t open_step_ = 0;
   bool step_open_ = false;
 };
+
+// A BlasInfo as a JSON object (summary.json's "blas", top level and per worker).
+std::string blas_json(const v1::BlasInfo& blas);
 
 }  // namespace dctrain

@@ -119,6 +119,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "Compute threads per worker")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--tau", tau, "Override the config's threshold: seconds, 'inf' or 'auto'");
   app.add_option("--steps", steps, "Override the config's max steps (0: keep)")->capture_default_str();
+  app.footer(
+      "Environment:\n"
+      "  OPENBLAS_CORETYPE   passed on to the coordinator and the workers, like the rest of the\n"
+      "                      environment; unset, each settles its own OpenBLAS core (see\n"
+      "                      dctrain-worker --help)");
   CLI11_PARSE(app, argc, argv);
   if (config.empty() && resume.empty()) {
     std::fprintf(stderr, "dctrain-launch: pass --config FILE (see experiments/) or --resume RUN_DIR\n");

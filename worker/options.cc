@@ -21,6 +21,7 @@ void add_worker_options(CLI::App& app, WorkerOptions& options) {
                  "meanwhile; 0: wait forever")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_blas_options(app, options.blas_info);
 }
 
 }  // namespace dctrain

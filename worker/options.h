@@ -15,6 +15,7 @@ struct WorkerOptions {
   std::string name;                              // empty: host:pid
   double connect_timeout = 60.0;                 // seconds without an answer before giving up; 0: never
   std::string log_level = "info";
+  bool blas_info = false;  // log the BLAS core and an sgemm figure, then exit
 };
 
 // Registers every flag, bound to `options`, with its default shown by --help.

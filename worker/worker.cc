@@ -272,7 +272,8 @@ std::string default_worker_name() {
   return fmt::format("{}:{}", host, ::getpid());
 }
 
-int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> log) {
+int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
+               std::shared_ptr<spdlog::logger> log) {
   WorkerOptions options = options_in;
   if (options.name.empty()) options.name = default_worker_name();
   if (!options.data_dir.empty()) options.data_dir = std::filesystem::absolute(options.data_dir).string();
@@ -304,6 +305,7 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
     h.set_software_version(kVersion);
     h.set_threads(static_cast<uint32_t>(options.threads));
     h.set_has_data_dir(!options.data_dir.empty());
+    *h.mutable_blas() = blas;
     dealer.send(std::move(m));
   };
   auto send_simple = [&](auto fill) {

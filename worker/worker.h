@@ -10,6 +10,7 @@
 
 #include <spdlog/logger.h>
 
+#include "proto/wire.pb.h"
 #include "worker/options.h"
 
 namespace dctrain {
@@ -27,8 +28,10 @@ inline constexpr int kWorkerInterrupted = 130;   // SIGINT / SIGTERM
 // coordinator has not answered for options.connect_timeout seconds. Until
 // the coordinator first answers, the worker says hello on every connection
 // ZeroMQ establishes (it retries refused or unreachable addresses by itself)
-// and logs what it is waiting for every few seconds.
-int run_worker(const WorkerOptions& options, std::shared_ptr<spdlog::logger> log);
+// and logs what it is waiting for every few seconds. `blas` (the core this
+// process settled on, common/blas_runtime.h) travels in the hello.
+int run_worker(const WorkerOptions& options, const v1::BlasInfo& blas,
+               std::shared_ptr<spdlog::logger> log);
 
 // host:pid, the default worker name.
 std::string default_worker_name();

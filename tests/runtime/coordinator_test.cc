@@ -57,7 +57,8 @@ class CoordinatorTest : public ::testing::Test {
     train = open_dataset(config, Split::kTrain, "");
     resolve_step_budget(config, train_samples(config, *train));  // as the program does
     replica = std::make_unique<Replica>(testing::softmax_for(config), config.optimizer());
-    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt};
+    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
+                           std::nullopt};
     coordinator =
         std::make_unique<Coordinator>(setup, *replica, evaluator, outbox, log.logger, [this] { return now; });
     for (const char* name : {"a", "b", "c"}) workers.emplace(name, FakeWorker(name, *train));

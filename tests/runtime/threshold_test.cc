@@ -495,7 +495,8 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
   testing::CapturedLog log;
   const double now = 0.0;
   {
-    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt};
+    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
+                           std::nullopt};
     Coordinator coordinator(setup, replica, nullptr, outbox, log.logger, [&] { return now; });
     std::map<std::string, testing::FakeWorker> workers;
     for (const char* name : {"a", "b", "c"}) {

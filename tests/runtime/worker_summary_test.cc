@@ -110,5 +110,42 @@ TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
   EXPECT_TRUE(alone.slow_workers().empty()) << "one worker has nobody to be slower than";
 }
 
+TEST(WorkerSummary, EachWorkerCarriesTheBlasItsHelloReported) {
+  WorkerSummary summary = three_workers();
+  v1::Hello hello;
+  v1::BlasInfo& blas = *hello.mutable_blas();
+  blas.set_library("OpenBLAS 0.3.21");
+  blas.set_core("SkylakeX");
+  blas.set_how("chosen");
+  blas.set_detected_core("Prescott");
+  blas.set_coretype("SkylakeX");
+  blas.set_cpu_model("Intel(R) Xeon(R) \"test\" CPU");
+  blas.set_cpu_features("AVX-512");
+  blas.set_threads(1);
+  blas.set_sgemm_size(512);
+  blas.set_sgemm_threads(1);
+  blas.set_sgemm_gflops(143.5);
+  summary.joined("cpu", 1, hello);
+  summary.joined("link", 2, v1::Hello());  // a worker from before BlasInfo existed
+  const std::string json = summary.json_members();
+  // One line per worker, the BLAS object last on it.
+  const auto line_of = [&](const std::string& name) {
+    const size_t at = json.find("{\"name\": \"" + name + "\"");
+    EXPECT_NE(at, std::string::npos) << json;
+    return json.substr(at, json.find('\n', at) - at);
+  };
+  EXPECT_NE(
+      line_of("cpu").find("\"blas\": {\"library\": \"OpenBLAS 0.3.21\", \"core\": \"SkylakeX\", "
+                          "\"how\": \"chosen\", \"detected_core\": \"Prescott\", \"coretype\": "
+                          "\"SkylakeX\", \"cpu_model\": \"Intel(R) Xeon(R) \\\"test\\\" CPU\", "
+                          "\"cpu_features\": \"AVX-512\", \"threads\": 1, \"sgemm_size\": 512, "
+                          "\"sgemm_threads\": 1, \"sgemm_gflops\": 143.5, \"warning\": null}}"),
+      std::string::npos)
+      << json;
+  EXPECT_NE(line_of("link").find("\"blas\": null}"), std::string::npos) << json;
+  EXPECT_NE(line_of("fast").find("\"blas\": null}"), std::string::npos) << json;
+  EXPECT_EQ(summary.totals().size(), 3u) << "joining adds no worker that was already counted";
+}
+
 }  // namespace
 }  // namespace dctrain
