@@ -562,7 +562,13 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
     if (field(r, "changed") != "true") continue;
     ++changed;
     const size_t after = std::stoul(field(r, "step")) + 1;
-    EXPECT_GT(std::stod(field(r, "predicted_speedup")), 0.0) << r;
+    // The rule: a move beats the tau in force by more than min_gain (1%); a
+    // move to a finite tau predicts a gain over inf, one back to inf happens
+    // when the tau in force predicts a loss (the times shifted: the stalls
+    // are real sleeps on a machine that may be busy).
+    EXPECT_GT(std::stod(field(r, "predicted_speedup")) - std::stod(field(r, "old_tau_speedup")), 0.01)
+        << r;
+    if (field(r, "new_tau") != "\"inf\"") EXPECT_GT(std::stod(field(r, "predicted_speedup")), 0.0) << r;
     // A change decided after the run's last step has no step left to show it.
     if (after == steps.size()) continue;
     ASSERT_LT(after, steps.size());
