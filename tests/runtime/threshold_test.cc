@@ -568,7 +568,9 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
     // are real sleeps on a machine that may be busy).
     EXPECT_GT(std::stod(field(r, "predicted_speedup")) - std::stod(field(r, "old_tau_speedup")), 0.01)
         << r;
-    if (field(r, "new_tau") != "\"inf\"") EXPECT_GT(std::stod(field(r, "predicted_speedup")), 0.0) << r;
+    if (field(r, "new_tau") != "\"inf\"") {
+      EXPECT_GT(std::stod(field(r, "predicted_speedup")), 0.0) << r;
+    }
     // A change decided after the run's last step has no step left to show it.
     if (after == steps.size()) continue;
     ASSERT_LT(after, steps.size());
