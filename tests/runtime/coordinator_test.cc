@@ -113,6 +113,12 @@ class CoordinatorTest : public ::testing::Test {
     }
   }
 
+  // The three workers say hello and take their welcomes: the run starts.
+  void join_all() {
+    for (const char* n : {"a", "b", "c"}) hello(n);
+    welcome_all();
+  }
+
   // Delivers only the welcomes at the head of each queue, and the workers'
   // Ready answers (the last of which starts the run): plans stay queued.
   void welcome_all() {
@@ -275,8 +281,7 @@ TEST_F(CoordinatorTest, TauInfinityMatchesOneProcessOnTheSameMicroBatches) {
 TEST_F(CoordinatorTest, WorkerMissingTheDeadlineIsNamedAndItsMicroBatchesRequeued) {
   config.mutable_step()->set_tau(0.5);
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   coordinator->tick(now);
   pump({"b"});
   EXPECT_EQ(coordinator->step(), 0u) << "the step waits for b until the deadline";
@@ -322,8 +327,7 @@ TEST_F(CoordinatorTest, WorkerMissingTheDeadlineIsNamedAndItsMicroBatchesRequeue
 TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndRejoinsWithTheCurrentState) {
   config.mutable_stop()->set_max_steps(6);
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   coordinator->tick(now);
   pump({"c"});
   EXPECT_EQ(coordinator->step(), 0u);
@@ -347,8 +351,7 @@ TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndRejoinsWithTheCurrentState)
 TEST_F(CoordinatorTest, RestartedWorkerIsWelcomedWithTheCurrentModelAndJoinsTheNextStep) {
   config.mutable_stop()->set_max_steps(6);
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   coordinator->tick(now);
   pump({"c"});
   now = 10.6;
@@ -379,8 +382,7 @@ TEST_F(CoordinatorTest, RestartedWorkerIsWelcomedWithTheCurrentModelAndJoinsTheN
 
 TEST_F(CoordinatorTest, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndDropped) {
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   coordinator->tick(now);
 
   std::vector<zmq::message_t> garbage;
@@ -446,8 +448,7 @@ TEST_F(CoordinatorTest, DroppedMicroBatchesAreRequeuedAndEveryEpochAuditsClean) 
   config.mutable_stop()->set_max_steps(0);
   config.mutable_stop()->set_max_epochs(2);
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   coordinator->tick(now);
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
@@ -473,8 +474,7 @@ TEST_F(CoordinatorTest, WithoutRequeueDroppedSamplesAreLostAsInDropCompute) {
   config.mutable_stop()->set_max_steps(0);
   config.mutable_stop()->set_max_epochs(1);
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   coordinator->tick(now);
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
@@ -532,8 +532,7 @@ TEST_F(CoordinatorTest, SlowEvaluationNeverMakesAWorkerMissTheNextStep) {
   evaluator = &slow;
   tick_in_pump = true;
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
   EXPECT_EQ(coordinator->totals().steps(), 4u);
@@ -592,8 +591,7 @@ TEST_F(CoordinatorTest, AutoTauOverheadLeavesOutEvaluationsAndTheStartUp) {
   SlowEvaluator slow(now, 5.0);
   evaluator = &slow;
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
   const auto taus = metrics_lines("tau");
@@ -608,8 +606,7 @@ TEST_F(CoordinatorTest, WorkerMissingManyDeadlinesInARowIsReleasedAndTheRunGoesO
   config.mutable_liveness()->set_release_after_missed_steps(3);
   config.mutable_stop()->set_max_steps(8);
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   // b heartbeats but never computes: it misses every deadline.
   for (int round = 0; round < 8 && !coordinator->finished(); ++round) {
     pump({"b"});
@@ -643,8 +640,7 @@ TEST_F(CoordinatorTest, WorkerMissingManyDeadlinesInARowIsReleasedAndTheRunGoesO
 
 TEST_F(CoordinatorTest, ChecksumMismatchDropsTheContributionAndResyncsTheReplica) {
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   // b's replica drifts from the others (a bit flip, a bad update...).
   workers.at("b").replica->model().parameters().flat()[0] += 1e-3f;
   capture = true;
@@ -687,8 +683,7 @@ TEST_F(CoordinatorTest, NominalNormalizationDividesByThePlannedSamples) {
   config.mutable_stop()->set_max_steps(1);
   capture = true;
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
   ASSERT_TRUE(updates[0].has_value());
@@ -703,8 +698,7 @@ TEST_F(CoordinatorTest, ShortStepAtTheEndOfAnEpochIsWeightedByItsSize) {
   config.mutable_stop()->set_max_steps(7);
   capture = true;
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
   ASSERT_TRUE(updates[6].has_value());
@@ -725,8 +719,7 @@ TEST_F(CoordinatorTest, ScheduleSizedInEpochsSpansThemWhateverRequeueAdds) {
   config.mutable_stop()->set_max_steps(0);
   config.mutable_stop()->set_max_epochs(2);
   start();
-  for (const char* n : {"a", "b", "c"}) hello(n);
-  welcome_all();
+  join_all();
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
   const auto steps = metrics_lines("step");
