@@ -1,5 +1,6 @@
 #include "worker/worker.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -11,8 +12,6 @@
 #include <mutex>
 #include <optional>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
@@ -103,11 +102,16 @@ class ComputeThread {
   bool handle(Job job) {
     const v1::Envelope& envelope = job.message.envelope;
     switch (envelope.body_case()) {
-      case v1::Envelope::kWelcome: return on_welcome(job.message);
-      case v1::Envelope::kPlan: return on_plan(job);
-      case v1::Envelope::kUpdate: return on_update(job.message);
-      case v1::Envelope::kBye: return on_bye(envelope.bye());
-      default: return true;
+      case v1::Envelope::kWelcome:
+        return on_welcome(job.message);
+      case v1::Envelope::kPlan:
+        return on_plan(job);
+      case v1::Envelope::kUpdate:
+        return on_update(job.message);
+      case v1::Envelope::kBye:
+        return on_bye(envelope.bye());
+      default:
+        return true;
     }
   }
 
@@ -116,11 +120,12 @@ class ComputeThread {
     config_ = w.config();
     rank_ = w.rank();
     if (needs_data_root(config_) && options_.data_dir.empty()) {
-      throw std::runtime_error(fmt::format(
-          "the run trains on '{}' data but this worker has no --data-dir", config_.dataset().kind()));
+      throw std::runtime_error(
+          fmt::format("the run trains on '{}' data but this worker has no --data-dir",
+                      config_.dataset().kind()));
     }
-    const std::string data_key = dataset_spec(config_, Split::kTrain).kind + "|" +
-                                 config_.dataset().SerializeAsString();
+    const std::string data_key =
+        dataset_spec(config_, Split::kTrain).kind + "|" + config_.dataset().SerializeAsString();
     if (!train_ || data_key != data_key_) {
       const auto begin = Clock::now();
       train_ = open_dataset(config_, Split::kTrain, options_.data_dir);
@@ -131,7 +136,8 @@ class ComputeThread {
         make_model(model_spec(config_, train_->shape(), options_.threads)), config_.optimizer());
     const std::vector<TensorSpec> specs = replica_->state_specs();
     if (const auto problem = check_tensors(welcome, specs)) {
-      throw std::runtime_error(fmt::format("the welcome does not fit this build's model: {}", *problem));
+      throw std::runtime_error(
+          fmt::format("the welcome does not fit this build's model: {}", *problem));
     }
     replica_->load_state(welcome, 0, static_cast<int64_t>(w.optimizer_steps()));
     if (replica_->parameter_checksum() != w.parameter_checksum()) {
@@ -141,10 +147,11 @@ class ComputeThread {
     loop_ = std::make_unique<ComputeLoop>(*replica_, *train_, config_.seed(), *delays_);
     expected_ = {{"gradient", replica_->parameter_count()}};
     if (replica_->buffer_count() > 0) expected_.push_back({"statistics", replica_->buffer_count()});
-    log_->info("welcomed as rank {} of {}: model {} ({} parameters), {} updates applied so far, "
-               "delay '{}'",
-               rank_, config_.workers(), config_.model().name(), replica_->parameter_count(),
-               w.optimizer_steps(), config_.delay().kind());
+    log_->info(
+        "welcomed as rank {} of {}: model {} ({} parameters), {} updates applied so far, "
+        "delay '{}'",
+        rank_, config_.workers(), config_.model().name(), replica_->parameter_count(),
+        w.optimizer_steps(), config_.delay().kind());
     return true;
   }
 
@@ -153,9 +160,10 @@ class ComputeThread {
     const v1::Plan& plan = job.message.envelope.plan();
     const uint64_t step = job.message.envelope.step();
     if (plan.parameter_checksum() != replica_->parameter_checksum()) {
-      log_->error("step {}: this replica differs from the coordinator's (checksum {:016x}, "
-                  "coordinator {:016x})",
-                  step, replica_->parameter_checksum(), plan.parameter_checksum());
+      log_->error(
+          "step {}: this replica differs from the coordinator's (checksum {:016x}, "
+          "coordinator {:016x})",
+          step, replica_->parameter_checksum(), plan.parameter_checksum());
     }
     for (const v1::MicroBatch& mb : plan.micro_batches()) {
       for (uint64_t id : mb.samples()) {
@@ -178,7 +186,8 @@ class ComputeThread {
   bool on_update(const Message& update) {
     if (!loop_) return true;
     if (const auto problem = check_tensors(update, expected_)) {
-      throw std::runtime_error(fmt::format("step {}: unusable update: {}", update.envelope.step(), *problem));
+      throw std::runtime_error(
+          fmt::format("step {}: unusable update: {}", update.envelope.step(), *problem));
     }
     loop_->apply(update);
     return true;
@@ -191,8 +200,8 @@ class ComputeThread {
       if (mine == bye.parameter_checksum()) {
         log_->info("final replica identical to the coordinator's (checksum {:016x})", mine);
       } else {
-        log_->error("final replica differs from the coordinator's: {:016x} here, {:016x} there", mine,
-                    bye.parameter_checksum());
+        log_->error("final replica differs from the coordinator's: {:016x} here, {:016x} there",
+                    mine, bye.parameter_checksum());
         code = kWorkerDiverged;
       }
     }
@@ -262,7 +271,8 @@ std::string default_worker_name() {
 int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> log) {
   WorkerOptions options = options_in;
   if (options.name.empty()) options.name = default_worker_name();
-  if (!options.data_dir.empty()) options.data_dir = std::filesystem::absolute(options.data_dir).string();
+  if (!options.data_dir.empty())
+    options.data_dir = std::filesystem::absolute(options.data_dir).string();
 
   SignalFd signals;
   zmq::context_t context(1);
@@ -315,7 +325,8 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
   // address by itself), sends no heartbeats (they would only pile up in the
   // queue), and gives up after --connect-timeout.
   const double timeout = options.connect_timeout;
-  const std::string limit = timeout > 0 ? fmt::format("{:.0f} s", timeout) : std::string("no limit");
+  const std::string limit =
+      timeout > 0 ? fmt::format("{:.0f} s", timeout) : std::string("no limit");
   constexpr double kWaitLogSeconds = 2.0;
   bool answered = false;
   bool connected = false;
@@ -341,7 +352,8 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
       signalfd_siginfo info{};
       [[maybe_unused]] const ssize_t n = ::read(signals.fd(), &info, sizeof info);
       log->warn("signal {} received: leaving the run", info.ssi_signo);
-      send_simple([&](v1::Envelope& e) { e.mutable_bye()->set_reason("worker interrupted by a signal"); });
+      send_simple(
+          [&](v1::Envelope& e) { e.mutable_bye()->set_reason("worker interrupted by a signal"); });
       exit_code = kWorkerInterrupted;
       break;
     }
@@ -360,12 +372,15 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
           break;
         case ConnectionEvent::kDisconnected:
           connected = false;
-          if (answered) log->warn("lost the connection to the coordinator at {}; reconnecting", options.connect);
+          if (answered)
+            log->warn("lost the connection to the coordinator at {}; reconnecting",
+                      options.connect);
           break;
         case ConnectionEvent::kHandshakeFailed:
-          log->warn("something answers at {} but does not speak dctrain's protocol (the ZeroMQ "
-                    "handshake failed): is that the coordinator's address and port?",
-                    options.connect);
+          log->warn(
+              "something answers at {} but does not speak dctrain's protocol (the ZeroMQ "
+              "handshake failed): is that the coordinator's address and port?",
+              options.connect);
           break;
       }
     }
@@ -379,7 +394,8 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
       std::vector<zmq::message_t> out = std::move(parts);
       // Forward the compute thread's message as it is.
       for (size_t i = 0; i < out.size(); ++i) {
-        dealer.socket().send(out[i], i + 1 < out.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+        dealer.socket().send(out[i],
+                             i + 1 < out.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
       }
       last_sent = Clock::now();
     }
@@ -421,7 +437,8 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
           jobs.push(Job{std::move(message), received});
           break;
         case v1::Envelope::kRefusal:
-          log->error("the coordinator refused this worker: {}", message.envelope.refusal().reason());
+          log->error("the coordinator refused this worker: {}",
+                     message.envelope.refusal().reason());
           exit_code = kWorkerRefused;
           break;
         case v1::Envelope::kError:
@@ -444,16 +461,18 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
     if (!answered) {
       const double waited = seconds_since(waiting_since);
       if (timeout > 0 && waited >= timeout) {
-        log->error("no answer from the coordinator at {} within {:.0f} s ({} connection attempts{}): "
-                   "is dctrain-coordinator running there, and can this host reach that address and "
-                   "port? (--connect-timeout sets how long to wait)",
-                   options.connect, timeout, attempts,
-                   connected ? "; connected, but the hello got no answer" : "");
+        log->error(
+            "no answer from the coordinator at {} within {:.0f} s ({} connection attempts{}): "
+            "is dctrain-coordinator running there, and can this host reach that address and "
+            "port? (--connect-timeout sets how long to wait)",
+            options.connect, timeout, attempts,
+            connected ? "; connected, but the hello got no answer" : "");
         exit_code = kWorkerNoCoordinator;
         break;
       }
       if (seconds_since(last_wait_log) >= kWaitLogSeconds) {
-        log->info("waiting for the coordinator at {}: {} (attempt {}, {:.0f} s of {})", options.connect,
+        log->info("waiting for the coordinator at {}: {} (attempt {}, {:.0f} s of {})",
+                  options.connect,
                   connected ? "connected, no answer to the hello yet" : "no answer yet", attempts,
                   waited, limit);
         last_wait_log = Clock::now();
@@ -463,10 +482,10 @@ int run_worker(const WorkerOptions& options_in, std::shared_ptr<spdlog::logger> 
 
     if (seconds_since(last_sent) >= heartbeat_seconds) {
       send_simple([&](v1::Envelope& e) {
-        e.mutable_heartbeat()->set_sent_unix_micros(static_cast<uint64_t>(
-            std::chrono::duration_cast<std::chrono::microseconds>(
-                std::chrono::system_clock::now().time_since_epoch())
-                .count()));
+        e.mutable_heartbeat()->set_sent_unix_micros(
+            static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count()));
       });
       last_sent = Clock::now();
     }
