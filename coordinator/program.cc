@@ -1,12 +1,9 @@
 #include "coordinator/program.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -17,6 +14,7 @@
 #include "comm/setup.h"
 #include "comm/transport.h"
 #include "common/cli.h"
+#include "common/stop_signals.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/evaluator.h"
@@ -51,18 +49,7 @@ std::shared_ptr<spdlog::logger> make_logger(const fs::path& run_dir, const std::
 
 int run_coordinator(CoordinatorOptions options) {
   // SIGINT / SIGTERM end the run cleanly (bye to workers, summary written).
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  const int signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-  struct FdCloser {
-    int fd;
-    ~FdCloser() {
-      if (fd >= 0) ::close(fd);
-    }
-  } closer{signal_fd};
+  StopSignals signals;
 
   const bool resuming = !options.resume_dir.empty();
   std::optional<v1::CheckpointHeader> resume;
@@ -143,9 +130,8 @@ int run_coordinator(CoordinatorOptions options) {
         }
       }
       coordinator.tick(now());
-      signalfd_siginfo info{};
-      if (signal_fd >= 0 && ::read(signal_fd, &info, sizeof info) == sizeof info) {
-        log->warn("signal {} received: ending the run", info.ssi_signo);
+      if (const int signal_number = signals.take()) {
+        log->warn("signal {} received: ending the run", signal_number);
         coordinator.stop("interrupted by a signal", 130, now());
       }
     }
