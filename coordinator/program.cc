@@ -1,7 +1,5 @@
 #include "coordinator/program.h"
 
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +18,7 @@
 #include "comm/transport.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"
+#include "common/stop_signals.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/evaluator.h"
@@ -52,18 +51,7 @@ std::shared_ptr<spdlog::logger> make_logger(const fs::path& run_dir, const std::
 
 int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
   // SIGINT / SIGTERM end the run cleanly (bye to workers, summary written).
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  const int signal_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-  struct FdCloser {
-    int fd;
-    ~FdCloser() {
-      if (fd >= 0) ::close(fd);
-    }
-  } closer{signal_fd};
+  StopSignals signals;
 
   const bool resuming = !options.resume_dir.empty();
   std::optional<v1::CheckpointHeader> resume;
@@ -141,9 +129,8 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
         }
       }
       coordinator.tick(now());
-      signalfd_siginfo info{};
-      if (signal_fd >= 0 && ::read(signal_fd, &info, sizeof info) == sizeof info) {
-        log->warn("signal {} received: ending the run", info.ssi_signo);
+      if (const int signal_number = signals.take()) {
+        log->warn("signal {} received: ending the run", signal_number);
         coordinator.stop("interrupted by a signal", 130, now());
       }
     }

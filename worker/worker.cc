@@ -1,7 +1,5 @@
 #include "worker/worker.h"
 
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,6 +19,7 @@
 #include "comm/transport.h"
 #include "comm/validation.h"
 #include "common/cli.h"
+#include "common/stop_signals.h"
 #include "common/version.h"
 #include "worker/compute_loop.h"
 #include "worker/delay_model.h"
@@ -242,28 +241,6 @@ class ComputeThread {
   std::vector<TensorSpec> expected_;
 };
 
-// SIGINT and SIGTERM as a file descriptor the poll loop watches.
-class SignalFd {
- public:
-  SignalFd() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // threads started later inherit the mask
-    fd_ = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-  }
-  ~SignalFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  SignalFd(const SignalFd&) = delete;
-  SignalFd& operator=(const SignalFd&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_ = -1;
-};
-
 }  // namespace
 
 std::string default_worker_name() {
@@ -278,7 +255,7 @@ int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
   if (options.name.empty()) options.name = default_worker_name();
   if (!options.data_dir.empty()) options.data_dir = std::filesystem::absolute(options.data_dir).string();
 
-  SignalFd signals;
+  StopSignals signals;
   zmq::context_t context(1);
   DealerTransport dealer(context, options.connect, options.name, log);
   const std::string inproc = "inproc://compute";
@@ -354,9 +331,7 @@ int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
     zmq::poll(items, 4, std::chrono::milliseconds(static_cast<int>(wait * 1000)));
 
     if (items[2].revents & ZMQ_POLLIN) {
-      signalfd_siginfo info{};
-      [[maybe_unused]] const ssize_t n = ::read(signals.fd(), &info, sizeof info);
-      log->warn("signal {} received: leaving the run", info.ssi_signo);
+      log->warn("signal {} received: leaving the run", signals.take());
       send_simple([&](v1::Envelope& e) { e.mutable_bye()->set_reason("worker interrupted by a signal"); });
       exit_code = kWorkerInterrupted;
       break;
