@@ -146,6 +146,7 @@ SelectTypeParameters=CR_CPU
 SchedulerType=sched/backfill
 MpiDefault=none
 ReturnToService=2
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
 KillWait=10
 SlurmdParameters=config_overrides
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
