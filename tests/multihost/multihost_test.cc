@@ -297,9 +297,12 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
               2 * number(free, "mean_micro_batch_seconds"))
         << slow_link << "\n"
         << free;
-    // The free worker lost less than either straggler.
+    // The free worker lost a smaller share of its micro-batches than either
+    // straggler (a share: the released slow link was planned for 8 steps
+    // only, so its count is small).
     const auto lost = [](const std::string& w) {
-      return number(w, "microbatches_dropped") + number(w, "microbatches_orphaned");
+      const double missing = number(w, "microbatches_dropped") + number(w, "microbatches_orphaned");
+      return missing / (missing + number(w, "microbatches_completed"));
     };
     EXPECT_LT(lost(free), lost(capped_cpu)) << free << "\n" << capped_cpu;
     EXPECT_LT(lost(free), lost(slow_link)) << free << "\n" << slow_link;
