@@ -57,18 +57,10 @@ class LocalPort {
 };
 
 std::filesystem::path test_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("dctrain-connect-{}-{}", ::getpid(), name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return testing::fresh_dir(fmt::format("connect-{}", name));
 }
 
-size_t count(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t pos = text.find(part); pos != std::string::npos; pos = text.find(part, pos + 1)) ++n;
-  return n;
-}
+using testing::count;
 
 TEST(Connect, WorkerStartedBeforeTheCoordinatorKeepsRetryingThenJoinsAndFinishes) {
   const auto dir = test_dir("late");

@@ -78,6 +78,22 @@ class Process {
   std::optional<int> status_;
 };
 
+// An empty folder dctrain-NAME-PID under the temp directory, made afresh.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("dctrain-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// How many times `part` occurs in `text` (overlaps counted).
+inline size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t pos = text.find(part); pos != std::string::npos; pos = text.find(part, pos + 1)) ++n;
+  return n;
+}
+
 inline std::string read_text(const std::filesystem::path& path) {
   std::ifstream in(path);
   std::stringstream text;

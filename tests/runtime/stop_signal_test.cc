@@ -28,18 +28,10 @@ using testing::read_text;
 const std::string kBin = DCTRAIN_BIN_DIR;
 
 std::filesystem::path test_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   fmt::format("dctrain-signal-{}-{}", ::getpid(), name);
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
+  return testing::fresh_dir(fmt::format("signal-{}", name));
 }
 
-size_t count(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t pos = text.find(part); pos != std::string::npos; pos = text.find(part, pos + 1)) ++n;
-  return n;
-}
+using testing::count;
 
 // A run for two workers, far longer than the test.
 std::filesystem::path write_config(const std::filesystem::path& dir) {
