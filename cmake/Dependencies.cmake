@@ -13,6 +13,3 @@ pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)  # libopenblas-dev
 if(DCTRAIN_BUILD_TESTS)
   find_package(GTest REQUIRED)             # libgtest-dev, libgmock-dev
 endif()
-if(DCTRAIN_BUILD_BENCH)
-  find_package(benchmark REQUIRED)         # libbenchmark-dev
-endif()

@@ -27,6 +27,10 @@ class StopSignals {
   // Readable when a signal is pending; -1 if the signalfd could not be made.
   int fd() const { return fd_; }
   // The pending signal's number (SIGINT or SIGTERM), or 0 when none is.
+  // 0 also after fd() polled readable: a process-directed signal makes the
+  // fd readable, and may then be handed to another thread, whose handler
+  // sends it on to the main thread a moment later. So a caller treats 0 as
+  // "nothing yet" and polls again, never as a signal.
   int take();
 
  private:

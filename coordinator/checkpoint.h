@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <string>
 
-#include "comm/replica.h"
+#include "runtime/replica.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {

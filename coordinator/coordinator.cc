@@ -9,7 +9,7 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
-#include "comm/setup.h"
+#include "runtime/setup.h"
 #include "coordinator/checkpoint.h"
 
 namespace dctrain {

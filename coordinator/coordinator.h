@@ -23,7 +23,7 @@
 #include <spdlog/logger.h>
 
 #include "comm/message.h"
-#include "comm/replica.h"
+#include "runtime/replica.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/membership.h"
 #include "coordinator/planner.h"
@@ -31,7 +31,7 @@
 #include "coordinator/run_metrics.h"
 #include "coordinator/threshold.h"
 #include "coordinator/worker_summary.h"
-#include "data/ledger.h"
+#include "coordinator/ledger.h"
 #include "model/lr_schedule.h"
 #include "proto/config.pb.h"
 

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "data/ledger.h"
+#include "coordinator/ledger.h"
 
 namespace dctrain {
 

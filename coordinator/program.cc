@@ -12,9 +12,9 @@
 #include <spdlog/spdlog.h>
 
 #include "comm/blas_info.h"
-#include "comm/replica.h"
-#include "comm/run_config.h"
-#include "comm/setup.h"
+#include "runtime/replica.h"
+#include "runtime/run_config.h"
+#include "runtime/setup.h"
 #include "comm/transport.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"

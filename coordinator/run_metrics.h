@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "data/ledger.h"
+#include "coordinator/ledger.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {

@@ -174,7 +174,7 @@ struct ThresholdDecision {
 // finite tau always differs).
 class Threshold {
  public:
-  // `step` finalized (comm/run_config.h); `seed` keys the imputation.
+  // `step` finalized (runtime/run_config.h); `seed` keys the imputation.
   Threshold(const v1::StepConfig& step, uint64_t seed);
 
   bool automatic() const { return automatic_; }

@@ -5,7 +5,7 @@
 #include <span>
 #include <string>
 
-#include "data/batch.h"
+#include "common/batch.h"
 
 namespace dctrain {
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <string>
 
-#include "data/batch.h"
+#include "common/batch.h"
 #include "model/param_table.h"
 
 namespace dctrain {

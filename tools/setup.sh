@@ -27,7 +27,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libzmq3-dev cppzmq-dev libopenblas-dev libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev
   gnuplot-nox iproute2
 )
 

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "comm/message.h"
-#include "comm/replica.h"
+#include "runtime/replica.h"
 #include "data/dataset.h"
 #include "worker/delay_model.h"
 

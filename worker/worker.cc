@@ -14,8 +14,8 @@
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
-#include "comm/replica.h"
-#include "comm/setup.h"
+#include "runtime/replica.h"
+#include "runtime/setup.h"
 #include "comm/transport.h"
 #include "comm/validation.h"
 #include "common/cli.h"
@@ -330,11 +330,15 @@ int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
     const double wait = answered ? heartbeat_seconds * 0.5 : 0.25;
     zmq::poll(items, 4, std::chrono::milliseconds(static_cast<int>(wait * 1000)));
 
+    // A wake-up with nothing to take is a signal on its way to this thread
+    // (see StopSignals::take): the next poll sees it.
     if (items[2].revents & ZMQ_POLLIN) {
-      log->warn("signal {} received: leaving the run", signals.take());
-      send_simple([&](v1::Envelope& e) { e.mutable_bye()->set_reason("worker interrupted by a signal"); });
-      exit_code = kWorkerInterrupted;
-      break;
+      if (const int signal_number = signals.take()) {
+        log->warn("signal {} received: leaving the run", signal_number);
+        send_simple([&](v1::Envelope& e) { e.mutable_bye()->set_reason("worker interrupted by a signal"); });
+        exit_code = kWorkerInterrupted;
+        break;
+      }
     }
 
     while (const std::optional<ConnectionEvent> event = dealer.try_event()) {

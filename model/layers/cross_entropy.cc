@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "data/batch.h"
+#include "common/batch.h"
 
 namespace dctrain {
 

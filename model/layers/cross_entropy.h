@@ -16,7 +16,7 @@ struct CrossEntropyResult {
   int64_t correct = 0;    // scored rows whose argmax (first on ties) is the label
 };
 
-// logits (n, classes); labels (n), rows labelled kIgnoreLabel (data/batch.h)
+// logits (n, classes); labels (n), rows labelled kIgnoreLabel (common/batch.h)
 // take no part. dlogits (n, classes) = d loss_sum / d logits, zero rows where
 // ignored; skipped when null. dlogits may alias logits. Throws
 // std::out_of_range for a label outside [0, classes) that is not ignored.

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "data/batch.h"
+#include "common/batch.h"
 
 namespace dctrain::test {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "data/batch.h"
+#include "common/batch.h"
 #include "tests/model/gradcheck.h"
 
 namespace dctrain {

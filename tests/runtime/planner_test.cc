@@ -5,7 +5,7 @@
 #include <set>
 #include <vector>
 
-#include "data/ledger.h"
+#include "coordinator/ledger.h"
 
 namespace dctrain {
 namespace {

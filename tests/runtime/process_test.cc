@@ -14,9 +14,9 @@
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
-#include "comm/replica.h"
-#include "comm/run_config.h"
-#include "comm/setup.h"
+#include "runtime/replica.h"
+#include "runtime/run_config.h"
+#include "runtime/setup.h"
 #include "common/version.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/planner.h"

@@ -13,7 +13,7 @@
 #include <regex>
 #include <set>
 
-#include "comm/run_config.h"
+#include "runtime/run_config.h"
 #include "coordinator/coordinator.h"
 #include "tests/runtime/fake_cluster.h"
 #include "tests/runtime/process.h"

@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "comm/run_config.h"
+#include "runtime/run_config.h"
 #include "tools/runs/run_folder.h"
 
 namespace dctrain {

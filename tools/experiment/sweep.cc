@@ -8,8 +8,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "comm/run_config.h"
-#include "comm/text_format.h"
+#include "runtime/run_config.h"
+#include "runtime/text_format.h"
 #include "tools/runs/run_folder.h"
 
 namespace dctrain {

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "comm/run_config.h"
+#include "runtime/run_config.h"
 
 namespace dctrain {
 

@@ -2,7 +2,7 @@
 // epochs: with requeue every sample is completed exactly once per epoch; without,
 // the audit names exactly the samples that were lost. Checkpoints restore the
 // state so that the run continues identically.
-#include "data/ledger.h"
+#include "coordinator/ledger.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "comm/run_config.h"
+#include "runtime/run_config.h"
 
 #include <cmath>
 #include <fstream>
@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 #include <google/protobuf/text_format.h>
 
-#include "comm/text_format.h"
+#include "runtime/text_format.h"
 
 namespace dctrain {
 

@@ -1,4 +1,4 @@
-#include "comm/setup.h"
+#include "runtime/setup.h"
 
 #include <algorithm>
 #include <cmath>

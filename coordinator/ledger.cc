@@ -1,4 +1,4 @@
-#include "data/ledger.h"
+#include "coordinator/ledger.h"
 
 #include <fmt/core.h>
 

@@ -1,9 +1,9 @@
-#include "comm/replica.h"
+#include "runtime/replica.h"
 
 #include <stdexcept>
 
 #include "comm/framing.h"
-#include "comm/setup.h"
+#include "runtime/setup.h"
 #include "model/grad_clip.h"
 
 namespace dctrain {

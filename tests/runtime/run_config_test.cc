@@ -1,6 +1,6 @@
 // The run config: text format with positioned parse errors, defaults, and a
 // validator that names every problem and how to fix it.
-#include "comm/run_config.h"
+#include "runtime/run_config.h"
 
 #include <gtest/gtest.h>
 

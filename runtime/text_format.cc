@@ -1,4 +1,4 @@
-#include "comm/text_format.h"
+#include "runtime/text_format.h"
 
 #include <fmt/format.h>
 #include <google/protobuf/io/tokenizer.h>
