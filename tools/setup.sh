@@ -6,14 +6,17 @@
 #   tools/setup.sh                 install + Release build in build/release
 #   tools/setup.sh --preset NAME   another CMake preset (e.g. debug-asan)
 #   tools/setup.sh --deps-only     install packages, build nothing
+#   tools/setup.sh --browser       also install Chromium, for the report's browser test
 set -euo pipefail
 
 preset=release
 build=1
+browser=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset="$2"; shift 2 ;;
     --deps-only) build=0; shift ;;
+    --browser) browser=1; shift ;;
     -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
@@ -30,6 +33,9 @@ packages=(
   libgtest-dev libgmock-dev
   gnuplot-nox iproute2
 )
+# Headless Chromium opens the report in report_in_browser_test (label
+# browser), which is skipped where it is absent.
+[ "$browser" -eq 0 ] || packages+=(chromium)
 
 missing=()
 for p in "${packages[@]}"; do
