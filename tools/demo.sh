@@ -4,10 +4,11 @@
 # and a persistent straggler; tau = infinity against percentile and automatic
 # thresholds, with requeue), then its report (tables and gnuplot plots),
 # printing the tables. Finished cases are kept: a second run only reprints
-# the report (delete runs/demo to run the sweep again).
+# the report (delete runs/demo to run the sweep again). The installation and
+# build take one line each here; their output is in runs/setup.log.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/tools/setup.sh"
+"$root/tools/setup.sh" --log "$root/runs/setup.log"
 build="$root/build/release"
 cd "$root"
 "$build/bin/dctrain-experiment" experiments/demo.sweep --out runs/demo

@@ -7,22 +7,44 @@
 #   tools/setup.sh --preset NAME   another CMake preset (e.g. debug-asan)
 #   tools/setup.sh --deps-only     install packages, build nothing
 #   tools/setup.sh --browser       also install Chromium, for the report's browser test
+#   tools/setup.sh --log FILE      apt-get and build output to FILE, one line per phase here
 set -euo pipefail
 
 preset=release
 build=1
 browser=0
+log=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset="$2"; shift 2 ;;
     --deps-only) build=0; shift ;;
     --browser) browser=1; shift ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --log) log="$2"; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Runs a phase's command; with --log its output goes to the log and the
+# phase takes one line here (its last lines and the log's path on failure).
+# A phase's function chains its commands with && (errexit does not apply
+# inside the `if`).
+phase() {
+  local title="$1"; shift
+  if [ -z "$log" ]; then "$@"; return; fi
+  local start=$SECONDS
+  printf 'setup: %s ... ' "$title"
+  if "$@" >>"$log" 2>&1; then
+    echo "done in $((SECONDS - start)) s (log: $log)"
+  else
+    local code=$?
+    echo "FAILED (exit $code); the end of $log:"
+    tail -n 20 "$log" | sed 's/^/  /'
+    exit "$code"
+  fi
+}
 
 # Build tools and the libraries named in cmake/Dependencies.cmake, plus
 # gnuplot for reports and iproute2 for the multi-host test.
@@ -43,13 +65,22 @@ for p in "${packages[@]}"; do
   [ "$status" = "install ok installed" ] || missing+=("$p")
 done
 
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  sudo_cmd=()
+if [ -n "$log" ]; then
+  mkdir -p "$(dirname "$log")"
+  : >"$log"
+fi
+
+install_missing() {
+  local sudo_cmd=()
   [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
   export DEBIAN_FRONTEND=noninteractive
-  "${sudo_cmd[@]}" apt-get update -qq
-  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  "${sudo_cmd[@]}" apt-get update -qq &&
+    "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+if [ ${#missing[@]} -gt 0 ]; then
+  [ -n "$log" ] || echo "setup: installing ${missing[*]}"
+  phase "installing ${#missing[@]} Debian packages (${missing[*]:0:3}...)" install_missing
 else
   echo "setup: all ${#packages[@]} packages present"
 fi
@@ -57,6 +88,9 @@ fi
 [ "$build" -eq 1 ] || exit 0
 
 cd "$root"
-cmake --preset "$preset" >/dev/null
-cmake --build --preset "$preset" -- -j"$(nproc)"
+build_tree() {
+  cmake --preset "$preset" >/dev/null &&
+    cmake --build --preset "$preset" -- -j"$(nproc)"
+}
+phase "building build/$preset with $(nproc) jobs" build_tree
 echo "setup: built build/$preset (programs in build/$preset/bin)"
