@@ -61,6 +61,7 @@ class BertTiny final : public Model {
   MicroBatchResult evaluate(const Batch& batch) override;
   // No BatchNorm: nothing to fold.
   void apply_statistics(std::span<const float> averaged) override;
+  ThreadPool* thread_pool() override { return pool_.get(); }
 
   // (masked tokens, vocab): the logits of the last evaluate(), masked
   // positions in row-major (sequence, position) order.

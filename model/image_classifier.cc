@@ -308,6 +308,9 @@ class ImageClassifier final : public Model {
     }
   }
 
+  ThreadPool* thread_pool() override { return &pool_; }
+
+
  private:
   int push(Op op, Dims out_dims) {
     const int a = static_cast<int>(activations_.size());

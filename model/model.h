@@ -13,6 +13,8 @@
 
 namespace dctrain {
 
+class ThreadPool;
+
 struct ModelSpec {
   std::string name;           // "resnet20", "bert-tiny", "mnist-cnn", "mlp"
   uint64_t seed = 0;          // initialisation and dropout
@@ -69,6 +71,10 @@ class Model {
   // contributions, divided by their samples) into buffers() with the layers'
   // momentum: running = (1 - m) * running + m * averaged.
   virtual void apply_statistics(std::span<const float> averaged) = 0;
+
+  // The model's compute threads, lent to whatever else runs between its
+  // steps on the same cores (the optimizer's update); nullptr: none.
+  virtual ThreadPool* thread_pool() { return nullptr; }
 
  protected:
   Model() = default;

@@ -14,6 +14,8 @@
 
 namespace dctrain {
 
+class ThreadPool;
+
 struct OptimizerSpec {
   std::string name = "sgd";   // "sgd" or "adamw"
   double weight_decay = 0.0;  // sgd: added to the gradient; adamw: decoupled
@@ -39,6 +41,10 @@ class Optimizer {
   // construction.
   virtual void step(std::span<float> parameters, std::span<const float> gradients, double lr) = 0;
 
+  // Threads for the step (not owned; nullptr: the calling thread alone). The
+  // update is elementwise, so how it is split never changes a bit.
+  void set_thread_pool(ThreadPool* pool) { pool_ = pool; }
+
   // Updates applied so far (AdamW's bias correction and SGD's first momentum
   // step depend on it); settable for checkpoint restore.
   int64_t steps() const { return steps_; }
@@ -52,6 +58,13 @@ class Optimizer {
  protected:
   Optimizer(const ParamTable& table, std::vector<std::string> state_names);
   void check_sizes(std::span<float> parameters, std::span<const float> gradients) const;
+  // Runs update(begin, end) over [0, count) in chunks, on the pool's threads
+  // when there is a pool. The step is memory-bound: one core does not reach
+  // the bandwidth that several do.
+  template <typename Update>
+  void for_each_chunk(size_t count, Update&& update);
+
+  ThreadPool* pool_ = nullptr;
 
   const ParamTable* table_;
   int64_t steps_ = 0;

@@ -14,6 +14,7 @@ Replica::Replica(std::unique_ptr<Model> model, const v1::OptimizerConfig& optimi
       schedule_(schedule_spec(optimizer)),
       clip_norm_(optimizer.clip_norm()) {
   validate(schedule_);
+  optimizer_->set_thread_pool(model_->thread_pool());
   state_tensor_names_ = {"parameters", "buffers"};
   for (const std::string& name : optimizer_->state_names()) {
     state_tensor_names_.push_back("optimizer." + name);

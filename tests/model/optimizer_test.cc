@@ -9,6 +9,7 @@
 
 #include "model/grad_clip.h"
 #include "model/lr_schedule.h"
+#include "model/thread_pool.h"
 #include "tests/model/fixture_reader.h"
 
 namespace dctrain {
@@ -86,6 +87,62 @@ TEST(Optimizer, SameGradientSameBitsOnEveryReplica) {
   }
   EXPECT_EQ(checksum(a), checksum(b));
   EXPECT_EQ(checksum(one->state()[1].flat()), checksum(two->state()[1].flat()));
+}
+
+// The update is split into chunks over the model's threads and AdamW's
+// kernel runs at the widest vector width the CPU has; neither may change a
+// bit. 100,003 elements: not a multiple of a chunk or of any vector width.
+TEST(Optimizer, ThreadsAndVectorWidthNeverChangeABit) {
+  constexpr int kCount = 100003;
+  ParamTable table;
+  table.add("w", {kCount});
+  std::vector<float> start(kCount), grad(kCount);
+  for (int i = 0; i < kCount; ++i) {
+    start[i] = std::sin(static_cast<float>(i)) * (i % 7 == 0 ? 1e-30f : 1.0f);
+    grad[i] = i % 11 == 0 ? 0.0f : std::cos(static_cast<float>(3 * i)) * 1e-3f;
+  }
+  const std::vector<OptimizerSpec> specs = {
+      {.name = "sgd"},
+      {.name = "sgd", .weight_decay = 0.1},
+      {.name = "sgd", .weight_decay = 0.1, .momentum = 0.9},
+      {.name = "sgd", .momentum = 0.5, .nesterov = true},
+      {.name = "adamw", .weight_decay = 0.01},
+  };
+  ThreadPool pool(3);
+  for (const OptimizerSpec& spec : specs) {
+    SCOPED_TRACE(spec.name + " momentum " + std::to_string(spec.momentum));
+    std::vector<float> alone = start, threaded = start;
+    auto one = make_optimizer(spec, table);
+    auto many = make_optimizer(spec, table);
+    many->set_thread_pool(&pool);
+    for (int s = 0; s < 3; ++s) {
+      one->step(alone, grad, 1e-2);
+      many->step(threaded, grad, 1e-2);
+    }
+    EXPECT_EQ(checksum(alone), checksum(threaded));
+    for (size_t k = 0; k < one->state().size(); ++k) {
+      EXPECT_EQ(checksum(one->state()[k].flat()), checksum(many->state()[k].flat()));
+    }
+  }
+
+  // AdamW against torch's formula written out here, one element at a time.
+  std::vector<float> p = start, m(kCount, 0.0f), v(kCount, 0.0f), expected = start;
+  auto adamw = make_optimizer({.name = "adamw", .weight_decay = 0.01}, table);
+  const double lr = 1e-2, beta1 = 0.9, beta2 = 0.999;
+  for (int s = 1; s <= 3; ++s) {
+    adamw->step(p, grad, lr);
+    const float decay = static_cast<float>(1.0 - lr * 0.01);
+    const float c2 = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, s)));
+    const float step = static_cast<float>(-(lr / (1.0 - std::pow(beta1, s))));
+    for (int i = 0; i < kCount; ++i) {
+      float& e = expected[i];
+      e = e * decay;
+      m[i] = m[i] * 0.9f + static_cast<float>(1.0 - beta1) * grad[i];
+      v[i] = v[i] * 0.999f + static_cast<float>(1.0 - beta2) * grad[i] * grad[i];
+      e = e + step * (m[i] / (std::sqrt(v[i]) / c2 + 1e-8f));
+    }
+  }
+  EXPECT_EQ(checksum(p), checksum(expected));
 }
 
 TEST(LrSchedule, WarmupStepAndCosineByHand) {
