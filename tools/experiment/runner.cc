@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/files.h"
 #include "runtime/run_config.h"
 #include "tools/runs/run_folder.h"
 

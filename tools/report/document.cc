@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/files.h"
 #include "coordinator/run_metrics.h"
 
 namespace dctrain {
