@@ -1,23 +1,29 @@
 // write_file_atomically leaves the old content or the new, never a mix or a
-// truncated file, as a reader racing the writer sees. The read helpers and
-// the errors.
+// truncated file: seen by a reader racing the writer, and after the writer
+// is killed (SIGKILL) at random points. The read helpers and the errors.
 #include "common/files.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "common/child_process.h"
+
 namespace dctrain {
 namespace {
 
 using namespace std::chrono_literals;
+
+constexpr const char* kPathVariable = "DCTRAIN_FILES_TEST_PATH";
 
 std::filesystem::path fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() /
@@ -101,6 +107,41 @@ TEST(Files, AReaderRacingTheWriterSeesTheOldOrTheNewContent) {
   EXPECT_EQ(torn, 0u) << "of " << reads << " reads";
   EXPECT_GT(seen_a, 0u);
   EXPECT_GT(seen_b, 0u) << "the reader never saw the writer's content in " << reads << " reads";
+  std::filesystem::remove_all(dir);
+}
+
+// Run by the next test in a child process: writes the two contents in turn
+// to $DCTRAIN_FILES_TEST_PATH until it is killed.
+TEST(Files, DISABLED_WriterUntilKilled) {
+  const char* path = std::getenv(kPathVariable);
+  ASSERT_NE(path, nullptr);
+  const std::string a = content_a(), b = content_b();
+  for (uint64_t i = 0;; ++i) write_file_atomically(path, i % 2 == 0 ? b : a);
+}
+
+TEST(Files, AWriterKilledAtAnyPointLeavesTheOldOrTheNewContent) {
+  const auto dir = fresh_dir("killed");
+  const auto path = dir / "f";
+  const std::string a = content_a(), b = content_b();
+  write_file_atomically(path, a);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (int round = 0; round < 6; ++round) {
+    ChildOptions o;
+    o.argv = {self, "--gtest_also_run_disabled_tests",
+              "--gtest_filter=Files.DISABLED_WriterUntilKilled"};
+    o.set_environment = {{kPathVariable, path.string()}};
+    o.output = ChildOutput::kFile;
+    o.output_file = dir / "writer.log";
+    ChildProcess writer(std::move(o));
+    // Killed at a different point in its write, rename and sync each round.
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + 37 * round));
+    EXPECT_FALSE(writer.poll().has_value())
+        << "the writer ended by itself: " << read_file_if_present(dir / "writer.log").value_or("");
+    EXPECT_EQ(writer.kill().signal, SIGKILL);
+    const std::string text = read_text_file(path);
+    EXPECT_TRUE(text == a || text == b)
+        << "round " << round << ": " << text.size() << " bytes, neither content";
+  }
   std::filesystem::remove_all(dir);
 }
 
