@@ -8,7 +8,6 @@
 // as a fraction of the step time, next to compute and communication.
 //
 //   build/release/bench/bench_runtime_dropcompute [--steps 30] [--workers 4] [--rounds 2]
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +23,8 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+
+#include "common/child_process.h"
 
 namespace {
 
@@ -97,23 +98,17 @@ void print_blas(const fs::path& summary) {
 }
 
 int run_launch(const fs::path& bin, const std::vector<std::string>& args, const fs::path& log) {
-  std::fflush(stdout);  // or the child would write our buffered text again
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::FILE* out = std::freopen(log.c_str(), "w", stdout);
-    (void)out;
-    ::dup2(1, 2);
-    std::vector<std::string> storage = args;
-    storage.insert(storage.begin(), (bin / "dctrain-launch").string());
-    std::vector<char*> argv;
-    for (std::string& a : storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
+  dctrain::ChildOptions options;
+  options.argv = args;
+  options.argv.insert(options.argv.begin(), (bin / "dctrain-launch").string());
+  options.output = dctrain::ChildOutput::kFile;
+  options.output_file = log;
+  try {
+    return dctrain::ChildProcess(std::move(options)).wait().shell_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 127;  // as a shell says of a program it cannot start
   }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 struct RunFigures {

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "coordinator/run_metrics.h"
+#include "common/files.h"
 #include "model/param_table.h"
 
 namespace dctrain {

@@ -18,6 +18,7 @@
 #include "comm/transport.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"
+#include "common/files.h"
 #include "common/stop_signals.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"

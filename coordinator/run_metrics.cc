@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "common/files.h"
+
 namespace dctrain {
 
 std::string json_number(double value) {
@@ -35,37 +37,6 @@ std::string json_string(const std::string& value) {
   }
   out.push_back('"');
   return out;
-}
-
-void write_file_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path temp = path.string() + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    throw std::runtime_error(fmt::format("cannot write '{}': {} (is the run folder writable?)",
-                                         temp.string(), std::strerror(errno)));
-  }
-  size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw std::runtime_error(fmt::format("writing '{}' failed: {} (disk full?)", temp.string(),
-                                           std::strerror(err)));
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    throw std::runtime_error(fmt::format("flushing '{}' failed: {}", temp.string(), std::strerror(errno)));
-  }
-  std::filesystem::rename(temp, path);
-  // The rename itself is durable once the folder is synced.
-  const int dir = ::open(path.parent_path().empty() ? "." : path.parent_path().c_str(), O_RDONLY);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
 }
 
 namespace {

@@ -117,7 +117,4 @@ std::string json_number(double value);
 // JSON string literal with escapes.
 std::string json_string(const std::string& value);
 
-// Writes `text` to `path` atomically: temp file, fsync, rename.
-void write_file_atomically(const std::filesystem::path& path, const std::string& text);
-
 }  // namespace dctrain

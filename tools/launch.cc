@@ -3,12 +3,8 @@
 // RUN_DIR/endpoint; the workers connect there. Every line the processes
 // print is streamed with a role/rank prefix; Ctrl-C (SIGINT/SIGTERM) is
 // forwarded; the exit status is non-zero if any process failed.
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/signalfd.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -22,7 +18,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "common/child_process.h"
 #include "common/cli.h"
+#include "common/stop_signals.h"
 
 namespace {
 
@@ -30,52 +28,23 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct Child {
-  std::string label;      // "coordinator", "worker 0", ...
-  pid_t pid = -1;
-  int out = -1;           // read end of its stdout+stderr
-  std::string pending;    // a partial line
+  std::string label;              // "coordinator", "worker 0", ...
+  dctrain::ChildProcess process;  // stdout+stderr into a pipe the launcher reads
+  std::string pending;            // a partial line
   std::optional<int> status;
 };
 
 // Starts `argv` with stdout and stderr into a pipe the launcher reads.
-Child spawn(const std::string& label, std::vector<std::string> argv, const sigset_t& blocked) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("dctrain-launch: pipe() failed");
-  Child child;
-  child.label = label;
-  child.pid = ::fork();
-  if (child.pid == 0) {
-    ::sigprocmask(SIG_UNBLOCK, &blocked, nullptr);
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "dctrain-launch: cannot run %s\n", args[0]);
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-  child.out = fds[0];
-  return child;
+Child spawn(const std::string& label, std::vector<std::string> argv) {
+  dctrain::ChildOptions options;
+  options.argv = std::move(argv);
+  options.output = dctrain::ChildOutput::kPipe;
+  return Child{label, dctrain::ChildProcess(std::move(options)), {}, {}};
 }
 
 // Prints the complete lines waiting on `child`'s pipe with its prefix.
 void drain(Child& child, bool flush_partial) {
-  char buffer[65536];
-  while (child.out >= 0) {
-    const ssize_t n = ::read(child.out, buffer, sizeof buffer);
-    if (n <= 0) {
-      if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        ::close(child.out);
-        child.out = -1;
-        flush_partial = true;
-      }
-      break;
-    }
-    child.pending.append(buffer, static_cast<size_t>(n));
-  }
+  if (!child.process.read_output(child.pending)) flush_partial = true;
   size_t start = 0;
   for (size_t nl; (nl = child.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
     const std::string line =
@@ -93,16 +62,16 @@ void drain(Child& child, bool flush_partial) {
 void reap(std::vector<Child>& children) {
   for (Child& c : children) {
     if (c.status) continue;
-    int status = 0;
-    if (::waitpid(c.pid, &status, WNOHANG) == c.pid) {
-      c.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
+    if (const auto s = c.process.poll()) c.status = s->shell_code();
   }
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// A program that cannot be started (or a run folder that cannot be made)
+// ends the launcher with its reason; the children it started are killed and
+// reaped on the way out (ChildProcess).
+int main(int argc, char** argv) try {
   CLI::App app{"dctrain-launch: runs a coordinator and N workers on this host"};
   int workers = 4;
   std::string config, out_dir = "runs/latest", data_dir, tau, log_level = "info", resume;
@@ -135,12 +104,8 @@ int main(int argc, char** argv) {
   fs::create_directories(run_dir);
   fs::remove(run_dir / "endpoint");
 
-  sigset_t blocked;
-  sigemptyset(&blocked);
-  sigaddset(&blocked, SIGINT);
-  sigaddset(&blocked, SIGTERM);
-  ::sigprocmask(SIG_BLOCK, &blocked, nullptr);
-  const int signal_fd = ::signalfd(-1, &blocked, SFD_NONBLOCK | SFD_CLOEXEC);
+  // Ctrl-C is read here and forwarded; the children start with it unblocked.
+  dctrain::StopSignals signals;
 
   std::vector<std::string> coordinator = {(bin / "dctrain-coordinator").string(), "--bind",
                                           "tcp://127.0.0.1:*", "--log-level", log_level,
@@ -155,7 +120,7 @@ int main(int argc, char** argv) {
   if (steps > 0) coordinator.insert(coordinator.end(), {"--steps", std::to_string(steps)});
 
   std::vector<Child> children;
-  children.push_back(spawn("coordinator", coordinator, blocked));
+  children.push_back(spawn("coordinator", coordinator));
 
   // The coordinator reports its port in RUN_DIR/endpoint.
   std::string endpoint;
@@ -173,7 +138,7 @@ int main(int argc, char** argv) {
     std::getline(in, endpoint);
     if (Clock::now() > give_up) {
       std::fprintf(stderr, "dctrain-launch: the coordinator did not report its endpoint in 120 s\n");
-      ::kill(children[0].pid, SIGKILL);
+      children[0].process.kill();
       return 1;
     }
     if (endpoint.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -183,7 +148,7 @@ int main(int argc, char** argv) {
                                      fmt::format("worker-{}", w), "--threads", std::to_string(threads),
                                      "--log-level", log_level};
     if (!data_dir.empty()) args.insert(args.end(), {"--data-dir", data_dir});
-    children.push_back(spawn(fmt::format("worker {}", w), args, blocked));
+    children.push_back(spawn(fmt::format("worker {}", w), args));
   }
 
   std::optional<Clock::time_point> coordinator_done;
@@ -191,23 +156,23 @@ int main(int argc, char** argv) {
   while (true) {
     std::vector<pollfd> fds;
     for (Child& c : children) {
-      if (c.out >= 0) fds.push_back({c.out, POLLIN, 0});
+      if (c.process.output_fd() >= 0) fds.push_back({c.process.output_fd(), POLLIN, 0});
     }
-    fds.push_back({signal_fd, POLLIN, 0});
+    fds.push_back({signals.fd(), POLLIN, 0});
     ::poll(fds.data(), fds.size(), 100);
     for (Child& c : children) drain(c, false);
-    signalfd_siginfo info{};
-    if (::read(signal_fd, &info, sizeof info) == sizeof info) {
-      std::fprintf(stderr, "dctrain-launch: signal %u: stopping the run\n", info.ssi_signo);
+    if (const int signal_number = signals.take(); signal_number != 0) {
+      std::fprintf(stderr, "dctrain-launch: signal %d: stopping the run\n", signal_number);
       interrupted = true;
       for (Child& c : children) {
-        if (!c.status) ::kill(c.pid, SIGINT);
+        if (!c.status) c.process.signal(SIGINT);
       }
     }
     reap(children);
     if (children[0].status && !coordinator_done) coordinator_done = Clock::now();
     bool all_done = true;
-    for (const Child& c : children) all_done = all_done && c.status.has_value() && c.out < 0;
+    for (const Child& c : children)
+      all_done = all_done && c.status.has_value() && c.process.output_fd() < 0;
     if (all_done) break;
     // Workers leave when the coordinator says bye; do not wait for ever.
     if (coordinator_done && Clock::now() - *coordinator_done > std::chrono::seconds(20)) {
@@ -215,7 +180,7 @@ int main(int argc, char** argv) {
         if (!c.status) {
           std::fprintf(stderr, "dctrain-launch: %s still running 20 s after the coordinator; killing it\n",
                        c.label.c_str());
-          ::kill(c.pid, SIGKILL);
+          c.process.signal(SIGKILL);
         }
       }
       coordinator_done = Clock::now();
@@ -236,7 +201,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "dctrain-launch: %s exited with status %d\n", c.label.c_str(), *c.status);
     }
   }
-  ::close(signal_fd);
   if (failed == 0) std::printf("dctrain-launch: run folder %s\n", run_dir.c_str());
   return failed == 0 ? 0 : (interrupted ? 130 : 1);
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "dctrain-launch: %s\n", e.what());
+  return 1;
 }

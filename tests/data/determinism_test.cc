@@ -6,6 +6,7 @@
 // child test selected; the child prints one hash per sample.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -13,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/child_process.h"
 #include "data/dataset_factory.h"
 #include "data/image_dataset.h"
 #include "data/synthetic.h"
@@ -91,20 +93,21 @@ TEST(CrossProcessDeterminism, DISABLED_ChildPrintsHashes) {
 TEST(CrossProcessDeterminism, AnotherProcessProducesBitIdenticalSamples) {
   const auto mine = hashes(32, false);
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe");
-  const std::string command = "'" + self.string() +
-                              "' --gtest_also_run_disabled_tests "
-                              "--gtest_filter=CrossProcessDeterminism.DISABLED_ChildPrintsHashes";
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
+  ChildOptions options;
+  options.argv = {self.string(), "--gtest_also_run_disabled_tests",
+                  "--gtest_filter=CrossProcessDeterminism.DISABLED_ChildPrintsHashes"};
+  const CommandResult child = run_command(std::move(options), std::chrono::seconds(300));
+  ASSERT_TRUE(child.ok()) << "the child process failed (" << child.status.describe()
+                          << (child.timed_out ? ", out of time" : "") << "):\n"
+                          << child.output;
   std::map<std::string, std::map<uint64_t, uint64_t>> theirs;
-  char line[512];
-  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+  std::istringstream lines(child.output);
+  for (std::string line; std::getline(lines, line);) {
     std::istringstream in(line);
     std::string tag, name;
     unsigned long long id = 0, hash = 0;
     if (in >> tag >> name >> id >> hash && tag == "HASH") theirs[name][id] = hash;
   }
-  ASSERT_EQ(pclose(pipe), 0) << "the child process failed: " << command;
   ASSERT_EQ(theirs.size(), mine.size());
   size_t compared = 0;
   for (const auto& [name, per_id] : mine) {

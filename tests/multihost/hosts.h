@@ -6,11 +6,10 @@
 // piece is removed when its owner goes away (RAII), whatever the test did.
 #pragma once
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -18,40 +17,26 @@
 #include <string>
 #include <vector>
 
+#include "common/child_process.h"
+
 namespace dctrain::testing {
 
-struct CommandResult {
-  int status = -1;     // exit status; -1 when it could not run
-  std::string output;  // stdout and stderr together
-  bool ok() const { return status == 0; }
-};
-
-// Runs argv[0] (a full path) with its output captured; no shell.
+// Runs an `ip` or `tc` command line: argv[0] is a full path, no shell;
+// stdout and stderr together in the result. One that cannot be started,
+// or that runs past 60 s, is a failure with the reason in its output.
 inline CommandResult run_command(const std::vector<std::string>& argv) {
-  CommandResult result;
-  int fds[2];
-  if (argv.empty() || ::pipe2(fds, O_CLOEXEC) != 0) return result;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    std::vector<char*> args;
-    std::vector<std::string> storage = argv;
-    for (std::string& a : storage) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
+  ChildOptions options;
+  options.argv = argv;
+  try {
+    CommandResult r = dctrain::run_command(std::move(options), std::chrono::seconds(60));
+    if (r.timed_out) r.output += "\n(killed: still running after 60 s)";
+    return r;
+  } catch (const std::exception& e) {
+    CommandResult r;
+    r.status.code = 127;
+    r.output = e.what();
+    return r;
   }
-  ::close(fds[1]);
-  char buffer[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buffer, sizeof buffer)) > 0)
-    result.output.append(buffer, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status))
-    result.status = WEXITSTATUS(status);
-  return result;
 }
 
 // iproute2's `ip`, or empty when it is not installed.

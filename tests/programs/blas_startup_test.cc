@@ -7,16 +7,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <array>
+#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/blas_runtime.h"
+#include "common/child_process.h"
+#include "common/files.h"
 
 namespace dctrain {
 namespace {
@@ -25,29 +27,22 @@ const std::string kBin = DCTRAIN_BIN_DIR;
 const std::string kProbe = DCTRAIN_BLAS_PROBE;
 
 struct Result {
-  int status = -1;
+  int status = -1;  // the shell's number; 124 when it ran out of time
   std::string output;
 };
 
-// Runs a shell command line (stdout and stderr together), at most 120 s.
-Result run(const std::string& command) {
-  Result result;
-  FILE* pipe = popen(("timeout 120 " + command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-// The environment of a process the tests start: without either variable, or
+// Runs `argv` (stdout and stderr together), at most 120 s, in an
+// environment without OPENBLAS_CORETYPE and DCTRAIN_BLAS_DETECTED_CORE, or
 // with OPENBLAS_CORETYPE set to `coretype`.
-std::string env(const std::string& coretype = "") {
-  return "env -u OPENBLAS_CORETYPE -u DCTRAIN_BLAS_DETECTED_CORE" +
-         (coretype.empty() ? std::string() : " OPENBLAS_CORETYPE=" + coretype) + " ";
+Result run(std::vector<std::string> argv, const std::string& coretype = "") {
+  ChildOptions options;
+  options.argv = std::move(argv);
+  options.unset_environment = {"OPENBLAS_CORETYPE", "DCTRAIN_BLAS_DETECTED_CORE"};
+  if (!coretype.empty()) options.set_environment = {{"OPENBLAS_CORETYPE", coretype}};
+  const CommandResult r = run_command(std::move(options), std::chrono::seconds(120));
+  Result result{r.timed_out ? 124 : r.status.shell_code(), r.output};
+  if (r.timed_out) result.output += "\n(killed: still running after 120 s)";
+  return result;
 }
 
 size_t count(const std::string& text, const std::string& part) {
@@ -67,7 +62,7 @@ std::vector<std::string> lines_with(const std::string& text, const std::string& 
 
 TEST(BlasStartup, ProgramsRespectTheUsersCoretypeAndSaySo) {
   for (const char* program : {"dctrain-worker", "dctrain-coordinator"}) {
-    const Result r = run(env("Prescott") + kBin + "/" + program + " --blas-info");
+    const Result r = run({kBin + "/" + program, "--blas-info"}, "Prescott");
     EXPECT_EQ(r.status, 0) << program << ":\n" << r.output;
     EXPECT_EQ(count(r.output, "BLAS: OpenBLAS "), 1u) << r.output;
     EXPECT_NE(r.output.find("core Prescott (set by OPENBLAS_CORETYPE=Prescott), 1 thread; CPU "),
@@ -82,7 +77,7 @@ TEST(BlasStartup, ProgramsRespectTheUsersCoretypeAndSaySo) {
 TEST(BlasStartup, LeftAloneTheWorkerRunsOnceOnTheCoreTheDecisionNames) {
   // What the library picks by itself on this host (the probe's first image
   // reports it before anything is decided), and what the decision makes of it.
-  const Result probe = run(env() + kProbe);
+  const Result probe = run({kProbe});
   ASSERT_EQ(probe.status, 0) << probe.output;
   const std::regex first_image("image pid=[0-9]+ reported=(\\S+) coretype=\\(unset\\)");
   std::smatch m;
@@ -92,7 +87,7 @@ TEST(BlasStartup, LeftAloneTheWorkerRunsOnceOnTheCoreTheDecisionNames) {
   EXPECT_EQ(lines_with(probe.output, "image pid=").size(), choice.override ? 2u : 1u)
       << probe.output;
 
-  const Result r = run(env() + kBin + "/dctrain-worker --blas-info");
+  const Result r = run({kBin + "/dctrain-worker", "--blas-info"});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(count(r.output, "BLAS: OpenBLAS "), 1u) << r.output;
   const std::string expected = choice.override
@@ -107,7 +102,7 @@ TEST(BlasStartup, AFallbackCoreIsReplacedByReExecutingOnce) {
   // The library "reports" Prescott while OPENBLAS_CORETYPE is unset.
   const CpuFeatures cpu = cpu_features();
   const BlasCoreChoice choice = choose_blas_core("Prescott", cpu, std::nullopt);
-  const Result r = run(env() + kProbe + " Prescott");
+  const Result r = run({kProbe, "Prescott"});
   ASSERT_EQ(r.status, 0) << r.output;
   const std::vector<std::string> images = lines_with(r.output, "image pid=");
   if (!choice.override) {
@@ -138,7 +133,7 @@ TEST(BlasStartup, ALibraryThatIgnoresTheVariableCannotMakeItLoop) {
   const BlasCoreChoice choice = choose_blas_core("Prescott", cpu, std::nullopt);
   if (!choice.override) GTEST_SKIP() << "an SSE-only CPU: no re-execution to guard";
   // The library "reports" Prescott whatever OPENBLAS_CORETYPE says.
-  const Result r = run(env() + kProbe + " Prescott always");
+  const Result r = run({kProbe, "Prescott", "always"});
   ASSERT_EQ(r.status, 0) << "a loop would have run into the time limit:\n" << r.output;
   EXPECT_EQ(lines_with(r.output, "image pid=").size(), 2u) << r.output;
   EXPECT_NE(r.output.find("core Prescott (chosen: the library reported Prescott"),
@@ -152,7 +147,7 @@ TEST(BlasStartup, ALibraryThatIgnoresTheVariableCannotMakeItLoop) {
 }
 
 TEST(BlasStartup, TheUsersValueIsNeverOverriddenEvenOnAFallbackCore) {
-  const Result r = run(env("Prescott") + kProbe + " Prescott always");
+  const Result r = run({kProbe, "Prescott", "always"}, "Prescott");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(lines_with(r.output, "image pid=").size(), 1u) << r.output;
   EXPECT_NE(r.output.find("core Prescott (set by OPENBLAS_CORETYPE=Prescott)"), std::string::npos)
@@ -176,8 +171,9 @@ stop { max_steps: 4 }
 eval { every_steps: 4 batch: 64 }
 )";
   // The launcher passes the environment on to the coordinator and the workers.
-  const Result r = run(env("Prescott") + kBin + "/dctrain-launch --workers 2 --config " +
-                       (dir / "run.cfg").string() + " --out " + (dir / "run").string());
+  const Result r = run({kBin + "/dctrain-launch", "--workers", "2", "--config",
+                        (dir / "run.cfg").string(), "--out", (dir / "run").string()},
+                       "Prescott");
   ASSERT_EQ(r.status, 0) << r.output;
   for (const char* who : {"[coordinator] ", "[worker 0] ", "[worker 1] "}) {
     const auto lines = lines_with(r.output, std::string(who));
@@ -187,10 +183,7 @@ eval { every_steps: 4 batch: 64 }
     }
     EXPECT_EQ(said, 1u) << who << "\n" << r.output;
   }
-  std::ifstream in(dir / "run" / "summary.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  const std::string summary = text.str();
+  const std::string summary = read_file_if_present(dir / "run" / "summary.json").value_or("");
   const std::regex blas(
       R"re("blas": \{"library": "OpenBLAS [0-9.]+", "core": "Prescott", "how": "environment", )re"
       R"re("detected_core": "Prescott", "coretype": "Prescott", "cpu_model": "[^"]+", )re"

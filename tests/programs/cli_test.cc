@@ -1,30 +1,27 @@
 // The two programs answer --help and --version as a user expects.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
-#include <memory>
+#include <chrono>
 #include <string>
+#include <vector>
 
+#include "common/child_process.h"
 #include "common/version.h"
 
 namespace dctrain {
 namespace {
 
 struct Result {
-  int status = -1;
+  int status = -1;  // the shell's number
   std::string output;
 };
 
-Result run(const std::string& command) {
-  Result result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  result.status = pclose(pipe);
-  return result;
+// Runs `argv` (stdout and stderr together), at most 60 s.
+Result run(std::vector<std::string> argv) {
+  ChildOptions options;
+  options.argv = std::move(argv);
+  const CommandResult r = run_command(std::move(options), std::chrono::seconds(60));
+  return {r.timed_out ? 124 : r.status.shell_code(), r.output};
 }
 
 const std::string kBin = DCTRAIN_BIN_DIR;
@@ -34,7 +31,7 @@ void expect_contains(const std::string& text, const std::string& part) {
 }
 
 TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
-  const Result r = run(kBin + "/dctrain-coordinator --help");
+  const Result r = run({kBin + "/dctrain-coordinator", "--help"});
   EXPECT_EQ(r.status, 0);
   for (const char* flag : {"--config", "--bind", "--out", "--resume", "--workers", "--tau", "--steps",
                            "--log-level", "--version", "--help"}) {
@@ -45,7 +42,7 @@ TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
 }
 
 TEST(Programs, WorkerHelpListsEveryFlagWithDefaults) {
-  const Result r = run(kBin + "/dctrain-worker --help");
+  const Result r = run({kBin + "/dctrain-worker", "--help"});
   EXPECT_EQ(r.status, 0);
   for (const char* flag : {"--connect", "--data-dir", "--threads", "--name", "--log-level",
                            "--version", "--help"}) {
@@ -56,7 +53,7 @@ TEST(Programs, WorkerHelpListsEveryFlagWithDefaults) {
 
 TEST(Programs, VersionNamesReleaseAndProtocol) {
   for (const char* program : {"dctrain-coordinator", "dctrain-worker"}) {
-    const Result r = run(kBin + "/" + program + " --version");
+    const Result r = run({kBin + "/" + program, "--version"});
     EXPECT_EQ(r.status, 0);
     expect_contains(r.output, std::string(program) + " " + kVersion);
     expect_contains(r.output, "protocol " + std::to_string(kProtocolVersion));
@@ -64,7 +61,7 @@ TEST(Programs, VersionNamesReleaseAndProtocol) {
 }
 
 TEST(Programs, BadFlagIsAClearErrorNotACrash) {
-  const Result r = run(kBin + "/dctrain-worker --threads 0");
+  const Result r = run({kBin + "/dctrain-worker", "--threads", "0"});
   EXPECT_NE(r.status, 0);
   expect_contains(r.output, "--threads");
 }

@@ -3,79 +3,55 @@
 // goes away, so a failing test leaves nothing running.
 #pragma once
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/child_process.h"
+#include "common/files.h"
+
 namespace dctrain::testing {
+
+// The whole file, or "" while it does not exist.
+inline std::string read_text(const std::filesystem::path& path) {
+  return read_file_if_present(path).value_or("");
+}
 
 class Process {
  public:
   Process(const std::string& program, const std::vector<std::string>& args,
           const std::filesystem::path& log)
-      : log_(log) {
-    std::vector<std::string> argv_storage = {program};
-    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        ::dup2(fd, 1);
-        ::dup2(fd, 2);
-        ::close(fd);
-      }
-      std::vector<char*> argv;
-      for (std::string& a : argv_storage) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(program.c_str(), argv.data());
-      ::_exit(127);
-    }
-  }
-  ~Process() { kill(SIGKILL); wait_for(std::chrono::seconds(10)); }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
+      : log_(log), child_(options(program, args, log)) {}
 
-  pid_t pid() const { return pid_; }
-  void kill(int signal) {
-    if (pid_ > 0 && !status_) ::kill(pid_, signal);
-  }
+  pid_t pid() const { return child_.pid(); }
+  void kill(int signal) { child_.signal(signal); }
   // The exit code (128 + signal when killed) once the process ended, or
   // nothing when it is still running after `timeout`.
   std::optional<int> wait_for(std::chrono::milliseconds timeout) {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    while (!status_ && pid_ > 0) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= until) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return status_;
+    const std::optional<ExitStatus> status = child_.wait_for(timeout);
+    return status ? std::optional<int>(status->shell_code()) : std::nullopt;
   }
-  std::string output() const {
-    std::ifstream in(log_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  std::string output() const { return read_text(log_); }
 
  private:
+  static ChildOptions options(const std::string& program, const std::vector<std::string>& args,
+                              const std::filesystem::path& log) {
+    ChildOptions o;
+    o.argv = {program};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.output = ChildOutput::kFile;
+    o.output_file = log;
+    return o;
+  }
+
   std::filesystem::path log_;
-  pid_t pid_ = -1;
-  std::optional<int> status_;
+  ChildProcess child_;  // killed (SIGKILL) and reaped on destruction
 };
 
 // An empty folder dctrain-NAME-PID under the temp directory, made afresh.
@@ -92,13 +68,6 @@ inline size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;
   for (size_t pos = text.find(part); pos != std::string::npos; pos = text.find(part, pos + 1)) ++n;
   return n;
-}
-
-inline std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // Polls `predicate` every 20 ms until it holds or `timeout` passes.

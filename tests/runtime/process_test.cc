@@ -7,10 +7,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "comm/envelope.h"
 #include "comm/framing.h"

@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "coordinator/run_metrics.h"
-#include "coordinator/threshold.h"
+#include "common/threshold_model.h"
 #include "tools/experiment/sweep.h"
 #include "tools/report/prediction.h"
 #include "tools/report/tables.h"

@@ -1,13 +1,9 @@
 #include "tools/experiment/runner.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <google/protobuf/text_format.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/signalfd.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <deque>
@@ -17,6 +13,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/child_process.h"
+#include "common/files.h"
+#include "common/stop_signals.h"
 #include "runtime/run_config.h"
 #include "tools/runs/run_folder.h"
 
@@ -27,75 +26,38 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Blocks SIGINT and SIGTERM while a sweep runs and reads them from a
-// signalfd, so a Ctrl-C reaches the running case first; restores the mask.
-class SignalGuard {
- public:
-  SignalGuard() {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    ::sigprocmask(SIG_BLOCK, &set_, &previous_);
-    fd_ = ::signalfd(-1, &set_, SFD_NONBLOCK | SFD_CLOEXEC);
-  }
-  ~SignalGuard() {
-    if (fd_ >= 0) ::close(fd_);
-    ::sigprocmask(SIG_SETMASK, &previous_, nullptr);
-  }
-  SignalGuard(const SignalGuard&) = delete;
-  SignalGuard& operator=(const SignalGuard&) = delete;
-
-  const sigset_t& set() const { return set_; }
-  // Whether a signal arrived since the last call.
-  bool received() {
-    signalfd_siginfo info{};
-    bool any = false;
-    while (fd_ >= 0 && ::read(fd_, &info, sizeof info) == sizeof info) any = true;
-    return any;
-  }
-  int fd() const { return fd_; }
-
- private:
-  sigset_t set_{}, previous_{};
-  int fd_ = -1;
-};
-
 struct LaunchResult {
   int status = 0;
   bool interrupted = false;
 };
 
 // Runs `argv` with stdout and stderr into `log`, waiting for it; a signal
-// on the guard is forwarded to it as SIGINT.
-LaunchResult run_logged(std::vector<std::string> argv, const fs::path& log, SignalGuard& signals) {
-  std::fflush(nullptr);  // or the child would write our buffered text again
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("dctrain-experiment: fork() failed (out of processes?)");
-  if (pid == 0) {
-    ::sigprocmask(SIG_UNBLOCK, &signals.set(), nullptr);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    std::vector<char*> args;
-    for (std::string& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "dctrain-experiment: cannot run %s\n", args[0]);
-    ::_exit(127);
-  }
+// on `signals` is forwarded to it as SIGINT.
+LaunchResult run_logged(std::vector<std::string> argv, const fs::path& log, StopSignals& signals) {
+  ChildOptions options;
+  options.argv = std::move(argv);
+  options.output = ChildOutput::kFile;
+  options.output_file = log;
   LaunchResult result;
+  std::optional<ChildProcess> started;
+  try {
+    started.emplace(std::move(options));
+  } catch (const std::exception& e) {
+    // As a shell would: the case fails with status 127 and says why in its log.
+    std::ofstream(log) << "dctrain-experiment: " << e.what() << "\n";
+    result.status = 127;
+    return result;
+  }
+  ChildProcess& child = *started;
   while (true) {
     pollfd fds{signals.fd(), POLLIN, 0};
     ::poll(&fds, 1, 200);
-    if (signals.received()) {
+    if (signals.take_all() != 0) {
       result.interrupted = true;
-      ::kill(pid, SIGINT);
+      child.signal(SIGINT);
     }
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (const std::optional<ExitStatus> status = child.poll()) {
+      result.status = status->shell_code();
       return result;
     }
   }
@@ -179,7 +141,9 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
   std::fflush(out);
 
   fs::create_directories(options.out_dir);
-  SignalGuard signals;
+  // Blocked while the sweep runs and read here, so a Ctrl-C reaches the
+  // running case first; the caller's mask comes back afterwards.
+  StopSignals signals(StopSignals::MaskAfter::kRestore);
   double expected_done = 0.0, actual_done = 0.0, expected_left = expected_total;
   std::vector<std::string> failed;
   size_t ran = 0;

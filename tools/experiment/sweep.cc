@@ -8,6 +8,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/files.h"
 #include "runtime/run_config.h"
 #include "runtime/text_format.h"
 #include "tools/runs/run_folder.h"

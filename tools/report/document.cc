@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/files.h"
 #include "coordinator/run_metrics.h"
 
 namespace dctrain {
@@ -63,7 +64,7 @@ constexpr const char* kPredictionNote =
     "Speedup is the samples/s basis: completed micro-batches per second against the tau = inf "
     "baseline's, (1 - drop rate) x T_inf / T_tau with the time outside compute (the baseline's "
     "mean step wall time + update - slowest compute) in both step times; measured: samples/s "
-    "against the baseline's. Curves (coordinator/threshold.h, predict_step_time): N workers drawn "
+    "against the baseline's. Curves (common/threshold_model.h, predict_step_time): N workers drawn "
     "i.i.d. from the baseline's worker steps pooled over ranks, steps and seeds, each starting no "
     "micro-batch once its compute clock has reached tau; a step takes the slowest plus the "
     "baseline's time outside compute, whatever N; the best tau is the argmax for each N over 200 "

@@ -1,8 +1,6 @@
 #include "tools/report/plots.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +11,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/child_process.h"
+#include "common/files.h"
 #include "tools/report/prediction.h"
 
 namespace dctrain {
@@ -28,32 +28,26 @@ std::string gp_string(const std::string& text) {
   return out + "'";
 }
 
-// Runs `gnuplot script` in `dir`; returns its exit status, its messages in `log`.
+// Runs `gnuplot script` in `dir`; returns its exit status (127 when it
+// cannot be started, as a shell would), its messages in `log`.
 int run_gnuplot(const std::string& gnuplot, const fs::path& dir, const std::string& script,
                 std::string& log) {
   const fs::path log_path = dir / (script + ".log");
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("dctrain-report: fork() failed (out of processes?)");
-  if (pid == 0) {
-    if (::chdir(dir.c_str()) != 0) ::_exit(126);
-    const int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      ::close(fd);
-    }
-    std::string program = gnuplot, argument = script;
-    char* argv[] = {program.data(), argument.data(), nullptr};
-    ::execv(argv[0], argv);
-    ::_exit(127);
+  ChildOptions options;
+  options.argv = {gnuplot, script};
+  options.working_directory = dir;
+  options.output = ChildOutput::kFile;
+  options.output_file = log_path;
+  int status = 127;
+  try {
+    status = ChildProcess(std::move(options)).wait().shell_code();
+  } catch (const std::exception& e) {
+    log = e.what();
+    return status;
   }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  std::ifstream in(log_path);
-  log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  log = read_file_if_present(log_path).value_or("");
   if (log.empty()) fs::remove(log_path);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return status;
 }
 
 class PlotWriter {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "coordinator/threshold.h"
+#include "common/threshold_model.h"
 
 namespace dctrain {
 
@@ -104,32 +104,20 @@ std::vector<CurvePoint> predicted_curve(const PooledSteps& pooled, double tau,
 CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers, int grid_points) {
   const StepTimePrediction none =
       predict_step_time(pooled.worker_steps, workers, kInf, pooled.overhead_seconds);
-  double lo = kInf, hi = 0.0;
-  for (const std::vector<double>& w : pooled.worker_steps) {
-    if (w.empty()) continue;
-    lo = std::min(lo, w.front());
-    hi = std::max(hi, truncate_at(w, kInf).seconds);
-  }
-  if (std::isinf(lo) || grid_points < 2) return to_point(none);
+  TauSpan span;
+  for (const std::vector<double>& w : pooled.worker_steps) span.add(w);
+  if (span.empty() || grid_points < 2) return to_point(none);
   std::vector<StepTimePrediction> grid;
+  std::vector<double> speedups;
   grid.reserve(static_cast<size_t>(grid_points));
-  for (int i = 0; i < grid_points; ++i) {
-    const double tau =
-        lo + (hi - lo) * static_cast<double>(i) / static_cast<double>(grid_points - 1);
+  speedups.reserve(static_cast<size_t>(grid_points));
+  for (double tau : tau_grid(span, grid_points)) {
     grid.push_back(predict_step_time(pooled.worker_steps, workers, tau, pooled.overhead_seconds));
+    speedups.push_back(grid.back().speedup);
   }
-  size_t first = 0;
-  for (size_t i = 1; i < grid.size(); ++i) {
-    if (grid[i].speedup > grid[first].speedup) first = i;
-  }
-  const double best = grid[first].speedup;
-  if (!(best > 0.0)) return to_point(none);
-  // Piecewise constant in tau: the middle of the run of ties, as
-  // estimate_threshold takes it.
-  const double tolerance = 1e-12 * std::max(1.0, std::abs(best));
-  size_t last = first;
-  while (last + 1 < grid.size() && std::abs(grid[last + 1].speedup - best) <= tolerance) ++last;
-  return to_point(grid[(first + last) / 2]);
+  // The automatic threshold's choice among ties (estimate_threshold's).
+  const std::optional<size_t> best = best_candidate(speedups);
+  return to_point(best ? grid[*best] : none);
 }
 
 std::optional<PredictedCurves> predict_curves(const PooledSteps& pooled, uint32_t recorded_workers,

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/files.h"
 #include "runtime/run_config.h"
 
 namespace dctrain {
@@ -70,14 +71,6 @@ double tau_value(const Struct& object) {
 }
 
 }  // namespace
-
-std::string read_text_file(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(fmt::format("cannot read '{}': does it exist?", path.string()));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool run_finished(const fs::path& dir) {
   return fs::is_regular_file(dir / "summary.json");

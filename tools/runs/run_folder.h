@@ -98,7 +98,4 @@ double percentile(std::vector<double> values, double p);
 // "0.0421" for finite seconds, "inf" otherwise.
 std::string tau_text(double tau);
 
-// The whole file as a string; throws naming `path` when it cannot be read.
-std::string read_text_file(const std::filesystem::path& path);
-
 }  // namespace dctrain

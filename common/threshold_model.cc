@@ -1,0 +1,166 @@
+#include "common/threshold_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace dctrain {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+double effective_speedup(double drop_rate, double time_saved) {
+  // (1 - d) (T_inf + o) / (T_tau + o) - 1, written as the rule states it.
+  const double remaining = 1.0 - time_saved;
+  return remaining > 0.0 ? (1.0 - drop_rate) / remaining - 1.0 : 0.0;
+}
+
+void TauSpan::add(const std::vector<double>& micro_batch_seconds) {
+  if (micro_batch_seconds.empty()) return;
+  lo = std::min(lo, micro_batch_seconds.front());
+  hi = std::max(hi, truncate_at(micro_batch_seconds, kInf).seconds);
+}
+
+std::vector<double> tau_grid(const TauSpan& span, int points) {
+  std::vector<double> taus;
+  taus.reserve(static_cast<size_t>(std::max(points, 0)));
+  for (int i = 0; i < points; ++i) {
+    taus.push_back(span.lo +
+                   (span.hi - span.lo) * static_cast<double>(i) / static_cast<double>(points - 1));
+  }
+  return taus;
+}
+
+std::optional<size_t> best_candidate(const std::vector<double>& speedups) {
+  if (speedups.empty()) return std::nullopt;
+  size_t first = 0;
+  for (size_t i = 1; i < speedups.size(); ++i) {
+    if (speedups[i] > speedups[first]) first = i;
+  }
+  const double best = speedups[first];
+  if (!(best > 0.0)) return std::nullopt;
+  const double tolerance = 1e-12 * std::max(1.0, std::abs(best));
+  size_t last = first;
+  while (last + 1 < speedups.size() && std::abs(speedups[last + 1] - best) <= tolerance) ++last;
+  return (first + last) / 2;
+}
+
+Truncation truncate_at(const std::vector<double>& micro_batch_seconds, double tau) {
+  Truncation out;
+  for (double t : micro_batch_seconds) {
+    // The worker's check before each micro-batch: once its clock is >= tau
+    // it starts no more (worker/compute_loop.cc).
+    if (out.seconds >= tau) break;
+    out.seconds += t;
+    ++out.started;
+  }
+  return out;
+}
+
+ThresholdCandidate evaluate_threshold(const std::vector<RecordedStep>& steps,
+                                      double overhead_seconds, double tau) {
+  ThresholdCandidate c;
+  c.tau = tau;
+  if (steps.empty()) return c;
+  uint64_t planned = 0, dropped = 0;
+  double full_sum = 0.0, truncated_sum = 0.0;
+  for (const RecordedStep& step : steps) {
+    double full_max = 0.0, truncated_max = 0.0;
+    for (const std::vector<double>& w : step.workers) {
+      const Truncation full = truncate_at(w, kInf);
+      const Truncation truncated = truncate_at(w, tau);
+      full_max = std::max(full_max, full.seconds);
+      truncated_max = std::max(truncated_max, truncated.seconds);
+      planned += w.size();
+      dropped += w.size() - truncated.started;
+    }
+    full_sum += full_max;
+    truncated_sum += truncated_max;
+  }
+  const double count = static_cast<double>(steps.size());
+  const double t_inf = full_sum / count;
+  c.compute_seconds = truncated_sum / count;
+  c.drop_rate = planned == 0 ? 0.0 : static_cast<double>(dropped) / static_cast<double>(planned);
+  const double baseline = t_inf + overhead_seconds;
+  c.time_saved = baseline > 0.0 ? (t_inf - c.compute_seconds) / baseline : 0.0;
+  c.speedup = effective_speedup(c.drop_rate, c.time_saved);
+  return c;
+}
+
+ThresholdEstimate estimate_threshold(const std::vector<RecordedStep>& steps,
+                                     double overhead_seconds, int grid_points) {
+  ThresholdEstimate e;
+  e.tau = kInf;
+  e.overhead_seconds = overhead_seconds;
+  e.steps = steps.size();
+  const ThresholdCandidate none = evaluate_threshold(steps, overhead_seconds, kInf);
+  e.step_seconds = e.baseline_step_seconds = none.compute_seconds + overhead_seconds;
+  TauSpan span;
+  for (const RecordedStep& step : steps) {
+    for (const std::vector<double>& w : step.workers) span.add(w);
+  }
+  if (steps.empty() || span.empty() || grid_points < 2) return e;
+
+  e.grid.reserve(static_cast<size_t>(grid_points));
+  std::vector<double> speedups;
+  speedups.reserve(static_cast<size_t>(grid_points));
+  for (double tau : tau_grid(span, grid_points)) {
+    e.grid.push_back(evaluate_threshold(steps, overhead_seconds, tau));
+    speedups.push_back(e.grid.back().speedup);
+  }
+  const std::optional<size_t> best = best_candidate(speedups);
+  if (!best) return e;
+  const ThresholdCandidate& chosen = e.grid[*best];
+  e.tau = chosen.tau;
+  e.drop_rate = chosen.drop_rate;
+  e.time_saved = chosen.time_saved;
+  e.speedup = chosen.speedup;
+  e.step_seconds = chosen.compute_seconds + overhead_seconds;
+  return e;
+}
+
+double expected_maximum(std::vector<double> values, uint32_t n) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const double k = static_cast<double>(values.size());
+  const double power = static_cast<double>(n);
+  double sum = 0.0, below = 0.0;  // below = ((i-1)/k)^n
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double at = std::pow(static_cast<double>(i + 1) / k, power);
+    sum += values[i] * (at - below);
+    below = at;
+  }
+  return sum;
+}
+
+StepTimePrediction predict_step_time(const std::vector<std::vector<double>>& worker_steps,
+                                     uint32_t workers, double tau, double overhead_seconds) {
+  StepTimePrediction p;
+  p.workers = workers;
+  p.tau = tau;
+  std::vector<double> full, truncated;
+  full.reserve(worker_steps.size());
+  truncated.reserve(worker_steps.size());
+  uint64_t planned = 0, dropped = 0;
+  for (const std::vector<double>& w : worker_steps) {
+    const Truncation t = truncate_at(w, tau);
+    full.push_back(truncate_at(w, kInf).seconds);
+    truncated.push_back(t.seconds);
+    planned += w.size();
+    dropped += w.size() - t.started;
+  }
+  p.baseline_compute_seconds = expected_maximum(full, workers);
+  p.compute_seconds = expected_maximum(truncated, workers);
+  p.baseline_step_seconds = p.baseline_compute_seconds + overhead_seconds;
+  p.step_seconds = p.compute_seconds + overhead_seconds;
+  p.drop_rate = planned == 0 ? 0.0 : static_cast<double>(dropped) / static_cast<double>(planned);
+  p.speedup = p.step_seconds > 0.0
+                  ? (1.0 - p.drop_rate) * p.baseline_step_seconds / p.step_seconds - 1.0
+                  : 0.0;
+  return p;
+}
+
+}  // namespace dctrain

@@ -1,0 +1,149 @@
+// write_file_atomically leaves the old content or the new, never a mix or a
+// truncated file: seen by a reader racing the writer, and after the writer
+// is killed (SIGKILL) at random points. The read helpers and the errors.
+#include "common/files.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "common/child_process.h"
+
+namespace dctrain {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kPathVariable = "DCTRAIN_FILES_TEST_PATH";
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("dctrain-files-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Two contents that differ everywhere and in length (a torn write of either
+// cannot pass for the other), large enough to take many write() calls' time.
+std::string content_a() {
+  return std::string(3 << 20, 'a');
+}
+std::string content_b() {
+  std::string b(1 << 20, 'b');
+  for (size_t i = 0; i < b.size(); i += 4096) b[i] = '\0';  // bytes, not text
+  return b;
+}
+
+TEST(Files, WritesAndReadsBackEveryByte) {
+  const auto dir = fresh_dir("roundtrip");
+  const std::string bytes = content_b() + "\r\n\xff";
+  write_file_atomically(dir / "f", bytes);
+  EXPECT_EQ(read_text_file(dir / "f"), bytes);
+  EXPECT_EQ(read_file_if_present(dir / "f"), bytes);
+  // Replacing a longer file leaves nothing of it, and no temporary file.
+  write_file_atomically(dir / "f", "short");
+  EXPECT_EQ(read_text_file(dir / "f"), "short");
+  EXPECT_FALSE(std::filesystem::exists(dir / "f.tmp"));
+  write_file_atomically(dir / "empty", "");
+  EXPECT_EQ(read_text_file(dir / "empty"), "");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Files, ErrorsNameTheFileAndWhatToCheck) {
+  const auto dir = fresh_dir("errors");
+  try {
+    write_file_atomically(dir / "missing-folder" / "f", "x");
+    FAIL() << "wrote into a folder that does not exist";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find((dir / "missing-folder" / "f.tmp").string()), std::string::npos) << what;
+    EXPECT_NE(what.find("No such file or directory"), std::string::npos) << what;
+    EXPECT_NE(what.find("writable?"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(read_file_if_present(dir / "nothing").has_value());
+  try {
+    read_text_file(dir / "nothing");
+    FAIL() << "read a file that does not exist";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot read '" + (dir / "nothing").string() + "': does it exist?");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Files, AReaderRacingTheWriterSeesTheOldOrTheNewContent) {
+  const auto dir = fresh_dir("race");
+  const auto path = dir / "f";
+  const std::string a = content_a(), b = content_b();
+  write_file_atomically(path, a);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (int i = 0; i < 40; ++i) write_file_atomically(path, i % 2 == 0 ? b : a);
+    done = true;
+  });
+  size_t reads = 0, seen_a = 0, seen_b = 0, torn = 0;
+  while (!done) {
+    const std::string text = read_text_file(path);
+    ++reads;
+    if (text == a) {
+      ++seen_a;
+    } else if (text == b) {
+      ++seen_b;
+    } else {
+      ++torn;
+    }
+  }
+  writer.join();
+  EXPECT_EQ(torn, 0u) << "of " << reads << " reads";
+  EXPECT_GT(seen_a, 0u);
+  EXPECT_GT(seen_b, 0u) << "the reader never saw the writer's content in " << reads << " reads";
+  std::filesystem::remove_all(dir);
+}
+
+// Run by the next test in a child process: writes the two contents in turn
+// to $DCTRAIN_FILES_TEST_PATH until it is killed.
+TEST(Files, DISABLED_WriterUntilKilled) {
+  const char* path = std::getenv(kPathVariable);
+  ASSERT_NE(path, nullptr);
+  const std::string a = content_a(), b = content_b();
+  for (uint64_t i = 0;; ++i) write_file_atomically(path, i % 2 == 0 ? b : a);
+}
+
+TEST(Files, AWriterKilledAtAnyPointLeavesTheOldOrTheNewContent) {
+  const auto dir = fresh_dir("killed");
+  const auto path = dir / "f";
+  const std::string a = content_a(), b = content_b();
+  write_file_atomically(path, a);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (int round = 0; round < 6; ++round) {
+    ChildOptions o;
+    o.argv = {self, "--gtest_also_run_disabled_tests",
+              "--gtest_filter=Files.DISABLED_WriterUntilKilled"};
+    o.set_environment = {{kPathVariable, path.string()}};
+    o.output = ChildOutput::kFile;
+    o.output_file = dir / "writer.log";
+    ChildProcess writer(std::move(o));
+    // Killed at a different point in its write, rename and sync each round.
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + 37 * round));
+    EXPECT_FALSE(writer.poll().has_value())
+        << "the writer ended by itself: " << read_file_if_present(dir / "writer.log").value_or("");
+    EXPECT_EQ(writer.kill().signal, SIGKILL);
+    const std::string text = read_text_file(path);
+    EXPECT_TRUE(text == a || text == b)
+        << "round " << round << ": " << text.size() << " bytes, neither content";
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dctrain
