@@ -735,7 +735,7 @@ double Coordinator::checkpoint(double now) {
   *header.mutable_config() = config_;
   header.set_next_step(step_);
   header.set_optimizer_steps(replica_.optimizer_steps());
-  header.set_ledger(ledger_.serialize());
+  *header.mutable_ledger() = ledger_.state();
   *header.mutable_totals() = metrics_.totals();
   header.mutable_totals()->set_wall_seconds(wall(now));
   try {
