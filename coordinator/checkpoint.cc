@@ -15,8 +15,9 @@ namespace dctrain {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'C', 'T', 'R', 'C', 'K', 'P', 'T'};
-// 2: the ledger as a LedgerState message. Format 1 stored it as hand-made
-// bytes and cannot be read as 2.
+// 2: the ledger as a LedgerState message, the config's kinds as enums. Format
+// 1 stored both differently (hand-made ledger bytes, kinds as strings) and
+// cannot be read as 2.
 constexpr uint32_t kFormatVersion = 2;
 
 template <typename T>

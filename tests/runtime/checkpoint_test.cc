@@ -80,8 +80,8 @@ TEST(Checkpoint, ReadsBackTheConfigTheLedgerAndTheTensors) {
 
   const v1::CheckpointHeader header = load_checkpoint_header(saved.path);
   EXPECT_EQ(header.config().SerializeAsString(), saved.config.SerializeAsString());
-  EXPECT_EQ(header.config().delay().kind(), "bimodal");
-  EXPECT_EQ(header.config().step().tau_policy(), "auto");
+  EXPECT_EQ(header.config().delay().kind(), v1::DELAY_BIMODAL);
+  EXPECT_EQ(header.config().step().tau_policy(), v1::TAU_POLICY_AUTO);
   EXPECT_EQ(header.next_step(), 1u);
   EXPECT_EQ(header.totals().steps(), 1u);
   EXPECT_EQ(header.ledger().SerializeAsString(), saved.ledger.SerializeAsString());
