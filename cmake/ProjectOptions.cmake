@@ -5,6 +5,9 @@ target_compile_options(dctrain_options INTERFACE -Wall -Wextra -Wpedantic -Wshad
 if(DCTRAIN_WERROR)
   target_compile_options(dctrain_options INTERFACE -Werror)
 endif()
+# A switch over a config kind (proto/config.proto) lists every value and no
+# default, so a new kind fails to compile until each switch handles it.
+target_compile_options(dctrain_options INTERFACE -Werror=switch)
 # Floating point stays IEEE: no -ffast-math, and no contraction of a*b+c into
 # FMA, so an optimizer update is the same bit pattern on every x86-64 host.
 target_compile_options(dctrain_options INTERFACE -ffp-contract=off)

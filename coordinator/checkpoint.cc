@@ -15,7 +15,10 @@ namespace dctrain {
 namespace {
 
 constexpr char kMagic[8] = {'D', 'C', 'T', 'R', 'C', 'K', 'P', 'T'};
-constexpr uint32_t kFormatVersion = 1;
+// 2: the ledger as a LedgerState message, the config's kinds as enums. Format
+// 1 stored both differently (hand-made ledger bytes, kinds as strings) and
+// cannot be read as 2.
+constexpr uint32_t kFormatVersion = 2;
 
 template <typename T>
 void put(std::string& out, T value) {
@@ -66,8 +69,10 @@ Parsed parse(const std::filesystem::path& path) {
   size_t at = sizeof kMagic;
   const auto version = get<uint32_t>(p.bytes, at, path);
   if (version != kFormatVersion) {
-    throw std::runtime_error(fmt::format("checkpoint '{}' has format {}, this build reads {}",
-                                         path.string(), version, kFormatVersion));
+    throw std::runtime_error(fmt::format(
+        "checkpoint '{}' has format {}, this build reads only format {}: it was written by {} "
+        "dctrain; resume it with the build that wrote it, or start the run again without --resume",
+        path.string(), version, kFormatVersion, version < kFormatVersion ? "an older" : "a newer"));
   }
   const auto length = get<uint64_t>(p.bytes, at, path);
   if (at + length > p.bytes.size() ||

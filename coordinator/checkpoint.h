@@ -3,15 +3,18 @@
 // written atomically (temp file, fsync, rename) as RUN_DIR/checkpoint.bin.
 //
 // File: "DCTRCKPT" magic, u32 format version, u64 header length, the
-// CheckpointHeader (proto/config.proto), zero padding to a multiple of 4
+// CheckpointHeader (proto/checkpoint.proto), zero padding to a multiple of 4
 // bytes, each tensor as raw float32, then a u64 checksum of everything before.
+// Format 2 holds the ledger as a LedgerState message and the run config with
+// its kinds as enums; a format 1 file (earlier builds) is refused, naming the
+// format and what to do.
 #pragma once
 
 #include <filesystem>
 #include <string>
 
 #include "runtime/replica.h"
-#include "proto/config.pb.h"
+#include "proto/checkpoint.pb.h"
 
 namespace dctrain {
 

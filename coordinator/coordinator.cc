@@ -10,6 +10,7 @@
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "runtime/setup.h"
+#include "runtime/text_format.h"
 #include "coordinator/checkpoint.h"
 
 namespace dctrain {
@@ -184,7 +185,7 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     const std::string reason = fmt::format(
         "this run trains on '{}' data: start the worker with --data-dir pointing at a data root "
         "that holds it",
-        config_.dataset().kind());
+        word(config_.dataset().kind()));
     log_->warn("refused worker '{}': {}", from.peer, reason);
     refuse(from.peer, reason);
     return;
@@ -556,8 +557,18 @@ void Coordinator::reduce_and_apply(StepRecord& record, uint64_t planned_samples)
   const double reduce_begin = clock_();
   const auto terms = static_cast<double>(record.loss_terms);
   double divisor = terms;
-  if (config_.step().normalize() == "nominal" && record.samples > 0) {
-    divisor = terms * static_cast<double>(planned_samples) / static_cast<double>(record.samples);
+  switch (config_.step().normalize()) {
+    case v1::NORMALIZE_NOMINAL:
+      if (record.samples > 0) {
+        divisor =
+            terms * static_cast<double>(planned_samples) / static_cast<double>(record.samples);
+      }
+      break;
+    case v1::NORMALIZE_COMPLETED:
+    case v1::NORMALIZE_UNSET:
+    case v1::Normalize_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::Normalize_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
   }
   const auto global_batch = static_cast<double>(config_.step().global_batch());
   if (planned_samples > 0 && static_cast<double>(planned_samples) < global_batch) {
@@ -735,7 +746,7 @@ double Coordinator::checkpoint(double now) {
   *header.mutable_config() = config_;
   header.set_next_step(step_);
   header.set_optimizer_steps(replica_.optimizer_steps());
-  header.set_ledger(ledger_.serialize());
+  *header.mutable_ledger() = ledger_.state();
   *header.mutable_totals() = metrics_.totals();
   header.mutable_totals()->set_wall_seconds(wall(now));
   try {

@@ -33,6 +33,7 @@
 #include "coordinator/worker_summary.h"
 #include "coordinator/ledger.h"
 #include "model/lr_schedule.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {

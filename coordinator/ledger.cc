@@ -3,8 +3,6 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cstring>
-#include <limits>
 #include <numeric>
 #include <stdexcept>
 
@@ -14,76 +12,13 @@ namespace dctrain {
 namespace {
 
 constexpr uint64_t kPermutationStream = 0x7065726dULL;  // "perm"
-constexpr char kMagic[8] = {'D', 'C', 'L', 'E', 'D', 'G', 'E', 'R'};
-constexpr uint64_t kFormatVersion = 1;
 
-uint64_t fnv1a(const char* data, size_t size) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < size; ++i) {
-    h ^= static_cast<uint8_t>(data[i]);
-    h *= 0x100000001b3ULL;
-  }
-  return h;
+[[noreturn]] void refuse(const std::string& what) {
+  throw std::invalid_argument(fmt::format(
+      "the checkpoint's ledger is inconsistent: {}; the checkpoint is corrupt: start the run "
+      "again, or resume from another run folder",
+      what));
 }
-
-class Writer {
- public:
-  void u64(uint64_t v) {
-    for (int b = 0; b < 8; ++b) bytes_.push_back(static_cast<char>((v >> (8 * b)) & 0xff));
-  }
-  void raw(const void* data, size_t size) { bytes_.append(static_cast<const char*>(data), size); }
-  void ids(const std::vector<uint64_t>& v) {
-    u64(v.size());
-    for (uint64_t x : v) u64(x);
-  }
-  std::string finish() {
-    u64(fnv1a(bytes_.data(), bytes_.size()));
-    return std::move(bytes_);
-  }
-
- private:
-  std::string bytes_;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
-  uint64_t u64(const char* what) {
-    need(8, what);
-    uint64_t v = 0;
-    for (int b = 0; b < 8; ++b) {
-      v |= uint64_t{static_cast<uint8_t>(bytes_[offset_ + static_cast<size_t>(b)])} << (8 * b);
-    }
-    offset_ += 8;
-    return v;
-  }
-  void raw(void* data, size_t size, const char* what) {
-    need(size, what);
-    std::memcpy(data, bytes_.data() + offset_, size);
-    offset_ += size;
-  }
-  // A count of 8-byte items that must fit in what is left.
-  uint64_t count(const char* what) {
-    const uint64_t n = u64(what);
-    if (n > (bytes_.size() - offset_) / 8)
-      fail(fmt::format("{} count {} exceeds the data", what, n));
-    return n;
-  }
-  size_t offset() const { return offset_; }
-  [[noreturn]] void fail(const std::string& what) const {
-    throw std::invalid_argument(
-        fmt::format("ledger checkpoint: {} (at byte {} of {}) — the "
-                    "checkpoint is corrupt or from another version",
-                    what, offset_, bytes_.size()));
-  }
-
- private:
-  void need(size_t size, const char* what) const {
-    if (bytes_.size() - offset_ < size) fail(fmt::format("truncated while reading {}", what));
-  }
-  const std::string& bytes_;
-  size_t offset_ = 0;
-};
 
 }  // namespace
 
@@ -240,123 +175,99 @@ EpochAudit Ledger::audit() const {
   return audit;
 }
 
-std::string Ledger::serialize() const {
-  Writer w;
-  w.raw(kMagic, sizeof kMagic);
-  w.u64(kFormatVersion);
-  w.u64(dataset_size_);
-  w.u64(seed_);
-  w.u64(requeue_ ? 1 : 0);
-  w.u64(epoch_);
-  w.u64(cursor_);
-  w.u64(next_microbatch_id_);
-  w.u64(requeued_.size());
+v1::LedgerState Ledger::state() const {
+  v1::LedgerState state;
+  state.set_dataset_size(dataset_size_);
+  state.set_seed(seed_);
+  state.set_requeue(requeue_);
+  state.set_epoch(epoch_);
+  state.set_cursor(cursor_);
+  state.set_next_microbatch_id(next_microbatch_id_);
   for (const auto& [position, samples] : requeued_) {
-    w.u64(position);
-    w.ids(samples);
+    v1::LedgerState::Requeued& r = *state.add_requeued();
+    r.set_position(position);
+    r.mutable_samples()->Assign(samples.begin(), samples.end());
   }
-  w.u64(in_flight_.size());
   for (const auto& [id, f] : in_flight_) {
-    w.u64(id);
-    w.u64(f.step);
-    w.u64(f.worker);
-    w.u64(f.position);
-    w.ids(f.samples);
+    v1::LedgerState::InFlight& out = *state.add_in_flight();
+    out.set_id(id);
+    out.set_step(f.step);
+    out.set_worker(f.worker);
+    out.set_position(f.position);
+    out.mutable_samples()->Assign(f.samples.begin(), f.samples.end());
   }
-  w.raw(completions_.data(), completions_.size());
-  w.ids(lost_);
-  return w.finish();
+  state.set_completions(completions_.data(), completions_.size());
+  state.mutable_lost()->Assign(lost_.begin(), lost_.end());
+  return state;
 }
 
-Ledger Ledger::restore(const std::string& bytes) {
-  Reader r(bytes);
-  if (bytes.size() < sizeof kMagic + 8) r.fail("too short for a ledger checkpoint");
-  char magic[sizeof kMagic];
-  r.raw(magic, sizeof magic, "magic");
-  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) r.fail("not a ledger checkpoint (bad magic)");
-  const uint64_t stored_sum = [&] {
-    uint64_t v = 0;
-    for (int b = 0; b < 8; ++b) {
-      v |= uint64_t{static_cast<uint8_t>(bytes[bytes.size() - 8 + static_cast<size_t>(b)])}
-           << (8 * b);
-    }
-    return v;
-  }();
-  if (fnv1a(bytes.data(), bytes.size() - 8) != stored_sum) r.fail("checksum mismatch");
-  if (const uint64_t version = r.u64("version"); version != kFormatVersion) {
-    r.fail(fmt::format("format version {}, this build reads {}", version, kFormatVersion));
-  }
+Ledger Ledger::restore(const v1::LedgerState& state) {
   Ledger ledger;
-  ledger.dataset_size_ = r.u64("dataset size");
-  ledger.seed_ = r.u64("seed");
-  const uint64_t requeue = r.u64("requeue flag");
-  ledger.epoch_ = r.u64("epoch");
-  ledger.cursor_ = r.u64("cursor");
-  ledger.next_microbatch_id_ = r.u64("next micro-batch id");
-  const uint64_t size = ledger.dataset_size_;
-  if (size == 0 || size > bytes.size()) r.fail(fmt::format("dataset size {} is implausible", size));
-  if (requeue > 1) r.fail("requeue flag is not 0 or 1");
-  ledger.requeue_ = requeue == 1;
-  if (ledger.cursor_ > size)
-    r.fail(fmt::format("cursor {} beyond {} samples", ledger.cursor_, size));
+  const uint64_t size = state.dataset_size();
+  if (size == 0) refuse("the dataset size is 0");
+  // One completion count per sample: checked before the permutation of
+  // `size` ids is built, so a wrong size cannot ask for any amount of memory.
+  if (state.completions().size() != size) {
+    refuse(fmt::format("{} completion counts for {} samples", state.completions().size(), size));
+  }
+  if (state.cursor() > size) {
+    refuse(fmt::format("cursor {} beyond {} samples", state.cursor(), size));
+  }
+  if (state.next_microbatch_id() == 0) refuse("the next micro-batch id is 0; ids start at 1");
+  ledger.dataset_size_ = size;
+  ledger.seed_ = state.seed();
+  ledger.requeue_ = state.requeue();
+  ledger.epoch_ = state.epoch();
+  ledger.cursor_ = state.cursor();
+  ledger.next_microbatch_id_ = state.next_microbatch_id();
   ledger.build_permutation();
-  const auto& permutation = ledger.permutation_;
-  // Every list must be the contiguous run of the permutation it claims to be.
-  std::vector<uint8_t> claimed(ledger.cursor_, 0);  // permutation positions held by a list
-  auto check_run = [&](uint64_t position, const std::vector<uint64_t>& samples) {
-    if (samples.empty() || position >= ledger.cursor_ ||
-        samples.size() > ledger.cursor_ - position) {
-      r.fail(
-          fmt::format("micro-batch at position {} of {} samples lies outside the handed-out "
-                      "part of the epoch",
-                      position, samples.size()));
+
+  // Every micro-batch must be the contiguous run of the permutation it
+  // claims, within the handed-out part, and no two may overlap.
+  std::vector<uint8_t> claimed(ledger.cursor_, 0);  // permutation positions held by a micro-batch
+  auto check_run = [&](uint64_t position,
+                       const google::protobuf::RepeatedField<uint64_t>& samples) {
+    const auto count = static_cast<uint64_t>(samples.size());
+    if (count == 0 || position >= ledger.cursor_ || count > ledger.cursor_ - position) {
+      refuse(
+          fmt::format("the micro-batch at position {} of {} samples lies outside the handed-out "
+                      "{} positions of the epoch",
+                      position, count, ledger.cursor_));
     }
-    for (size_t k = 0; k < samples.size(); ++k) {
+    for (uint64_t k = 0; k < count; ++k) {
       if (claimed[position + k] != 0) {
-        r.fail(fmt::format("two micro-batches hold permutation position {}", position + k));
+        refuse(fmt::format("two micro-batches hold permutation position {}", position + k));
       }
       claimed[position + k] = 1;
-      if (samples[k] != permutation[position + k]) {
-        r.fail(fmt::format("micro-batch at position {} does not match the epoch's permutation",
-                           position));
+      if (samples[static_cast<int>(k)] != ledger.permutation_[position + k]) {
+        refuse(fmt::format("the micro-batch at position {} does not match epoch {}'s permutation",
+                           position, ledger.epoch_));
       }
     }
   };
-  auto read_ids = [&](const char* what) {
-    std::vector<uint64_t> ids(r.count(what));
-    for (uint64_t& id : ids) {
-      id = r.u64(what);
-      if (id >= size) r.fail(fmt::format("sample id {} not below {}", id, size));
+  for (const v1::LedgerState::Requeued& r : state.requeued()) {
+    check_run(r.position(), r.samples());
+    ledger.requeued_samples_ += static_cast<uint64_t>(r.samples_size());
+    ledger.requeued_.emplace(r.position(),
+                             std::vector<uint64_t>(r.samples().begin(), r.samples().end()));
+  }
+  for (const v1::LedgerState::InFlight& f : state.in_flight()) {
+    if (f.id() == 0 || f.id() >= ledger.next_microbatch_id_) {
+      refuse(fmt::format("in-flight micro-batch id {} is not in 1..{}", f.id(),
+                         ledger.next_microbatch_id_ - 1));
     }
-    return ids;
-  };
-  const uint64_t requeued = r.count("requeued micro-batches");
-  for (uint64_t i = 0; i < requeued; ++i) {
-    const uint64_t position = r.u64("requeued position");
-    std::vector<uint64_t> samples = read_ids("requeued samples");
-    check_run(position, samples);
-    ledger.requeued_samples_ += samples.size();
-    if (!ledger.requeued_.emplace(position, std::move(samples)).second) r.fail("requeued twice");
+    check_run(f.position(), f.samples());
+    InFlight entry{f.step(), f.worker(), f.position(),
+                   std::vector<uint64_t>(f.samples().begin(), f.samples().end())};
+    if (!ledger.in_flight_.emplace(f.id(), std::move(entry)).second) {
+      refuse(fmt::format("micro-batch {} is in flight twice", f.id()));
+    }
   }
-  const uint64_t in_flight = r.count("in-flight micro-batches");
-  for (uint64_t i = 0; i < in_flight; ++i) {
-    const uint64_t id = r.u64("micro-batch id");
-    InFlight f;
-    f.step = r.u64("step");
-    const uint64_t worker = r.u64("worker");
-    if (worker > std::numeric_limits<uint32_t>::max())
-      r.fail(fmt::format("worker {} out of range", worker));
-    f.worker = static_cast<uint32_t>(worker);
-    f.position = r.u64("position");
-    f.samples = read_ids("in-flight samples");
-    check_run(f.position, f.samples);
-    if (id == 0 || id >= ledger.next_microbatch_id_) r.fail(fmt::format("micro-batch id {}", id));
-    if (!ledger.in_flight_.emplace(id, std::move(f)).second) r.fail("micro-batch listed twice");
+  ledger.completions_.assign(state.completions().begin(), state.completions().end());
+  for (uint64_t s : state.lost()) {
+    if (s >= size) refuse(fmt::format("lost sample id {} is not below {}", s, size));
   }
-  ledger.completions_.resize(size);
-  r.raw(ledger.completions_.data(), size, "completion counts");
-  ledger.lost_ = read_ids("lost samples");
-  if (r.offset() + 8 != bytes.size()) r.fail("trailing bytes after the ledger");
+  ledger.lost_.assign(state.lost().begin(), state.lost().end());
   return ledger;
 }
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "proto/checkpoint.pb.h"
+
 namespace dctrain {
 
 struct PlannedMicroBatch {
@@ -61,10 +63,13 @@ class Ledger {
   void start_next_epoch();
   EpochAudit audit() const;  // of the current epoch
 
-  // The whole state, in flight micro-batches included (binary, versioned,
-  // checksummed). restore() throws std::invalid_argument on malformed input.
-  std::string serialize() const;
-  static Ledger restore(const std::string& bytes);  // throws on malformed input
+  // The whole state, in-flight micro-batches included, as checkpoints store
+  // it. restore(state()) is the same ledger: the same state() and the same
+  // answers to every later call. restore() throws std::invalid_argument
+  // naming the first inconsistency (a micro-batch that is not the run of the
+  // epoch's permutation it claims, a sample id out of range, ...).
+  v1::LedgerState state() const;
+  static Ledger restore(const v1::LedgerState& state);
 
  private:
   Ledger() = default;  // for restore()

@@ -90,7 +90,7 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     if (needs_data_root(config) && options.data_dir.empty()) {
       throw std::runtime_error(fmt::format(
           "the run trains on '{}' data: pass --data-dir with the data root the workers use too",
-          config.dataset().kind()));
+          word(config.dataset().kind())));
     }
     const auto load_begin = Clock::now();
     const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, options.data_dir);
@@ -105,8 +105,9 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
 
     Replica replica(make_model(model_spec(config, train->shape(), options.threads)), config.optimizer());
     if (resuming) load_checkpoint_state(checkpoint_path(run_dir), replica);
-    log->info("model {}: {} parameters, {} buffer values; optimizer {}", config.model().name(),
-              replica.parameter_count(), replica.buffer_count(), config.optimizer().kind());
+    log->info("model {}: {} parameters, {} buffer values; optimizer {}",
+              word(config.model().name()), replica.parameter_count(), replica.buffer_count(),
+              word(config.optimizer().kind()));
     DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(), config.seed());
 
     zmq::context_t context(1);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "common/files.h"
+#include "runtime/text_format.h"
 
 namespace dctrain {
 
@@ -221,8 +222,8 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       t.checksum_mismatches(), t.workers_released(), t.epochs_completed(), t.audits_failed(),
       json_number(t.steps() > 0 ? t.step_seconds() / static_cast<double>(t.steps()) : 0.0),
       json_number(t.steps() > 0 ? t.max_compute_seconds() / static_cast<double>(t.steps()) : 0.0),
-      config.workers(), json_tau(tau), json_string(config.step().tau_policy()), t.tau_changes(),
-      t.steps_at_tau(),
+      config.workers(), json_tau(tau), json_string(word(config.step().tau_policy())),
+      t.tau_changes(), t.steps_at_tau(),
       json_number(t.steps_at_tau() > 0 ? t.step_seconds_at_tau() / static_cast<double>(t.steps_at_tau())
                                        : 0.0),
       json_number(planned_at_tau > 0 ? static_cast<double>(t.microbatches_dropped_at_tau()) /
@@ -231,8 +232,8 @@ void RunMetrics::write_summary(const std::filesystem::path& path, const v1::RunC
       estimated ? std::to_string(e.step()) : std::string("null"),
       estimated ? json_tau(e.tau()) : std::string("null"), predicted(e.speedup()),
       predicted(e.drop_rate()), predicted(e.step_seconds()), predicted(e.baseline_step_seconds()),
-      config.step().requeue(), json_string(config.step().normalize()),
-      json_string(config.delay().kind()), json_string(stop_reason));
+      config.step().requeue(), json_string(word(config.step().normalize())),
+      json_string(word(config.delay().kind())), json_string(stop_reason));
   if (!summary_members_.empty()) text.insert(text.rfind("\n}"), ",\n  " + summary_members_);
   write_file_atomically(path, text);
 }

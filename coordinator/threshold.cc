@@ -63,7 +63,7 @@ double median_overhead(const std::vector<StepObservation>& window) {
 }
 
 Threshold::Threshold(const v1::StepConfig& step, uint64_t seed)
-    : automatic_(step.tau_policy() == "auto"),
+    : automatic_(step.tau_policy() == v1::TAU_POLICY_AUTO),
       config_(step.auto_tau()),
       seed_(seed),
       tau_(automatic_ ? kInf : step.tau()) {}

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
-#include <google/protobuf/text_format.h>
 
 #include "runtime/text_format.h"
 
@@ -20,20 +20,103 @@ void default_to(T& field, T value) {
   if (field == T{}) field = value;
 }
 
-bool one_of(const std::string& value, std::initializer_list<const char*> allowed) {
-  for (const char* a : allowed) {
-    if (value == a) return true;
+// Whether a kind is set and one the enum has: a config built in code, or
+// received from a peer, can hold any number.
+template <typename Enum>
+bool known(Enum value) {
+  const google::protobuf::EnumDescriptor& type = *google::protobuf::GetEnumDescriptor<Enum>();
+  return value != Enum{} && type.FindValueByNumber(static_cast<int>(value)) != nullptr;
+}
+
+template <typename Enum>
+std::optional<std::string> kind_problem(const char* field, Enum value) {
+  const google::protobuf::EnumDescriptor& type = *google::protobuf::GetEnumDescriptor<Enum>();
+  if (known(value)) return std::nullopt;
+  if (value == Enum{}) return fmt::format("{} is not set; use {}", field, allowed_words(type));
+  return fmt::format("{} is {}, which is not a known value; use {}", field, static_cast<int>(value),
+                     allowed_words(type));
+}
+
+}  // namespace
+
+bool takes_text(v1::ModelKind model) {
+  switch (model) {
+    case v1::MODEL_BERT_TINY:
+      return true;
+    case v1::MODEL_RESNET20:
+    case v1::MODEL_MNIST_CNN:
+    case v1::MODEL_MLP:
+    case v1::MODEL_UNSET:
+    case v1::ModelKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::ModelKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      return false;
   }
   return false;
 }
 
-std::string list(std::initializer_list<const char*> allowed) {
-  std::string out;
-  for (const char* a : allowed) out += (out.empty() ? "" : ", ") + std::string("'") + a + "'";
-  return out;
+bool mnist_shaped_model(v1::ModelKind model) {
+  switch (model) {
+    case v1::MODEL_MNIST_CNN:
+    case v1::MODEL_MLP:
+      return true;
+    case v1::MODEL_RESNET20:
+    case v1::MODEL_BERT_TINY:
+    case v1::MODEL_UNSET:
+    case v1::ModelKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::ModelKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      return false;
+  }
+  return false;
 }
 
-}  // namespace
+std::optional<bool> holds_text(v1::DatasetKind dataset) {
+  switch (dataset) {
+    case v1::DATASET_TEXT_MLM:
+      return true;
+    case v1::DATASET_MNIST:
+    case v1::DATASET_FASHION_MNIST:
+    case v1::DATASET_CIFAR10:
+      return false;
+    case v1::DATASET_SYNTHETIC:  // the generator makes what the model takes
+    case v1::DATASET_UNSET:
+    case v1::DatasetKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::DatasetKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+bool reads_files(v1::DatasetKind dataset) {
+  switch (dataset) {
+    case v1::DATASET_MNIST:
+    case v1::DATASET_FASHION_MNIST:
+    case v1::DATASET_CIFAR10:
+    case v1::DATASET_TEXT_MLM:
+      return true;
+    case v1::DATASET_SYNTHETIC:
+    case v1::DATASET_UNSET:
+    case v1::DatasetKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::DatasetKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      return false;
+  }
+  return false;
+}
+
+bool reads_idx_files(v1::DatasetKind dataset) {
+  switch (dataset) {
+    case v1::DATASET_MNIST:
+    case v1::DATASET_FASHION_MNIST:
+      return true;
+    case v1::DATASET_CIFAR10:
+    case v1::DATASET_TEXT_MLM:
+    case v1::DATASET_SYNTHETIC:
+    case v1::DATASET_UNSET:
+    case v1::DatasetKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::DatasetKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      return false;
+  }
+  return false;
+}
 
 v1::RunConfig parse_run_config(const std::string& text, const std::string& origin) {
   v1::RunConfig config;
@@ -67,38 +150,38 @@ void apply_defaults(v1::RunConfig& c) {
   if (!m.has_dropout()) m.set_dropout(0.1f);
 
   v1::DatasetConfig& d = *c.mutable_dataset();
-  if (d.kind().empty()) d.set_kind("synthetic");
+  DCTRAIN_DEFAULT(d, kind, v1::DATASET_SYNTHETIC);
   if (d.corpus().empty()) d.set_corpus("tinyshakespeare");
   if (d.vocab().empty()) d.set_vocab("bert-base-uncased/vocab.txt");
   if (!d.has_augment()) d.set_augment(true);
   DCTRAIN_DEFAULT(d, masked_per_sequence, 19u);
   DCTRAIN_DEFAULT(d, seed, c.seed());
-  if (d.kind() == "synthetic" && m.image_channels() == 0) {
+  if (d.kind() == v1::DATASET_SYNTHETIC && m.image_channels() == 0) {
     // The generator draws images of the shape the model was made for.
-    const bool mnist_shaped = m.name() == "mnist-cnn" || m.name() == "mlp";
+    const bool mnist_shaped = mnist_shaped_model(m.name());
     m.set_image_channels(mnist_shaped ? 1 : 3);
     m.set_image_height(mnist_shaped ? 28 : 32);
     m.set_image_width(mnist_shaped ? 28 : 32);
   }
 
   v1::OptimizerConfig& o = *c.mutable_optimizer();
-  if (o.kind().empty()) o.set_kind("sgd");
+  DCTRAIN_DEFAULT(o, kind, v1::OPTIMIZER_SGD);
   DCTRAIN_DEFAULT(o, beta1, 0.9);
   DCTRAIN_DEFAULT(o, beta2, 0.999);
   DCTRAIN_DEFAULT(o, eps, 1e-8);
   v1::LrSchedule& schedule = *o.mutable_schedule();
-  if (schedule.kind().empty()) schedule.set_kind("constant");
-  if (schedule.clock().empty()) {
+  DCTRAIN_DEFAULT(schedule, kind, v1::SCHEDULE_CONSTANT);
+  if (schedule.clock() == v1::CLOCK_UNSET) {
     const bool budget_in_epochs = c.stop().max_steps() == 0 && c.stop().max_epochs() > 0.0;
-    schedule.set_clock(budget_in_epochs ? "samples" : "updates");
+    schedule.set_clock(budget_in_epochs ? v1::CLOCK_SAMPLES : v1::CLOCK_UPDATES);
   }
 
   v1::StepConfig& s = *c.mutable_step();
   if (s.tau() == 0.0) s.set_tau(std::numeric_limits<double>::infinity());
   if (!s.has_requeue()) s.set_requeue(true);
-  if (s.normalize().empty()) s.set_normalize("completed");
-  if (s.tau_policy().empty()) s.set_tau_policy("fixed");
-  if (s.tau_policy() == "auto") {
+  DCTRAIN_DEFAULT(s, normalize, v1::NORMALIZE_COMPLETED);
+  DCTRAIN_DEFAULT(s, tau_policy, v1::TAU_POLICY_FIXED);
+  if (s.tau_policy() == v1::TAU_POLICY_AUTO) {
     v1::AutoTauConfig& a = *s.mutable_auto_tau();
     DCTRAIN_DEFAULT(a, warmup_steps, 10u);
     DCTRAIN_DEFAULT(a, window_steps, 50u);
@@ -110,7 +193,7 @@ void apply_defaults(v1::RunConfig& c) {
   }
 
   v1::DelayConfig& delay = *c.mutable_delay();
-  if (delay.kind().empty()) delay.set_kind("none");
+  DCTRAIN_DEFAULT(delay, kind, v1::DELAY_NONE);
   DCTRAIN_DEFAULT(delay, factor, 1.0);
   DCTRAIN_DEFAULT(delay, slowdown, 1.0);
   DCTRAIN_DEFAULT(delay, seed, c.seed());
@@ -136,11 +219,12 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
 
   if (c.workers() == 0) problem("workers is 0: set 'workers: N' (N >= 1) or pass --workers N");
 
+  auto kind = [&](const char* field, auto value) {
+    if (auto p = kind_problem(field, value)) problems.push_back(std::move(*p));
+  };
+
   const v1::ModelConfig& m = c.model();
-  const auto kModels = {"resnet20", "bert-tiny", "mnist-cnn", "mlp"};
-  if (!one_of(m.name(), kModels)) {
-    problem("model.name '{}' is not a known model; use one of {}", m.name(), list(kModels));
-  }
+  kind("model.name", m.name());
   if (m.num_classes() < 2) problem("model.num_classes is {}; a classifier needs at least 2", m.num_classes());
   if (m.image_channels() < 0 || m.image_height() < 0 || m.image_width() < 0) {
     problem("model.image_channels/height/width must be positive (or 0: from the dataset)");
@@ -148,10 +232,7 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   if (m.dropout() < 0.0f || m.dropout() >= 1.0f) problem("model.dropout is {}; use [0, 1)", m.dropout());
 
   const v1::DatasetConfig& d = c.dataset();
-  const auto kDatasets = {"mnist", "fashion-mnist", "cifar10", "text-mlm", "synthetic"};
-  if (!one_of(d.kind(), kDatasets)) {
-    problem("dataset.kind '{}' is not known; use one of {}", d.kind(), list(kDatasets));
-  }
+  kind("dataset.kind", d.kind());
   auto check_relative = [&](const std::string& field, const std::string& path) {
     if (!path.empty() && (path.front() == '/' || path.find("..") != std::string::npos)) {
       problem("dataset.{} '{}' must be relative to the worker's --data-dir root, without '..'",
@@ -162,22 +243,24 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   for (const std::string& f : d.test_files()) check_relative("test_files", f);
   check_relative("vocab", d.vocab());
   check_relative("corpus", d.corpus());
-  if ((d.kind() == "mnist" || d.kind() == "fashion-mnist") &&
-      ((d.train_files_size() != 0 && d.train_files_size() != 2) ||
-       (d.test_files_size() != 0 && d.test_files_size() != 2))) {
-    problem("dataset.train_files / test_files for {} name two files each (images, labels)", d.kind());
+  if (reads_idx_files(d.kind()) && ((d.train_files_size() != 0 && d.train_files_size() != 2) ||
+                                    (d.test_files_size() != 0 && d.test_files_size() != 2))) {
+    problem("dataset.train_files / test_files for {} name two files each (images, labels)",
+            word(d.kind()));
   }
   if (d.masked_per_sequence() == 0 || d.masked_per_sequence() > 126) {
     problem("dataset.masked_per_sequence is {}; use 1..126", d.masked_per_sequence());
   }
-  const bool text = d.kind() == "text-mlm";
-  if (text != (m.name() == "bert-tiny") && one_of(m.name(), kModels) && d.kind() != "synthetic") {
-    problem("model '{}' cannot train on dataset kind '{}': bert-tiny takes text-mlm, the "
-            "classifiers take images", m.name(), d.kind());
+  const std::optional<bool> text = holds_text(d.kind());
+  if (text.has_value() && known(m.name()) && *text != takes_text(m.name())) {
+    problem(
+        "model '{}' cannot train on dataset kind '{}': bert-tiny takes text-mlm, the "
+        "classifiers take images",
+        word(m.name()), word(d.kind()));
   }
 
   const v1::OptimizerConfig& o = c.optimizer();
-  if (!one_of(o.kind(), {"sgd", "adamw"})) problem("optimizer.kind '{}' is not known; use 'sgd' or 'adamw'", o.kind());
+  kind("optimizer.kind", o.kind());
   if (!(o.lr() > 0.0) || !std::isfinite(o.lr())) problem("optimizer.lr is {}; set a positive learning rate", o.lr());
   if (o.momentum() < 0.0 || o.momentum() >= 1.0) problem("optimizer.momentum is {}; use [0, 1)", o.momentum());
   if (o.weight_decay() < 0.0) problem("optimizer.weight_decay is {}; use >= 0", o.weight_decay());
@@ -187,19 +270,26 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   if (o.eps() <= 0.0) problem("optimizer.eps is {}; use > 0", o.eps());
   if (o.clip_norm() < 0.0) problem("optimizer.clip_norm is {}; use > 0, or 0 for no clipping", o.clip_norm());
   const v1::LrSchedule& lr = o.schedule();
-  if (!one_of(lr.kind(), {"constant", "cosine", "step"})) {
-    problem("optimizer.schedule.kind '{}' is not known; use 'constant', 'cosine' or 'step'", lr.kind());
-  }
-  if (!one_of(lr.clock(), {"updates", "samples"})) {
-    problem("optimizer.schedule.clock '{}' is not known; use 'updates' or 'samples'", lr.clock());
-  }
-  if (lr.kind() == "step" && (lr.step_every() == 0 || !(lr.gamma() > 0.0))) {
-    problem("optimizer.schedule 'step' needs step_every > 0 and gamma > 0");
-  }
-  if (lr.kind() == "cosine" && lr.total_steps() == 0 && c.stop().max_steps() == 0 &&
-      c.stop().max_epochs() == 0.0) {
-    problem("optimizer.schedule 'cosine' needs total_steps, or a stop.max_steps / stop.max_epochs "
-            "budget to decay over");
+  kind("optimizer.schedule.kind", lr.kind());
+  kind("optimizer.schedule.clock", lr.clock());
+  switch (lr.kind()) {
+    case v1::SCHEDULE_STEP:
+      if (lr.step_every() == 0 || !(lr.gamma() > 0.0)) {
+        problem("optimizer.schedule 'step' needs step_every > 0 and gamma > 0");
+      }
+      break;
+    case v1::SCHEDULE_COSINE:
+      if (lr.total_steps() == 0 && c.stop().max_steps() == 0 && c.stop().max_epochs() == 0.0) {
+        problem(
+            "optimizer.schedule 'cosine' needs total_steps, or a stop.max_steps / "
+            "stop.max_epochs budget to decay over");
+      }
+      break;
+    case v1::SCHEDULE_CONSTANT:
+    case v1::SCHEDULE_UNSET:
+    case v1::ScheduleKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::ScheduleKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
   }
 
   const v1::StepConfig& s = c.step();
@@ -213,10 +303,8 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
             s.global_batch() / s.micro_batch(), c.workers());
   }
   if (std::isnan(s.tau()) || s.tau() <= 0.0) problem("step.tau is {}; use seconds > 0 or inf", s.tau());
-  if (!one_of(s.tau_policy(), {"fixed", "auto"})) {
-    problem("step.tau_policy '{}' is not known; use 'fixed' or 'auto'", s.tau_policy());
-  }
-  if (s.tau_policy() == "auto") {
+  kind("step.tau_policy", s.tau_policy());
+  if (s.tau_policy() == v1::TAU_POLICY_AUTO) {
     const v1::AutoTauConfig& a = s.auto_tau();
     if (!std::isinf(s.tau())) {
       problem("step.tau is {} but step.tau_policy is 'auto', which chooses tau itself: remove "
@@ -229,21 +317,32 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
       problem("step.auto_tau.min_change ({}) and min_gain ({}) must be >= 0", a.min_change(), a.min_gain());
     }
   } else if (s.has_auto_tau()) {
-    problem("step.auto_tau is set but step.tau_policy is '{}': set tau_policy: \"auto\" (or "
-            "--tau auto) to use it", s.tau_policy());
+    problem(
+        "step.auto_tau is set but step.tau_policy is '{}': set tau_policy: \"auto\" (or "
+        "--tau auto) to use it",
+        word(s.tau_policy()));
   }
-  if (!one_of(s.normalize(), {"completed", "nominal"})) {
-    problem("step.normalize '{}' is not known; use 'completed' or 'nominal'", s.normalize());
-  }
+  kind("step.normalize", s.normalize());
 
   const v1::DelayConfig& delay = c.delay();
-  const auto kDelays = {"none", "constant", "exponential", "dropcompute", "bimodal"};
-  if (!one_of(delay.kind(), kDelays)) problem("delay.kind '{}' is not known; use one of {}", delay.kind(), list(kDelays));
+  kind("delay.kind", delay.kind());
   if (delay.seconds() < 0.0 || delay.stall_seconds() < 0.0 || delay.factor() < 0.0) {
     problem("delay.seconds, delay.stall_seconds and delay.factor must be >= 0");
   }
-  if ((delay.kind() == "constant" || delay.kind() == "exponential") && !(delay.seconds() > 0.0)) {
-    problem("delay '{}' needs delay.seconds > 0", delay.kind());
+  switch (delay.kind()) {
+    case v1::DELAY_CONSTANT:
+    case v1::DELAY_EXPONENTIAL:
+      if (!(delay.seconds() > 0.0)) {
+        problem("delay '{}' needs delay.seconds > 0", word(delay.kind()));
+      }
+      break;
+    case v1::DELAY_NONE:
+    case v1::DELAY_DROPCOMPUTE:
+    case v1::DELAY_BIMODAL:
+    case v1::DELAY_UNSET:
+    case v1::DelayKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::DelayKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
   }
   if (delay.probability() < 0.0 || delay.probability() > 1.0) {
     problem("delay.probability is {}; use [0, 1]", delay.probability());
@@ -305,20 +404,17 @@ double parse_tau(const std::string& text) {
 
 void apply_tau_option(const std::string& text, v1::StepConfig& step) {
   if (text == "auto") {
-    step.set_tau_policy("auto");
+    step.set_tau_policy(v1::TAU_POLICY_AUTO);
     step.set_tau(std::numeric_limits<double>::infinity());
     return;
   }
   step.set_tau(parse_tau(text));
-  step.set_tau_policy("fixed");
+  step.set_tau_policy(v1::TAU_POLICY_FIXED);
   step.clear_auto_tau();
 }
 
 std::string to_text(const v1::RunConfig& config) {
-  std::string text;
-  google::protobuf::TextFormat::Printer printer;
-  printer.PrintToString(config, &text);
-  return text;
+  return print_text_format(config);
 }
 
 bool requeue_enabled(const v1::StepConfig& step) { return !step.has_requeue() || step.requeue(); }

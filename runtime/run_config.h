@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "proto/config.pb.h"
+#include "runtime/text_format.h"
 
 namespace dctrain {
 
@@ -40,6 +41,20 @@ void apply_tau_option(const std::string& text, v1::StepConfig& step);
 
 // Human-readable text format, as written to RUN_DIR/config.cfg.
 std::string to_text(const v1::RunConfig& config);
+
+// Switches over a kind name every value and have no `default:`, so that
+// -Werror=switch refuses one that leaves a kind out. protoc adds two sentinel
+// values to every proto3 enum (Kind_INT_MIN_SENTINEL_DO_NOT_USE_ and
+// Kind_INT_MAX_SENTINEL_DO_NOT_USE_) that no config holds; switches list them
+// beside the unset value.
+//
+// What the kinds mean where more than one place asks (false / nullopt for
+// an unset kind, which validate() reports).
+bool takes_text(v1::ModelKind model);          // bert-tiny: MLM on text; the rest classify images
+bool mnist_shaped_model(v1::ModelKind model);  // made for 1 x 28 x 28 images
+std::optional<bool> holds_text(v1::DatasetKind dataset);  // synthetic: whatever the model takes
+bool reads_files(v1::DatasetKind dataset);      // everything but the generator needs a data root
+bool reads_idx_files(v1::DatasetKind dataset);  // MNIST's two files per split (images, labels)
 
 // Whether dropped micro-batches are requeued (the default) or lost.
 bool requeue_enabled(const v1::StepConfig& step);

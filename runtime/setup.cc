@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/run_config.h"
+
 namespace dctrain {
 
 DatasetSpec dataset_spec(const v1::RunConfig& config, Split split) {
@@ -20,18 +22,20 @@ DatasetSpec dataset_spec(const v1::RunConfig& config, Split split) {
   spec.masked_per_sequence = static_cast<int>(d.masked_per_sequence());
   const auto& files = split == Split::kTrain ? d.train_files() : d.test_files();
   spec.files.assign(files.begin(), files.end());
-  if (d.kind() == "synthetic") {
-    spec.kind = config.model().name() == "bert-tiny" ? "synthetic-text" : "synthetic-images";
+  if (reads_files(d.kind())) {
+    spec.kind = word(d.kind());  // the data library names its readers by the config's words
+  } else {
+    spec.kind = takes_text(config.model().name()) ? "synthetic-text" : "synthetic-images";
     spec.channels = config.model().image_channels();
     spec.height = config.model().image_height();
     spec.width = config.model().image_width();
-  } else {
-    spec.kind = d.kind();
   }
   return spec;
 }
 
-bool needs_data_root(const v1::RunConfig& config) { return config.dataset().kind() != "synthetic"; }
+bool needs_data_root(const v1::RunConfig& config) {
+  return reads_files(config.dataset().kind());
+}
 
 std::unique_ptr<Dataset> open_dataset(const v1::RunConfig& config, Split split,
                                       const std::filesystem::path& data_root) {
@@ -51,7 +55,7 @@ uint64_t test_samples(const v1::RunConfig& config, const Dataset& test) {
 ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int threads) {
   const v1::ModelConfig& m = config.model();
   ModelSpec spec;
-  spec.name = m.name();
+  spec.name = word(m.name());  // the model library's names are the config's words
   spec.seed = config.seed();
   spec.threads = threads;
   spec.dropout = m.dropout();
@@ -70,7 +74,7 @@ ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int 
 
 OptimizerSpec optimizer_spec(const v1::OptimizerConfig& o) {
   OptimizerSpec spec;
-  spec.name = o.kind();
+  spec.name = word(o.kind());
   spec.weight_decay = o.weight_decay();
   spec.momentum = o.momentum();
   spec.nesterov = o.nesterov();
@@ -82,7 +86,7 @@ OptimizerSpec optimizer_spec(const v1::OptimizerConfig& o) {
 
 LrScheduleSpec schedule_spec(const v1::OptimizerConfig& o) {
   LrScheduleSpec spec;
-  spec.name = o.schedule().kind();
+  spec.name = word(o.schedule().kind());
   spec.base_lr = o.lr();
   spec.warmup_steps = static_cast<int64_t>(o.schedule().warmup_steps());
   spec.step_size = std::max<int64_t>(1, static_cast<int64_t>(o.schedule().step_every()));
@@ -94,7 +98,7 @@ LrScheduleSpec schedule_spec(const v1::OptimizerConfig& o) {
 LrScheduleSpec run_schedule_spec(const v1::RunConfig& config) {
   LrScheduleSpec spec = schedule_spec(config.optimizer());
   const v1::LrSchedule& s = config.optimizer().schedule();
-  if (s.clock() != "samples") return spec;
+  if (s.clock() != v1::CLOCK_SAMPLES) return spec;
   const auto batch = static_cast<int64_t>(config.step().global_batch());
   spec.warmup_steps *= batch;
   spec.step_size *= batch;
@@ -104,15 +108,23 @@ LrScheduleSpec run_schedule_spec(const v1::RunConfig& config) {
 }
 
 double schedule_position(const v1::RunConfig& config, int64_t updates, uint64_t settled_samples) {
-  return config.optimizer().schedule().clock() == "samples" ? static_cast<double>(settled_samples)
-                                                             : static_cast<double>(updates);
+  switch (config.optimizer().schedule().clock()) {
+    case v1::CLOCK_SAMPLES:
+      return static_cast<double>(settled_samples);
+    case v1::CLOCK_UPDATES:
+    case v1::CLOCK_UNSET:  // validate() refuses it; the optimizer's own count is the safe reading
+    case v1::ScheduleClock_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::ScheduleClock_INT_MAX_SENTINEL_DO_NOT_USE_:
+      return static_cast<double>(updates);
+  }
+  return static_cast<double>(updates);
 }
 
 void resolve_step_budget(v1::RunConfig& config, uint64_t train_size) {
   v1::LrSchedule& schedule = *config.mutable_optimizer()->mutable_schedule();
-  if (schedule.kind() != "cosine") return;
-  if (schedule.clock() == "samples" && schedule.total_samples() == 0 && schedule.total_steps() == 0 &&
-      config.stop().max_epochs() > 0.0) {
+  if (schedule.kind() != v1::SCHEDULE_COSINE) return;
+  if (schedule.clock() == v1::CLOCK_SAMPLES && schedule.total_samples() == 0 &&
+      schedule.total_steps() == 0 && config.stop().max_epochs() > 0.0) {
     const double samples = std::round(config.stop().max_epochs() * static_cast<double>(train_size));
     schedule.set_total_samples(std::max<uint64_t>(
         static_cast<uint64_t>(samples),

@@ -14,7 +14,7 @@ DelayModel::DelayModel(const v1::DelayConfig& config, uint32_t rank)
     : config_(config), rng_({config.seed(), rank, kDelayStream}) {
   slow_ = std::find(config.slow_workers().begin(), config.slow_workers().end(), rank) !=
           config.slow_workers().end();
-  if (config.kind() == "dropcompute") {
+  if (config.kind() == v1::DELAY_DROPCOMPUTE) {
     // Log-normal density (mu 4, sigma 1) at k = 1..999, normalised.
     constexpr double mu = 4.0, sigma = 1.0;
     std::vector<double> p(999);
@@ -42,15 +42,24 @@ double DelayModel::draw_dropcompute_factor() {
 
 double DelayModel::delay_after(double compute_seconds) {
   double delay = 0.0;
-  const std::string& kind = config_.kind();
-  if (kind == "constant") {
-    delay = config_.seconds();
-  } else if (kind == "exponential") {
-    delay = -config_.seconds() * std::log(1.0 - rng_.uniform_double());
-  } else if (kind == "dropcompute") {
-    delay = draw_dropcompute_factor() * compute_seconds * 0.5 * config_.factor();
-  } else if (kind == "bimodal") {
-    if (rng_.uniform_double() < config_.probability()) delay = config_.stall_seconds();
+  switch (config_.kind()) {
+    case v1::DELAY_CONSTANT:
+      delay = config_.seconds();
+      break;
+    case v1::DELAY_EXPONENTIAL:
+      delay = -config_.seconds() * std::log(1.0 - rng_.uniform_double());
+      break;
+    case v1::DELAY_DROPCOMPUTE:
+      delay = draw_dropcompute_factor() * compute_seconds * 0.5 * config_.factor();
+      break;
+    case v1::DELAY_BIMODAL:
+      if (rng_.uniform_double() < config_.probability()) delay = config_.stall_seconds();
+      break;
+    case v1::DELAY_NONE:
+    case v1::DELAY_UNSET:  // the default, none
+    case v1::DelayKind_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::DelayKind_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;
   }
   if (slow_) delay += (config_.slowdown() - 1.0) * compute_seconds;
   return delay;

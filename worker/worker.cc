@@ -16,6 +16,7 @@
 #include "comm/framing.h"
 #include "runtime/replica.h"
 #include "runtime/setup.h"
+#include "runtime/text_format.h"
 #include "comm/transport.h"
 #include "comm/validation.h"
 #include "common/cli.h"
@@ -116,8 +117,9 @@ class ComputeThread {
     config_ = w.config();
     rank_ = w.rank();
     if (needs_data_root(config_) && options_.data_dir.empty()) {
-      throw std::runtime_error(fmt::format(
-          "the run trains on '{}' data but this worker has no --data-dir", config_.dataset().kind()));
+      throw std::runtime_error(
+          fmt::format("the run trains on '{}' data but this worker has no --data-dir",
+                      word(config_.dataset().kind())));
     }
     const std::string data_key = dataset_spec(config_, Split::kTrain).kind + "|" +
                                  config_.dataset().SerializeAsString();
@@ -141,10 +143,11 @@ class ComputeThread {
     loop_ = std::make_unique<ComputeLoop>(*replica_, *train_, config_.seed(), *delays_);
     expected_ = {{"gradient", replica_->parameter_count()}};
     if (replica_->buffer_count() > 0) expected_.push_back({"statistics", replica_->buffer_count()});
-    log_->info("welcomed as rank {} of {}: model {} ({} parameters), {} updates applied so far, "
-               "delay '{}'",
-               rank_, config_.workers(), config_.model().name(), replica_->parameter_count(),
-               w.optimizer_steps(), config_.delay().kind());
+    log_->info(
+        "welcomed as rank {} of {}: model {} ({} parameters), {} updates applied so far, "
+        "delay '{}'",
+        rank_, config_.workers(), word(config_.model().name()), replica_->parameter_count(),
+        w.optimizer_steps(), word(config_.delay().kind()));
     Message ready;
     ready.envelope = make_envelope(welcome.envelope.step(), options_.name);
     ready.envelope.mutable_ready()->set_parameter_checksum(replica_->parameter_checksum());

@@ -443,7 +443,7 @@ TEST_F(CoordinatorTest, DroppedMicroBatchesAreRequeuedAndEveryEpochAuditsClean) 
   // Each micro-batch takes at least 10 ms (injected): past tau = 5 ms, every
   // worker stops after its first micro-batch.
   config.mutable_step()->set_tau(0.005);
-  config.mutable_delay()->set_kind("constant");
+  config.mutable_delay()->set_kind(v1::DELAY_CONSTANT);
   config.mutable_delay()->set_seconds(0.01);
   config.mutable_stop()->set_max_steps(0);
   config.mutable_stop()->set_max_epochs(2);
@@ -468,7 +468,7 @@ TEST_F(CoordinatorTest, DroppedMicroBatchesAreRequeuedAndEveryEpochAuditsClean) 
 
 TEST_F(CoordinatorTest, WithoutRequeueDroppedSamplesAreLostAsInDropCompute) {
   config.mutable_step()->set_tau(0.005);
-  config.mutable_delay()->set_kind("constant");
+  config.mutable_delay()->set_kind(v1::DELAY_CONSTANT);
   config.mutable_delay()->set_seconds(0.01);
   config.mutable_step()->set_requeue(false);
   config.mutable_stop()->set_max_steps(0);
@@ -582,7 +582,7 @@ TEST_F(CoordinatorTest, AutoTauOverheadLeavesOutEvaluationsAndTheStartUp) {
   // Evaluations of 5 s after every step: the threshold's overhead is the
   // time outside compute on the step's own clock (0 with the fake clock),
   // not the evaluation.
-  config.mutable_step()->set_tau_policy("auto");
+  config.mutable_step()->set_tau_policy(v1::TAU_POLICY_AUTO);
   config.mutable_step()->mutable_auto_tau()->set_warmup_steps(2);
   config.mutable_step()->mutable_auto_tau()->set_reestimate_every_steps(1);
   config.mutable_step()->mutable_auto_tau()->set_skip_steps(1);
@@ -677,8 +677,8 @@ TEST_F(CoordinatorTest, NominalNormalizationDividesByThePlannedSamples) {
   // Every worker stops after its first micro-batch (tau 5 ms, 10 ms of
   // delay each): 3 of 6 micro-batches complete, 12 of 24 samples.
   config.mutable_step()->set_tau(0.005);
-  config.mutable_step()->set_normalize("nominal");
-  config.mutable_delay()->set_kind("constant");
+  config.mutable_step()->set_normalize(v1::NORMALIZE_NOMINAL);
+  config.mutable_delay()->set_kind(v1::DELAY_CONSTANT);
   config.mutable_delay()->set_seconds(0.01);
   config.mutable_stop()->set_max_steps(1);
   capture = true;
@@ -713,9 +713,9 @@ TEST_F(CoordinatorTest, ScheduleSizedInEpochsSpansThemWhateverRequeueAdds) {
   // counts samples, so the rate falls smoothly to the end of epoch 2
   // instead of reaching 0 halfway.
   config.mutable_step()->set_tau(0.005);
-  config.mutable_delay()->set_kind("constant");
+  config.mutable_delay()->set_kind(v1::DELAY_CONSTANT);
   config.mutable_delay()->set_seconds(0.01);
-  config.mutable_optimizer()->mutable_schedule()->set_kind("cosine");
+  config.mutable_optimizer()->mutable_schedule()->set_kind(v1::SCHEDULE_COSINE);
   config.mutable_stop()->set_max_steps(0);
   config.mutable_stop()->set_max_epochs(2);
   start();
@@ -740,7 +740,7 @@ TEST_F(CoordinatorTest, ScheduleSizedInEpochsSpansThemWhateverRequeueAdds) {
 TEST(ComputeLoop, DelayCappedAtTauStopsAtTauOtherwiseRunsWhole) {
   for (const bool cap : {false, true}) {
     v1::RunConfig config = parse_run_config(kConfig, "unit");
-    config.mutable_delay()->set_kind("constant");
+    config.mutable_delay()->set_kind(v1::DELAY_CONSTANT);
     config.mutable_delay()->set_seconds(0.2);
     config.mutable_delay()->set_cap_at_tau(cap);
     finalize_run_config(config);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -199,12 +200,23 @@ TEST(LedgerCheckpoint, RestoreMidEpochContinuesIdentically) {
     const PlannedMicroBatch open1 = sim.ledger.take(9, sim.step, 1);
     const PlannedMicroBatch open2 = sim.ledger.take(9, sim.step, 2);
     sim.ledger.drop(open1.id);
-    const std::string bytes = sim.ledger.serialize();
-    Ledger restored = Ledger::restore(bytes);
-    EXPECT_EQ(restored.serialize(), bytes);
+    const v1::LedgerState state = sim.ledger.state();
+    // What the test is about: a mid-epoch state with work in every place.
+    EXPECT_EQ(state.epoch(), 1u);
+    EXPECT_GT(state.cursor(), 0u);
+    EXPECT_LT(state.cursor(), 613u);
+    EXPECT_EQ(state.in_flight_size(), 1);
+    EXPECT_EQ(state.requeued_size() > 0, requeue);
+    EXPECT_EQ(state.lost_size() > 0, !requeue);
+    // Through the wire format, as a checkpoint stores it.
+    v1::LedgerState stored;
+    ASSERT_TRUE(stored.ParseFromString(state.SerializeAsString()));
+    Ledger restored = Ledger::restore(stored);
+    EXPECT_EQ(restored.state().SerializeAsString(), state.SerializeAsString());
     EXPECT_EQ(restored.epoch(), sim.ledger.epoch());
     EXPECT_EQ(restored.pending(), sim.ledger.pending());
     EXPECT_TRUE(restored.is_in_flight(open2.id));
+    EXPECT_FALSE(restored.is_in_flight(open1.id));
     // The same operations on both give the same micro-batches.
     Rng ops({5, requeue ? 1u : 0u});
     for (int i = 0; i < 4000; ++i) {
@@ -237,26 +249,95 @@ TEST(LedgerCheckpoint, RestoreMidEpochContinuesIdentically) {
         restored.start_next_epoch();
       }
     }
-    EXPECT_EQ(sim.ledger.serialize(), restored.serialize());
+    EXPECT_EQ(sim.ledger.state().SerializeAsString(), restored.state().SerializeAsString());
     EXPECT_GE(sim.ledger.epoch(), 3u);
   }
 }
 
-TEST(LedgerCheckpoint, MalformedBytesAreRefused) {
+TEST(LedgerCheckpoint, StateHoldsEveryPartOfTheLedger) {
+  Ledger ledger(40, 9, true);
+  const PlannedMicroBatch a = ledger.take(6, 3, 0);
+  const PlannedMicroBatch b = ledger.take(5, 3, 7);
+  const PlannedMicroBatch c = ledger.take(4, 3, 1);
+  ledger.complete(c.id);
+  ledger.drop(a.id);
+  const v1::LedgerState state = ledger.state();
+  EXPECT_EQ(state.dataset_size(), 40u);
+  EXPECT_EQ(state.seed(), 9u);
+  EXPECT_TRUE(state.requeue());
+  EXPECT_EQ(state.cursor(), 15u);
+  EXPECT_EQ(state.next_microbatch_id(), 4u);
+  ASSERT_EQ(state.requeued_size(), 1);
+  EXPECT_EQ(state.requeued(0).position(), 0u);
+  EXPECT_EQ(
+      std::vector<uint64_t>(state.requeued(0).samples().begin(), state.requeued(0).samples().end()),
+      a.samples);
+  ASSERT_EQ(state.in_flight_size(), 1);
+  EXPECT_EQ(state.in_flight(0).id(), b.id);
+  EXPECT_EQ(state.in_flight(0).step(), 3u);
+  EXPECT_EQ(state.in_flight(0).worker(), 7u);
+  EXPECT_EQ(state.in_flight(0).position(), 6u);
+  ASSERT_EQ(state.completions().size(), 40u);
+  for (uint64_t s = 0; s < 40; ++s) {
+    const bool done = std::find(c.samples.begin(), c.samples.end(), s) != c.samples.end();
+    EXPECT_EQ(state.completions()[s], done ? 1 : 0) << "sample " << s;
+  }
+  // The restored ledger plans the requeued micro-batch first, then fresh samples.
+  Ledger restored = Ledger::restore(state);
+  EXPECT_EQ(restored.take(10, 4, 0).samples, a.samples);
+  EXPECT_EQ(restored.take(1, 4, 0).id, 5u);
+  restored.orphan_worker(7);
+  EXPECT_FALSE(restored.is_in_flight(b.id));
+}
+
+TEST(LedgerCheckpoint, InconsistentStatesAreRefusedNamingTheProblem) {
   Ledger ledger(64, 2, true);
   const PlannedMicroBatch a = ledger.take(10, 0, 0);
   ledger.take(10, 0, 1);
   ledger.drop(a.id);
-  const std::string bytes = ledger.serialize();
-  EXPECT_THROW(Ledger::restore(""), std::invalid_argument);
-  EXPECT_THROW(Ledger::restore("not a ledger at all, just text"), std::invalid_argument);
-  EXPECT_THROW(Ledger::restore(bytes.substr(0, bytes.size() - 1)), std::invalid_argument);
-  for (size_t i = 0; i < bytes.size(); i += 7) {
-    std::string flipped = bytes;
-    flipped[i] = static_cast<char>(flipped[i] ^ 0x20);
-    EXPECT_THROW(Ledger::restore(flipped), std::invalid_argument) << "byte " << i;
-  }
-  Ledger restored = Ledger::restore(bytes);
+  const v1::LedgerState good = ledger.state();
+  ASSERT_EQ(good.requeued_size(), 1);
+  ASSERT_EQ(good.in_flight_size(), 1);
+  auto refusal = [&](const std::function<void(v1::LedgerState&)>& spoil) {
+    v1::LedgerState bad = good;
+    spoil(bad);
+    try {
+      Ledger::restore(bad);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("restored");
+  };
+  auto refused_with = [](const std::string& what, const std::string& part) {
+    return what.find(part) != std::string::npos && what.find("corrupt") != std::string::npos;
+  };
+  std::string what = refusal([](v1::LedgerState& s) { s.set_dataset_size(0); });
+  EXPECT_TRUE(refused_with(what, "dataset size is 0")) << what;
+  what = refusal([](v1::LedgerState& s) { s.set_dataset_size(1ULL << 60); });
+  EXPECT_TRUE(refused_with(what, "64 completion counts")) << what;
+  what = refusal([](v1::LedgerState& s) { s.set_cursor(65); });
+  EXPECT_TRUE(refused_with(what, "cursor 65")) << what;
+  what = refusal([](v1::LedgerState& s) { s.set_next_microbatch_id(0); });
+  EXPECT_TRUE(refused_with(what, "ids start at 1")) << what;
+  what = refusal([](v1::LedgerState& s) { s.set_seed(3); });  // another permutation
+  EXPECT_TRUE(refused_with(what, "does not match epoch 0's permutation")) << what;
+  what = refusal([](v1::LedgerState& s) { s.mutable_requeued(0)->set_samples(0, 63); });
+  EXPECT_TRUE(refused_with(what, "does not match")) << what;
+  what = refusal([](v1::LedgerState& s) { s.mutable_in_flight(0)->set_position(5); });
+  EXPECT_TRUE(refused_with(what, "two micro-batches hold permutation position 5")) << what;
+  what = refusal([](v1::LedgerState& s) { s.mutable_in_flight(0)->set_position(15); });
+  EXPECT_TRUE(refused_with(what, "outside the handed-out 20 positions")) << what;
+  what = refusal([](v1::LedgerState& s) { s.mutable_requeued(0)->clear_samples(); });
+  EXPECT_TRUE(refused_with(what, "of 0 samples")) << what;
+  what = refusal([](v1::LedgerState& s) { s.mutable_in_flight(0)->set_id(3); });
+  EXPECT_TRUE(refused_with(what, "id 3 is not in 1..2")) << what;
+  what = refusal([](v1::LedgerState& s) { *s.add_in_flight() = s.in_flight(0); });
+  EXPECT_FALSE(what == "restored") << "the same micro-batch twice";
+  what = refusal([](v1::LedgerState& s) { s.add_lost(64); });
+  EXPECT_TRUE(refused_with(what, "lost sample id 64")) << what;
+  EXPECT_EQ(refusal([](v1::LedgerState&) {}), "restored");
+
+  Ledger restored = Ledger::restore(good);
   restored.drop_all_in_flight();
   EXPECT_EQ(restored.pending(), 64u);
 }

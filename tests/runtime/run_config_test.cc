@@ -7,6 +7,8 @@
 #include <cmath>
 #include <filesystem>
 
+#include "runtime/text_format.h"
+
 namespace dctrain {
 namespace {
 
@@ -31,8 +33,8 @@ TEST(RunConfig, ParsesAndFillsDefaults) {
   EXPECT_EQ(c.workers(), 3u);
   EXPECT_TRUE(std::isinf(c.step().tau()));
   EXPECT_TRUE(requeue_enabled(c.step()));
-  EXPECT_EQ(c.step().normalize(), "completed");
-  EXPECT_EQ(c.delay().kind(), "none");
+  EXPECT_EQ(c.step().normalize(), v1::NORMALIZE_COMPLETED);
+  EXPECT_EQ(c.delay().kind(), v1::DELAY_NONE);
   EXPECT_DOUBLE_EQ(c.liveness().heartbeat_seconds(), 0.5);
   EXPECT_EQ(c.delay().seed(), 7u);
   // The printed config parses back to the same message.
@@ -51,6 +53,67 @@ TEST(RunConfig, ParseErrorNamesFileLineAndField) {
   }
 }
 
+TEST(RunConfig, KindsReadAndPrintTheWordsUsersWrite) {
+  v1::RunConfig c = parse_run_config(R"(
+model { name: "bert-tiny" }
+dataset { kind: "text-mlm" }
+optimizer { kind: "adamw" lr: 0.001 schedule { kind: "cosine" clock: "samples" } }
+step { global_batch: 32 micro_batch: 8 normalize: "nominal" tau_policy: "auto" }
+delay { kind: "dropcompute" }
+stop { max_epochs: 1 }
+)",
+                                     "words.cfg");
+  EXPECT_EQ(c.model().name(), v1::MODEL_BERT_TINY);
+  EXPECT_EQ(c.dataset().kind(), v1::DATASET_TEXT_MLM);
+  EXPECT_EQ(c.optimizer().kind(), v1::OPTIMIZER_ADAMW);
+  EXPECT_EQ(c.optimizer().schedule().kind(), v1::SCHEDULE_COSINE);
+  EXPECT_EQ(c.optimizer().schedule().clock(), v1::CLOCK_SAMPLES);
+  EXPECT_EQ(c.step().normalize(), v1::NORMALIZE_NOMINAL);
+  EXPECT_EQ(c.step().tau_policy(), v1::TAU_POLICY_AUTO);
+  EXPECT_EQ(c.delay().kind(), v1::DELAY_DROPCOMPUTE);
+  EXPECT_EQ(word(c.dataset().kind()), "text-mlm");
+  finalize_run_config(c);
+  const std::string text = to_text(c);
+  for (const char* line : {"name: \"bert-tiny\"", "kind: \"text-mlm\"", "kind: \"adamw\"",
+                           "kind: \"cosine\"", "clock: \"samples\"", "normalize: \"nominal\"",
+                           "tau_policy: \"auto\"", "kind: \"dropcompute\""}) {
+    EXPECT_TRUE(mentions(text, line)) << line << " in\n" << text;
+  }
+  EXPECT_FALSE(mentions(text, "DELAY_")) << text;
+  // Defaults are printed as words too; "" leaves a kind unset (its default).
+  v1::RunConfig d = parse_run_config("model { name: \"mlp\" } delay { kind: \"\" }", "empty.cfg");
+  EXPECT_EQ(d.delay().kind(), v1::DELAY_UNSET);
+  apply_defaults(d);
+  const std::string defaults = to_text(d);
+  for (const char* line :
+       {"kind: \"synthetic\"", "kind: \"sgd\"", "kind: \"constant\"", "clock: \"updates\"",
+        "normalize: \"completed\"", "tau_policy: \"fixed\"", "kind: \"none\""}) {
+    EXPECT_TRUE(mentions(defaults, line)) << line << " in\n" << defaults;
+  }
+}
+
+TEST(RunConfig, UnknownWordNamesTheFieldTheWordAndTheAllowedWords) {
+  try {
+    parse_run_config(
+        "workers: 2\nmodel { name: \"resnet21\" }\ndelay {\n  kind: \"lognormal\"\n}\n",
+        "words.cfg");
+    FAIL() << "unknown words must not parse";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_TRUE(mentions(what,
+                         "words.cfg:2:9: model.name 'resnet21' is not known; use 'resnet20', "
+                         "'bert-tiny', 'mnist-cnn' or 'mlp'"))
+        << what;
+    EXPECT_TRUE(mentions(what,
+                         "words.cfg:4:3: delay.kind 'lognormal' is not known; use 'none', "
+                         "'constant', 'exponential', 'dropcompute' or 'bimodal'"))
+        << what;
+    EXPECT_TRUE(mentions(what, "proto/config.proto")) << what;
+  }
+  // A bare word is still a syntax error, with its position, as before.
+  EXPECT_THROW(parse_run_config("delay { kind: dropcompute }", "bare.cfg"), std::runtime_error);
+}
+
 TEST(RunConfig, MissingFileIsAClearError) {
   try {
     load_run_config("/nonexistent/run.cfg");
@@ -62,11 +125,11 @@ TEST(RunConfig, MissingFileIsAClearError) {
 
 TEST(RunConfig, ValidatorListsEveryProblem) {
   v1::RunConfig c = parse_run_config(kGood, "x");
-  c.mutable_model()->set_name("resnet21");
+  c.mutable_model()->clear_name();
   c.mutable_step()->set_micro_batch(7);
   c.mutable_step()->set_tau(-1.0);
   c.mutable_optimizer()->set_lr(0.0);
-  c.mutable_delay()->set_kind("lognormal");
+  c.mutable_delay()->set_kind(static_cast<v1::DelayKind>(42));  // e.g. from another version
   c.mutable_delay()->add_slow_workers(5);
   try {
     finalize_run_config(c);
@@ -74,11 +137,13 @@ TEST(RunConfig, ValidatorListsEveryProblem) {
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     EXPECT_TRUE(mentions(what, "6 problems")) << what;
-    EXPECT_TRUE(mentions(what, "'resnet21'")) << what;
+    EXPECT_TRUE(
+        mentions(what, "model.name is not set; use 'resnet20', 'bert-tiny', 'mnist-cnn' or 'mlp'"))
+        << what;
     EXPECT_TRUE(mentions(what, "micro_batch 7 does not divide step.global_batch 48")) << what;
     EXPECT_TRUE(mentions(what, "step.tau is -1")) << what;
     EXPECT_TRUE(mentions(what, "optimizer.lr")) << what;
-    EXPECT_TRUE(mentions(what, "'lognormal'")) << what;
+    EXPECT_TRUE(mentions(what, "delay.kind is 42, which is not a known value")) << what;
     EXPECT_TRUE(mentions(what, "rank 5")) << what;
   }
 }
@@ -86,7 +151,7 @@ TEST(RunConfig, ValidatorListsEveryProblem) {
 TEST(RunConfig, NeedsAStopCriterionAndARelativeDataPath) {
   v1::RunConfig c = parse_run_config(kGood, "x");
   c.mutable_stop()->Clear();
-  c.mutable_dataset()->set_kind("mnist");
+  c.mutable_dataset()->set_kind(v1::DATASET_MNIST);
   c.mutable_dataset()->add_train_files("/abs/mnist/train-images-idx3-ubyte.gz");
   c.mutable_dataset()->add_train_files("mnist/train-labels-idx1-ubyte.gz");
   const auto problems = [&] { apply_defaults(c); return validate(c); }();

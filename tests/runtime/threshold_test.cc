@@ -230,12 +230,12 @@ TEST(Threshold, ConfigAndTauOption) {
                                      "test");
   v1::RunConfig fixed = c;
   finalize_run_config(fixed);
-  EXPECT_EQ(fixed.step().tau_policy(), "fixed");
+  EXPECT_EQ(fixed.step().tau_policy(), v1::TAU_POLICY_FIXED);
   EXPECT_FALSE(fixed.step().has_auto_tau()) << "a fixed threshold's config stays as it was";
 
   apply_tau_option("auto", *c.mutable_step());
   finalize_run_config(c);
-  EXPECT_EQ(c.step().tau_policy(), "auto");
+  EXPECT_EQ(c.step().tau_policy(), v1::TAU_POLICY_AUTO);
   EXPECT_TRUE(std::isinf(c.step().tau()));
   EXPECT_EQ(c.step().auto_tau().warmup_steps(), 10u);
   EXPECT_EQ(c.step().auto_tau().window_steps(), 50u);
@@ -253,21 +253,23 @@ TEST(Threshold, ConfigAndTauOption) {
       << problems[0];
 
   apply_tau_option("0.5", *c.mutable_step());
-  EXPECT_EQ(c.step().tau_policy(), "fixed");
+  EXPECT_EQ(c.step().tau_policy(), v1::TAU_POLICY_FIXED);
   EXPECT_DOUBLE_EQ(c.step().tau(), 0.5);
   EXPECT_FALSE(c.step().has_auto_tau());
   EXPECT_THROW(apply_tau_option("automatic", *c.mutable_step()), std::invalid_argument);
 
   v1::RunConfig unknown = fixed;
-  unknown.mutable_step()->set_tau_policy("adaptive");
-  EXPECT_NE(validate(unknown).at(0).find("step.tau_policy 'adaptive' is not known"),
+  unknown.mutable_step()->set_tau_policy(static_cast<v1::TauPolicy>(7));
+  EXPECT_NE(validate(unknown).at(0).find("step.tau_policy is 7, which is not a known value; use "
+                                         "'fixed' or 'auto'"),
             std::string::npos);
+  EXPECT_THROW(parse_run_config("step { tau_policy: \"adaptive\" }", "test"), std::runtime_error);
 }
 
 TEST(Threshold, FixedPolicyNeverMoves) {
   v1::StepConfig step;
   step.set_tau(0.25);
-  step.set_tau_policy("fixed");
+  step.set_tau_policy(v1::TAU_POLICY_FIXED);
   Threshold threshold(step, 1);
   EXPECT_FALSE(threshold.automatic());
   StepObservation s;

@@ -72,8 +72,9 @@ startup_seconds: 2
   EXPECT_EQ(p90.info.baseline(), "m_w2_dc_tau-inf_s1");
   EXPECT_EQ(plan.cases[2].info.case_name(), "m_w2_dc_tau-p90_norequeue_s1");
   EXPECT_FALSE(plan.cases[2].config.step().requeue());
-  EXPECT_EQ(plan.cases[2].config.step().normalize(), "nominal") << "the original DropCompute";
-  EXPECT_NE(p90.config.step().normalize(), "nominal");
+  EXPECT_EQ(plan.cases[2].config.step().normalize(), v1::NORMALIZE_NOMINAL)
+      << "the original DropCompute";
+  EXPECT_NE(p90.config.step().normalize(), v1::NORMALIZE_NOMINAL);
   EXPECT_EQ(plan.cases[3].info.case_name(), "m_w2_dc_tau-0.05s_requeue_s1");
   EXPECT_EQ(plan.cases[3].config.step().tau(), 0.05);
   EXPECT_EQ(plan.cases[5].info.case_name(), "m_w2_dc_tau-auto_requeue_s1");

@@ -35,7 +35,7 @@ bool name_safe(const std::string& name) {
 uint64_t expected_steps(const v1::RunConfig& c) {
   const uint64_t max_steps = c.stop().max_steps();
   uint64_t samples = c.dataset().train_limit();
-  if (samples == 0 && c.dataset().kind() == "synthetic") samples = c.dataset().synthetic_samples();
+  if (samples == 0 && !reads_files(c.dataset().kind())) samples = c.dataset().synthetic_samples();
   uint64_t epoch_steps = 0;
   if (c.stop().max_epochs() > 0 && samples > 0 && c.step().global_batch() > 0) {
     epoch_steps = static_cast<uint64_t>(
@@ -187,7 +187,8 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
     std::vector<v1::DelayCase> delays(sweep.delays().begin(), sweep.delays().end());
     if (delays.empty()) {
       v1::DelayCase d;
-      d.set_name(base.delay().kind().empty() ? "none" : base.delay().kind());
+      d.set_name(
+          word(base.delay().kind() == v1::DELAY_UNSET ? v1::DELAY_NONE : base.delay().kind()));
       *d.mutable_delay() = base.delay();
       delays.push_back(d);
     }
@@ -214,7 +215,7 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
               // Requeue off is the original DropCompute: what was dropped is
               // lost, and the step's gradient is still averaged over the
               // nominal batch (normalize "nominal"), as in the paper.
-              if (!requeue) c.config.mutable_step()->set_normalize("nominal");
+              if (!requeue) c.config.mutable_step()->set_normalize(v1::NORMALIZE_NOMINAL);
               // As dctrain-launch --tau does: "auto" hands tau to the
               // coordinator; any other policy is fixed (a percentile is
               // resolved when its baseline has run).
@@ -223,9 +224,9 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
                                ? tau.value
                                : std::numeric_limits<double>::infinity());
               if (tau.kind == TauPolicy::Kind::kAuto) {
-                step.set_tau_policy("auto");
+                step.set_tau_policy(v1::TAU_POLICY_AUTO);
               } else {
-                step.set_tau_policy("fixed");
+                step.set_tau_policy(v1::TAU_POLICY_FIXED);
                 step.clear_auto_tau();
               }
               const std::string name = case_name(model, w, delay.name(), tau, requeue, seed);

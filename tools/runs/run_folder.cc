@@ -167,9 +167,10 @@ v1::CaseInfo case_info_from_config(const v1::RunConfig& config, const std::strin
   info.set_case_name(folder_name);
   info.set_model(config.name());
   info.set_workers(config.workers());
-  info.set_delay(config.delay().kind().empty() ? "none" : config.delay().kind());
-  info.set_tau_policy(config.step().tau_policy() == "auto" ? "auto"
-                                                           : tau_text(config.step().tau()));
+  info.set_delay(
+      word(config.delay().kind() == v1::DELAY_UNSET ? v1::DELAY_NONE : config.delay().kind()));
+  info.set_tau_policy(
+      config.step().tau_policy() == v1::TAU_POLICY_AUTO ? "auto" : tau_text(config.step().tau()));
   info.set_tau_seconds(config.step().tau());
   info.set_requeue(requeue_enabled(config.step()));
   info.set_seed(config.seed());
