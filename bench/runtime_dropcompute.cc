@@ -8,21 +8,22 @@
 // as a fraction of the step time, next to compute and communication.
 //
 //   build/release/bench/bench_runtime_dropcompute [--steps 30] [--workers 4] [--rounds 2]
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
+#include "metrics/metrics_json.h"
 
 #include "common/child_process.h"
 
@@ -36,34 +37,29 @@ struct StepFigures {
   std::vector<double> compute;  // per worker
 };
 
-std::vector<double> all_numbers(const std::string& line, const std::string& name) {
-  std::vector<double> out;
-  const std::regex re("\"" + name + "\":([-0-9.eE+]+)");
-  for (auto it = std::sregex_iterator(line.begin(), line.end(), re); it != std::sregex_iterator(); ++it) {
-    out.push_back(std::stod((*it)[1]));
-  }
-  return out;
-}
-
-double number(const std::string& line, const std::string& name) {
-  const auto v = all_numbers(line, name);
-  return v.empty() ? 0.0 : v.front();
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::vector<StepFigures> read_steps(const fs::path& metrics) {
   std::vector<StepFigures> steps;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    if (line.find("\"type\":\"step\"") == std::string::npos) continue;
+  for (const dctrain::v1::StepRecord& r :
+       dctrain::parse_metrics(read_text(metrics), metrics.string()).steps) {
     StepFigures s;
-    s.step = number(line, "step_seconds");
-    s.reduce = number(line, "reduce_seconds");
-    s.apply = number(line, "apply_seconds");
-    s.samples = static_cast<uint64_t>(number(line, "samples"));
-    s.planned = static_cast<uint64_t>(number(line, "planned"));
-    s.dropped = static_cast<uint64_t>(number(line, "dropped") + number(line, "orphaned"));
-    s.compute = all_numbers(line, "compute_seconds");
-    const auto overhead = all_numbers(line, "overhead_seconds");
+    s.step = r.step_seconds();
+    s.reduce = r.reduce_seconds();
+    s.apply = r.apply_seconds();
+    s.samples = r.samples();
+    s.planned = r.planned();
+    s.dropped = r.dropped() + r.orphaned();
+    std::vector<double> overhead;
+    for (const dctrain::v1::WorkerStep& w : r.workers()) {
+      s.compute.push_back(w.compute_seconds());
+      overhead.push_back(w.overhead_seconds());
+    }
     s.max_compute = s.compute.empty() ? 0.0 : *std::max_element(s.compute.begin(), s.compute.end());
     s.max_overhead = overhead.empty() ? 0.0 : *std::max_element(overhead.begin(), overhead.end());
     steps.push_back(s);
@@ -73,27 +69,15 @@ std::vector<StepFigures> read_steps(const fs::path& metrics) {
 
 // Which CPU and OpenBLAS core the processes of a run computed on, from its
 // summary.json (the coordinator's "blas" and each worker's).
-void print_blas(const fs::path& summary) {
-  std::ifstream in(summary);
-  const std::string fields =
-      R"re("core": "([^"]*)", "how": "([^"]*)".*"cpu_model": "([^"]*)".*"sgemm_gflops": ([^,]+),)re";
-  const std::regex worker(R"re("name": "([^"]+)".*"blas": \{.*)re" + fields);
-  const std::regex coordinator(R"re(^  "blas": \{.*)re" + fields);
-  for (std::string line; std::getline(in, line);) {
-    if (line.find("\"cause\":") != std::string::npos) continue;  // a slow worker, listed again
-    std::smatch m;
-    std::string who;
-    if (std::regex_search(line, m, coordinator)) {
-      who = "coordinator";
-    } else if (std::regex_search(line, m, worker)) {
-      who = m[1].str();
-    } else {
-      continue;
-    }
-    const size_t k = m.size() - 4;  // the first of the four fields
+void print_blas(const fs::path& path) {
+  const dctrain::v1::RunSummary summary = dctrain::parse_summary(read_text(path), path.string());
+  const auto print = [](const std::string& who, const dctrain::v1::BlasInfo& b) {
     std::printf("BLAS: %s on %s: core %s (%s), start-up sgemm %.1f GFLOP/s\n", who.c_str(),
-                m[k + 2].str().c_str(), m[k].str().c_str(), m[k + 1].str().c_str(),
-                std::atof(m[k + 3].str().c_str()));
+                b.cpu_model().c_str(), b.core().c_str(), b.how().c_str(), b.sgemm_gflops());
+  };
+  if (summary.has_blas()) print("coordinator", summary.blas());
+  for (const dctrain::v1::PerWorkerTotals& w : summary.per_worker()) {
+    if (w.has_blas()) print(w.name(), w.blas());
   }
 }
 

@@ -433,16 +433,17 @@ void Coordinator::start_step(double now) {
 }
 
 void Coordinator::close_step(double now) {
-  StepRecord record = settle_step();
-  record.step_seconds = now - step_started_;
+  ClosedStep closed = settle_step();
+  v1::StepRecord& record = closed.record;
+  record.set_step_seconds(now - step_started_);
   uint64_t planned_samples = 0;
   for (const auto& [rank, p] : planned_) planned_samples += p.samples;
-  reduce_and_apply(record, planned_samples);
+  reduce_and_apply(closed, planned_samples);
   count_step(record);
-  record.epoch = ledger_.epoch();
-  record.epochs = epochs();
-  record.wall_seconds = wall(now);
-  worker_summary_.step_closed(record);
+  record.set_epoch(static_cast<uint32_t>(ledger_.epoch()));
+  record.set_epochs(epochs());
+  record.set_wall_seconds(wall(now));
+  worker_summary_.step_closed(record, closed.planned);
   track_misses(record);
   for (const auto& [rank, p] : planned_) {
     if (p.resync && membership_.at(rank).live) {
@@ -477,15 +478,15 @@ void Coordinator::close_step(double now) {
   // workers' (the next step's clock starts when its plans go out).
   const uint64_t every = config_.eval().every_steps();
   if (evaluator_ != nullptr && ((every > 0 && t.steps() % every == 0) || (every == 0 && epoch_ended))) {
-    record.eval_seconds = evaluate(now);
+    record.set_eval_seconds(evaluate(now));
   }
   const uint64_t checkpoint_every = config_.checkpoint().every_steps();
   const std::optional<std::string> stop = stop_reached(now);
   if (checkpoint_every > 0 && t.steps() % checkpoint_every == 0 && !stop) {
-    record.checkpoint_seconds = checkpoint(now);
+    record.set_checkpoint_seconds(checkpoint(now));
   }
   metrics_.record_step(record);
-  observe_threshold(record, now);
+  observe_threshold(closed, now);
   if (stop) {
     finish(*stop, 0, now);
     return;
@@ -493,29 +494,31 @@ void Coordinator::close_step(double now) {
   start_step(clock_());
 }
 
-StepRecord Coordinator::settle_step() {
-  StepRecord record;
-  record.step = step_;
-  record.tau = threshold_.tau();
+ClosedStep Coordinator::settle_step() {
+  ClosedStep closed;
+  v1::StepRecord& record = closed.record;
+  record.set_step(static_cast<uint32_t>(step_));
+  *record.mutable_tau() = tau_value(threshold_.tau());
   const bool requeue = config_.step().requeue();
+  uint64_t planned = 0, samples = 0, completed = 0, dropped = 0, orphaned = 0, lost_samples = 0;
   for (auto& [rank, p] : planned_) {
-    WorkerStepRecord w;
-    w.rank = rank;
-    w.name = membership_.at(rank).name;
-    w.missed = p.missed;
-    w.planned = p.micro_batches.size();
-    w.checksum_ok = !p.resync;
-    record.planned += p.micro_batches.size();
+    v1::WorkerStep& w = *record.add_workers();
+    w.set_rank(rank);
+    w.set_name(membership_.at(rank).name);
+    w.set_missed(p.missed);
+    closed.planned[rank] = p.micro_batches.size();
+    w.set_checksum_ok(!p.resync);
+    planned += p.micro_batches.size();
     if (p.contribution) {
       const v1::Contribution& c = *p.contribution;
-      w.contributed = true;
-      w.compute_seconds = c.compute_seconds();
-      w.overhead_seconds = c.overhead_seconds();
-      w.completed = static_cast<uint64_t>(c.completed_size());
-      w.dropped = static_cast<uint64_t>(c.dropped_size());
-      w.samples = c.samples();
+      w.set_contributed(true);
+      w.set_compute_seconds(c.compute_seconds());
+      w.set_overhead_seconds(c.overhead_seconds());
+      w.set_completed(static_cast<uint32_t>(c.completed_size()));
+      w.set_dropped(static_cast<uint32_t>(c.dropped_size()));
+      w.set_samples(static_cast<uint32_t>(c.samples()));
       for (const v1::MicroBatchTime& t : c.completed()) {
-        w.micro_batch_seconds.push_back(t.compute_seconds());
+        w.add_micro_batch_seconds(t.compute_seconds());
         ledger_.complete(t.id());
       }
       uint64_t dropped_samples = 0;
@@ -523,31 +526,37 @@ StepRecord Coordinator::settle_step() {
         ledger_.drop(id);
         dropped_samples += p.sizes[id];
       }
-      if (!requeue) record.lost_samples += dropped_samples;
-      record.loss_sum += c.loss_sum();
-      record.loss_terms += c.loss_terms();
-      record.samples += c.samples();
-      record.correct += c.correct();
-      record.completed += w.completed;
-      record.dropped += w.dropped;
+      if (!requeue) lost_samples += dropped_samples;
+      closed.loss_sum += c.loss_sum();
+      closed.loss_terms += c.loss_terms();
+      samples += c.samples();
+      closed.correct += c.correct();
+      completed += w.completed();
+      dropped += w.dropped();
     } else {
-      record.orphaned += p.micro_batches.size();
-      if (!requeue) record.lost_samples += p.samples;
+      orphaned += p.micro_batches.size();
+      if (!requeue) lost_samples += p.samples;
     }
-    record.workers.push_back(std::move(w));
   }
-  record.requeued = requeue ? record.dropped + record.orphaned : 0;
-  record.applied = record.samples > 0;
-  if (record.loss_terms > 0) {
-    const auto terms = static_cast<double>(record.loss_terms);
-    record.loss = record.loss_sum / terms;
-    record.accuracy = static_cast<double>(record.correct) / terms;
-    last_loss_ = record.loss;
+  record.set_planned(static_cast<uint32_t>(planned));
+  record.set_samples(static_cast<uint32_t>(samples));
+  record.set_completed(static_cast<uint32_t>(completed));
+  record.set_dropped(static_cast<uint32_t>(dropped));
+  record.set_orphaned(static_cast<uint32_t>(orphaned));
+  record.set_lost_samples(static_cast<uint32_t>(lost_samples));
+  record.set_requeued(requeue ? record.dropped() + record.orphaned() : 0);
+  record.set_applied(samples > 0);
+  if (closed.loss_terms > 0) {
+    const auto terms = static_cast<double>(closed.loss_terms);
+    record.set_loss(closed.loss_sum / terms);
+    record.set_accuracy(static_cast<double>(closed.correct) / terms);
+    last_loss_ = record.loss();
   }
-  return record;
+  return closed;
 }
 
-void Coordinator::reduce_and_apply(StepRecord& record, uint64_t planned_samples) {
+void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples) {
+  v1::StepRecord& record = closed.record;
   // The gradient of the mean loss over what was completed (or, with
   // normalize "nominal", over what was planned): loss terms are samples for
   // the classifiers and masked tokens for MLM, so the divisor is in the
@@ -555,13 +564,13 @@ void Coordinator::reduce_and_apply(StepRecord& record, uint64_t planned_samples)
   // planned than the global batch) is weighted by its size, so the epoch's
   // last few samples do not move the model as much as a full step.
   const double reduce_begin = clock_();
-  const auto terms = static_cast<double>(record.loss_terms);
+  const auto terms = static_cast<double>(closed.loss_terms);
   double divisor = terms;
   switch (config_.step().normalize()) {
     case v1::NORMALIZE_NOMINAL:
-      if (record.samples > 0) {
+      if (record.samples() > 0) {
         divisor =
-            terms * static_cast<double>(planned_samples) / static_cast<double>(record.samples);
+            terms * static_cast<double>(planned_samples) / static_cast<double>(record.samples());
       }
       break;
     case v1::NORMALIZE_COMPLETED:
@@ -574,66 +583,70 @@ void Coordinator::reduce_and_apply(StepRecord& record, uint64_t planned_samples)
   if (planned_samples > 0 && static_cast<double>(planned_samples) < global_batch) {
     divisor *= global_batch / static_cast<double>(planned_samples);
   }
-  reducer_.finish(divisor, static_cast<double>(record.samples));
-  record.reduce_seconds = clock_() - reduce_begin;
+  reducer_.finish(divisor, static_cast<double>(record.samples()));
+  record.set_reduce_seconds(clock_() - reduce_begin);
 
   const v1::RunTotals& t = metrics_.totals();
-  record.lr = learning_rate(schedule_, schedule_position(config_, replica_.optimizer_steps(),
-                                                         t.samples_completed() + t.samples_lost()));
+  record.set_lr(
+      learning_rate(schedule_, schedule_position(config_, replica_.optimizer_steps(),
+                                                 t.samples_completed() + t.samples_lost())));
   Message update;
   update.envelope = make_envelope(step_, kCoordinatorName);
   v1::Update& body = *update.envelope.mutable_update();
-  body.set_applied(record.applied);
-  body.set_samples(record.samples);
-  body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()) + (record.applied ? 1 : 0));
-  body.set_learning_rate(record.lr);
+  body.set_applied(record.applied());
+  body.set_samples(record.samples());
+  body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()) +
+                           (record.applied() ? 1 : 0));
+  body.set_learning_rate(record.lr());
   add_tensor(update, "gradient", reducer_.gradient());
   if (replica_.buffer_count() > 0) add_tensor(update, "statistics", reducer_.statistics());
   for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(update));
 
   const double apply_begin = clock_();
-  if (record.applied) replica_.apply_update(reducer_.gradient(), reducer_.statistics(), record.lr);
+  if (record.applied())
+    replica_.apply_update(reducer_.gradient(), reducer_.statistics(), record.lr());
   start_checksum_ = replica_.parameter_checksum();
-  record.apply_seconds = clock_() - apply_begin;
+  record.set_apply_seconds(clock_() - apply_begin);
 }
 
-void Coordinator::count_step(const StepRecord& record) {
+void Coordinator::count_step(const v1::StepRecord& record) {
   double max_compute = 0.0, compute_total = 0.0;
-  for (const WorkerStepRecord& w : record.workers) {
-    if (!w.contributed) continue;
-    max_compute = std::max(max_compute, w.compute_seconds);
-    compute_total += w.compute_seconds;
+  for (const v1::WorkerStep& w : record.workers()) {
+    if (!w.contributed()) continue;
+    max_compute = std::max(max_compute, w.compute_seconds());
+    compute_total += w.compute_seconds();
   }
   // What one step costs on the clock the threshold predicts: plans out to
   // the update applied, without evaluations and checkpoints.
-  const double cycle = record.step_seconds + record.reduce_seconds + record.apply_seconds;
+  const double cycle = record.step_seconds() + record.reduce_seconds() + record.apply_seconds();
   v1::RunTotals& t = metrics_.totals();
   t.set_steps(t.steps() + 1);
-  t.set_samples_completed(t.samples_completed() + record.samples);
-  t.set_microbatches_completed(t.microbatches_completed() + record.completed);
-  t.set_microbatches_dropped(t.microbatches_dropped() + record.dropped);
-  t.set_microbatches_orphaned(t.microbatches_orphaned() + record.orphaned);
-  t.set_samples_lost(t.samples_lost() + record.lost_samples);
+  t.set_samples_completed(t.samples_completed() + record.samples());
+  t.set_microbatches_completed(t.microbatches_completed() + record.completed());
+  t.set_microbatches_dropped(t.microbatches_dropped() + record.dropped());
+  t.set_microbatches_orphaned(t.microbatches_orphaned() + record.orphaned());
+  t.set_samples_lost(t.samples_lost() + record.lost_samples());
   t.set_compute_seconds(t.compute_seconds() + compute_total);
-  t.set_step_seconds(t.step_seconds() + record.step_seconds);
+  t.set_step_seconds(t.step_seconds() + record.step_seconds());
   t.set_max_compute_seconds(t.max_compute_seconds() + max_compute);
   t.set_steps_at_tau(t.steps_at_tau() + 1);
   t.set_step_seconds_at_tau(t.step_seconds_at_tau() + cycle);
-  t.set_microbatches_planned_at_tau(t.microbatches_planned_at_tau() + record.planned);
-  t.set_microbatches_dropped_at_tau(t.microbatches_dropped_at_tau() + record.dropped + record.orphaned);
-  epoch_samples_ += record.samples + record.lost_samples;
-  progress_samples_ += record.samples;
+  t.set_microbatches_planned_at_tau(t.microbatches_planned_at_tau() + record.planned());
+  t.set_microbatches_dropped_at_tau(t.microbatches_dropped_at_tau() + record.dropped() +
+                                    record.orphaned());
+  epoch_samples_ += record.samples() + record.lost_samples();
+  progress_samples_ += record.samples();
   recent_step_seconds_ = recent_step_seconds_ == 0.0 ? cycle : 0.8 * recent_step_seconds_ + 0.2 * cycle;
 }
 
-void Coordinator::track_misses(const StepRecord& record) {
+void Coordinator::track_misses(const v1::StepRecord& record) {
   const uint32_t limit = config_.liveness().release_after_missed_steps();
-  for (const WorkerStepRecord& w : record.workers) {
-    Member& m = membership_.at(w.rank);
-    if (!m.live || m.name != w.name) continue;
-    const bool missed_deadline = w.missed && w.checksum_ok;
+  for (const v1::WorkerStep& w : record.workers()) {
+    Member& m = membership_.at(w.rank());
+    if (!m.live || m.name != w.name()) continue;
+    const bool missed_deadline = w.missed() && w.checksum_ok();
     m.missed_in_a_row = missed_deadline ? m.missed_in_a_row + 1 : 0;
-    if (limit > 0 && m.missed_in_a_row >= limit) release(w.rank, m.missed_in_a_row);
+    if (limit > 0 && m.missed_in_a_row >= limit) release(w.rank(), m.missed_in_a_row);
   }
 }
 
@@ -655,21 +668,26 @@ void Coordinator::release(uint32_t rank, uint32_t missed) {
   membership_.mark_dead(rank);
 }
 
-void Coordinator::observe_threshold(const StepRecord& record, double now) {
+void Coordinator::observe_threshold(const ClosedStep& closed, double now) {
   if (!threshold_.automatic()) return;
+  const v1::StepRecord& record = closed.record;
   StepObservation observation;
-  observation.step = record.step;
+  observation.step = record.step();
   double max_compute = 0.0;
   bool complete = true;
-  for (const WorkerStepRecord& w : record.workers) {
-    if (w.contributed) {
-      observation.workers.push_back({w.rank, w.micro_batch_seconds, static_cast<uint32_t>(w.dropped)});
-      max_compute = std::max(max_compute, w.compute_seconds);
+  for (const v1::WorkerStep& w : record.workers()) {
+    if (w.contributed()) {
+      observation.workers.push_back(
+          {w.rank(),
+           {w.micro_batch_seconds().begin(), w.micro_batch_seconds().end()},
+           w.dropped()});
+      max_compute = std::max(max_compute, w.compute_seconds());
     } else {
       // A worker that missed the deadline or died: its times are unknown.
       // Leaving the step out would keep only the fast steps; it stays, with
       // its whole plan filled as dropped micro-batches are.
-      observation.workers.push_back({w.rank, {}, static_cast<uint32_t>(w.planned)});
+      observation.workers.push_back(
+          {w.rank(), {}, static_cast<uint32_t>(closed.planned.at(w.rank()))});
       complete = false;
     }
   }
@@ -678,7 +696,7 @@ void Coordinator::observe_threshold(const StepRecord& record, double now) {
   // the coordinator's update applied; evaluations and checkpoints are not in
   // it). A step that waited for a deadline says nothing about it.
   observation.overhead_seconds = std::max(
-      0.0, record.step_seconds + record.reduce_seconds + record.apply_seconds - max_compute);
+      0.0, record.step_seconds() + record.reduce_seconds() + record.apply_seconds() - max_compute);
   observation.overhead_known = complete;
   const std::optional<ThresholdDecision> d = threshold_.observe(std::move(observation));
   if (!d) return;
@@ -694,10 +712,23 @@ void Coordinator::observe_threshold(const StepRecord& record, double now) {
   last.set_baseline_step_seconds(e.baseline_step_seconds);
   last.set_overhead_seconds(e.overhead_seconds);
   last.set_steps(static_cast<uint32_t>(e.steps));
-  metrics_.record_tau(TauRecord{d->step, wall(now), d->why, d->changed, d->old_tau, d->new_tau, e.tau,
-                                e.drop_rate, e.speedup, e.step_seconds, e.baseline_step_seconds,
-                                e.overhead_seconds, e.steps, d->in_force.drop_rate,
-                                d->in_force.speedup});
+  v1::TauRecord r;
+  r.set_step(static_cast<uint32_t>(d->step));
+  r.set_wall_seconds(wall(now));
+  r.set_why(d->why);
+  r.set_changed(d->changed);
+  *r.mutable_old_tau() = tau_value(d->old_tau);
+  *r.mutable_new_tau() = tau_value(d->new_tau);
+  *r.mutable_best_tau() = tau_value(e.tau);
+  r.set_predicted_drop_rate(e.drop_rate);
+  r.set_predicted_speedup(e.speedup);
+  r.set_predicted_step_seconds(e.step_seconds);
+  r.set_predicted_baseline_step_seconds(e.baseline_step_seconds);
+  r.set_overhead_seconds(e.overhead_seconds);
+  r.set_steps(static_cast<uint32_t>(e.steps));
+  r.set_old_tau_drop_rate(d->in_force.drop_rate);
+  r.set_old_tau_speedup(d->in_force.speedup);
+  metrics_.record_tau(r);
   if (d->changed) {
     t.set_tau_changes(t.tau_changes() + 1);
     t.set_tau(d->new_tau);
@@ -727,7 +758,14 @@ double Coordinator::evaluate(double now) {
   t.set_last_eval_loss(e.loss);
   t.set_last_eval_accuracy(e.accuracy);
   t.set_last_eval_step(t.steps());
-  EvalRecord r{t.steps(), epochs(), wall(now) + took, e.loss, e.accuracy, e.samples, took};
+  v1::EvalRecord r;
+  r.set_step(static_cast<uint32_t>(t.steps()));
+  r.set_epochs(epochs());
+  r.set_wall_seconds(wall(now) + took);
+  r.set_eval_loss(e.loss);
+  r.set_eval_accuracy(e.accuracy);
+  r.set_samples(static_cast<uint32_t>(e.samples));
+  r.set_seconds(took);
   metrics_.record_eval(r);
   log_->info("eval after step {}: loss {:.4f}, accuracy {:.2f}% on {} held-out samples ({:.1f} s)",
              t.steps(), e.loss, 100.0 * e.accuracy, e.samples, took);
@@ -794,10 +832,10 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
   t.set_wall_seconds(wall(now));
   if (!setup_.run_dir.empty()) {
     try {
-      metrics_.set_summary_members(
-          (setup_.blas ? fmt::format("\"blas\": {},\n  ", blas_json(*setup_.blas)) : "") +
-          worker_summary_.json_members());
-      metrics_.write_summary(setup_.run_dir / "summary.json", config_, wall(now), epochs(), reason);
+      v1::RunSummary summary = metrics_.summary(config_, wall(now), epochs(), reason);
+      if (setup_.blas) *summary.mutable_blas() = *setup_.blas;
+      worker_summary_.add_to(summary);
+      write_summary(setup_.run_dir / "summary.json", summary);
     } catch (const std::exception& e) {
       log_->error("{}", e.what());
     }

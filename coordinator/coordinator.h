@@ -109,14 +109,14 @@ class Coordinator {
   bool start_when_ready(double now);
   void close_step(double now);
   // The contributions of the closed step into the ledger and its record.
-  StepRecord settle_step();
+  ClosedStep settle_step();
   // The reduce, the update to every live replica and the coordinator's own.
-  void reduce_and_apply(StepRecord& record, uint64_t planned_samples);
-  void count_step(const StepRecord& record);
+  void reduce_and_apply(ClosedStep& closed, uint64_t planned_samples);
+  void count_step(const v1::StepRecord& record);
   // Consecutive misses per worker; releases those past the limit.
-  void track_misses(const StepRecord& record);
+  void track_misses(const v1::StepRecord& record);
   // Feeds a closed step to the threshold; logs and records its estimates.
-  void observe_threshold(const StepRecord& record, double now);
+  void observe_threshold(const ClosedStep& closed, double now);
   // Each returns the seconds it took on the coordinator's clock.
   double evaluate(double now);
   double checkpoint(double now);

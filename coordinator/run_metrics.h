@@ -1,81 +1,33 @@
 // What a run records: metrics.jsonl (one JSON object per line: a "step"
 // record per step, an "eval" record per evaluation, an "epoch" record with
 // the ledger's audit per epoch, a "tau" record per automatic threshold
-// estimate), the totals behind summary.json, and the
-// progress line.
+// estimate; schema in proto/metrics.proto), the totals behind summary.json,
+// and the progress line.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "coordinator/ledger.h"
+#include "metrics/metrics_json.h"
 #include "proto/config.pb.h"
+#include "proto/metrics.pb.h"
 
 namespace dctrain {
 
-struct WorkerStepRecord {
-  uint32_t rank = 0;
-  std::string name;
-  bool contributed = false;
-  bool missed = false;               // missed the deadline or died during the step
-  double compute_seconds = 0.0;
-  double overhead_seconds = 0.0;
-  uint64_t completed = 0, dropped = 0, samples = 0;
-  bool checksum_ok = true;
-  std::vector<double> micro_batch_seconds;
-  uint64_t planned = 0;               // micro-batches planned for it
-  double arrival_seconds = -1.0;      // plan sent -> contribution arrived; -1: none in time
-};
-
-struct StepRecord {
-  uint64_t step = 0;
-  uint64_t epoch = 0;
-  double epochs = 0.0;               // fractional epochs done after this step
-  double wall_seconds = 0.0;         // since the run started (resumes included)
-  double step_seconds = 0.0;         // plans sent to the last contribution (or the deadline)
-  double reduce_seconds = 0.0;       // after the last contribution: finishing the sum, dividing
-  double apply_seconds = 0.0;        // the coordinator's own optimizer update
-  double eval_seconds = 0.0;         // evaluation after this step (0: none); not in step_seconds
-  double checkpoint_seconds = 0.0;   // checkpoint after this step (0: none); not in step_seconds
-  double tau = 0.0;
-  double lr = 0.0;
-  bool applied = false;
-  uint64_t samples = 0;
-  double loss_sum = 0.0;             // over the contributions
+// A step as the coordinator closes it: its metrics.jsonl record, and what it
+// sums on the way that the record does not carry.
+struct ClosedStep {
+  v1::StepRecord record;
+  double loss_sum = 0.0;  // over the contributions
   uint64_t loss_terms = 0, correct = 0;
-  double loss = 0.0, accuracy = 0.0;
-  uint64_t planned = 0, completed = 0, dropped = 0, orphaned = 0, requeued = 0, lost_samples = 0;
-  std::vector<WorkerStepRecord> workers;
-};
-
-struct EvalRecord {
-  uint64_t step = 0;
-  double epochs = 0.0;
-  double wall_seconds = 0.0;
-  double loss = 0.0, accuracy = 0.0;
-  uint64_t samples = 0;
-  double seconds = 0.0;              // time the evaluation took
-};
-
-// An estimate of the automatic threshold (coordinator/threshold.h), recorded
-// whether or not it moved tau.
-struct TauRecord {
-  uint64_t step = 0;                 // estimated after this step; a change applies from the next
-  double wall_seconds = 0.0;
-  std::string why;                   // "warm-up" or "re-estimate"
-  bool changed = false;
-  double old_tau = 0.0, new_tau = 0.0;
-  double best_tau = 0.0;             // the estimate's argmax
-  double drop_rate = 0.0, speedup = 0.0;  // predicted at best_tau
-  double step_seconds = 0.0;         // predicted at best_tau, overhead included
-  double baseline_step_seconds = 0.0;// predicted at tau = inf
-  double overhead_seconds = 0.0;
-  uint64_t steps = 0;                // recorded steps used
-  double old_drop_rate = 0.0, old_speedup = 0.0;  // predicted at old_tau on the same steps
+  // Micro-batches planned, by worker rank (a worker that did not contribute
+  // has no count of its own in the record).
+  std::map<uint32_t, uint64_t> planned;
 };
 
 class RunMetrics {
@@ -88,33 +40,31 @@ class RunMetrics {
   // Records removed when resuming.
   uint64_t records_superseded() const { return superseded_; }
 
-  void record_step(const StepRecord& record);
-  void record_eval(const EvalRecord& record);
+  // Each appends one line to metrics.jsonl; the record's type is set here.
+  void record_step(const v1::StepRecord& record);
+  void record_eval(const v1::EvalRecord& record);
   // `steps`: steps done when the epoch ended.
   void record_epoch(const EpochAudit& audit, uint64_t steps, double wall_seconds);
-  void record_tau(const TauRecord& record);
+  void record_tau(const v1::TauRecord& record);
 
   v1::RunTotals& totals() { return totals_; }
   const v1::RunTotals& totals() const { return totals_; }
 
-  // summary.json, written atomically.
-  // Extra members for summary.json (JSON text, e.g. `"a": 1, "b": [2]`),
-  // written after the fixed ones.
-  void set_summary_members(std::string members) { summary_members_ = std::move(members); }
-
-  void write_summary(const std::filesystem::path& path, const v1::RunConfig& config,
-                     double wall_seconds, double epochs, const std::string& stop_reason) const;
+  // summary.json's figures from the totals and the config; the BLAS and the
+  // per-worker lists are the caller's to add.
+  v1::RunSummary summary(const v1::RunConfig& config, double wall_seconds, double epochs,
+                         const std::string& stop_reason) const;
 
  private:
+  template <typename Record>
+  void append(Record record, const char* type);
+
   std::ofstream out_;
   uint64_t superseded_ = 0;
   v1::RunTotals totals_;
-  std::string summary_members_;
 };
 
-// JSON number: finite values as shortest round-trip text, others as null.
-std::string json_number(double value);
-// JSON string literal with escapes.
-std::string json_string(const std::string& value);
+// Writes summary.json (metrics/metrics_json.h) to `path` atomically.
+void write_summary(const std::filesystem::path& path, const v1::RunSummary& summary);
 
 }  // namespace dctrain

@@ -4,7 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
+
+#include "metrics/metrics_json.h"
 
 namespace dctrain {
 
@@ -72,23 +73,27 @@ void WorkerSummary::contribution_arrived(const std::string& name, uint64_t step,
   }
 }
 
-void WorkerSummary::step_closed(StepRecord& record) {
-  for (WorkerStepRecord& r : record.workers) {
-    WorkerTotals& w = workers_[r.name];
-    w.name = r.name;
-    w.rank = r.rank;
+void WorkerSummary::step_closed(v1::StepRecord& record,
+                                const std::map<uint32_t, uint64_t>& planned) {
+  for (v1::WorkerStep& r : *record.mutable_workers()) {
+    WorkerTotals& w = workers_[r.name()];
+    w.name = r.name();
+    w.rank = r.rank();
     ++w.steps_planned;
-    if (r.contributed) {
+    std::optional<double> arrival_seconds;
+    if (r.contributed()) {
       ++w.steps_contributed;
-      const auto arrival = arrival_in_open_step_.find(r.name);
-      if (arrival != arrival_in_open_step_.end()) r.arrival_seconds = arrival->second;
-      w.completed += r.completed;
-      w.dropped += r.dropped;
+      const auto arrival = arrival_in_open_step_.find(r.name());
+      if (arrival != arrival_in_open_step_.end()) arrival_seconds = arrival->second;
+      w.completed += r.completed();
+      w.dropped += r.dropped();
     } else {
       // Its whole plan went back to the ledger (missed the deadline, died).
       ++w.steps_missed;
-      w.orphaned += r.planned;
+      const auto plan = planned.find(r.rank());
+      if (plan != planned.end()) w.orphaned += plan->second;
     }
+    *r.mutable_arrival_seconds() = number_or_null(arrival_seconds);
   }
   step_open_ = false;
   arrival_in_open_step_.clear();
@@ -136,52 +141,41 @@ void WorkerSummary::worker_released(const std::string& name, uint32_t rank, uint
   released_.push_back({name, rank, step, missed});
 }
 
-std::string WorkerSummary::json_members() const {
+void WorkerSummary::add_to(v1::RunSummary& summary) const {
   auto entry = [](const WorkerTotals& w) {
-    return fmt::format(
-        "{{\"name\": {}, \"rank\": {}, \"steps_planned\": {}, \"steps_contributed\": {}, "
-        "\"steps_missed\": {}, \"microbatches_completed\": {}, \"microbatches_dropped\": {}, "
-        "\"microbatches_orphaned\": {}, \"mean_micro_batch_seconds\": {}, "
-        "\"mean_arrival_seconds\": {}, \"mean_communication_seconds\": {}, "
-        "\"late_contributions\": {}, \"mean_late_arrival_seconds\": {}, \"blas\": {}",
-        json_string(w.name), w.rank, w.steps_planned, w.steps_contributed, w.steps_missed,
-        w.completed, w.dropped, w.orphaned, json_number(w.mean_micro_batch_seconds()),
-        json_number(w.arrivals == 0 ? 0.0 : w.arrival_seconds / static_cast<double>(w.arrivals)),
-        json_number(w.mean_communication_seconds()), w.late,
-        json_number(w.late == 0 ? 0.0 : w.late_arrival_seconds / static_cast<double>(w.late)),
-        w.blas ? blas_json(*w.blas) : std::string("null"));
+    const auto mean = [](double sum, uint64_t n) {
+      return n == 0 ? 0.0 : sum / static_cast<double>(n);
+    };
+    v1::PerWorkerTotals e;
+    e.set_name(w.name);
+    e.set_rank(w.rank);
+    e.set_steps_planned(static_cast<uint32_t>(w.steps_planned));
+    e.set_steps_contributed(static_cast<uint32_t>(w.steps_contributed));
+    e.set_steps_missed(static_cast<uint32_t>(w.steps_missed));
+    e.set_microbatches_completed(static_cast<uint32_t>(w.completed));
+    e.set_microbatches_dropped(static_cast<uint32_t>(w.dropped));
+    e.set_microbatches_orphaned(static_cast<uint32_t>(w.orphaned));
+    e.set_mean_micro_batch_seconds(w.mean_micro_batch_seconds());
+    e.set_mean_arrival_seconds(mean(w.arrival_seconds, w.arrivals));
+    e.set_mean_communication_seconds(w.mean_communication_seconds());
+    e.set_late_contributions(static_cast<uint32_t>(w.late));
+    e.set_mean_late_arrival_seconds(mean(w.late_arrival_seconds, w.late));
+    if (w.blas) *e.mutable_blas() = *w.blas;
+    return e;
   };
-  std::string per_worker, slow;
-  for (const WorkerTotals& w : totals()) {
-    per_worker += fmt::format("{}\n    {}}}", per_worker.empty() ? "" : ",", entry(w));
-  }
+  for (const WorkerTotals& w : totals()) *summary.add_per_worker() = entry(w);
   for (const auto& [w, cause] : slow_workers()) {
-    slow += fmt::format("{}\n    {}, \"cause\": {}}}", slow.empty() ? "" : ",", entry(w),
-                        json_string(cause));
+    v1::PerWorkerTotals& e = *summary.add_slow_workers();
+    e = entry(w);
+    e.set_cause(cause);
   }
-  std::string released;
   for (const Release& r : released_) {
-    released += fmt::format("{}\n    {{\"name\": {}, \"rank\": {}, \"step\": {}, \"missed_in_a_row\": {}}}",
-                            released.empty() ? "" : ",", json_string(r.name), r.rank, r.step, r.missed);
+    v1::ReleasedWorker& e = *summary.add_released_workers();
+    e.set_name(r.name);
+    e.set_rank(r.rank);
+    e.set_step(static_cast<uint32_t>(r.step));
+    e.set_missed_in_a_row(r.missed);
   }
-  return fmt::format(
-      "\"per_worker\": [{}\n  ],\n  \"slow_workers\": [{}{}],\n  \"released_workers\": [{}{}]",
-      per_worker, slow, slow.empty() ? "" : "\n  ", released, released.empty() ? "" : "\n  ");
-}
-
-std::string blas_json(const v1::BlasInfo& b) {
-  auto text_or_null = [](const std::string& s) {
-    return s.empty() ? std::string("null") : json_string(s);
-  };
-  return fmt::format(
-      "{{\"library\": {}, \"core\": {}, \"how\": {}, \"detected_core\": {}, "
-      "\"coretype\": {}, \"cpu_model\": {}, \"cpu_features\": {}, \"threads\": {}, "
-      "\"sgemm_size\": {}, \"sgemm_threads\": {}, \"sgemm_gflops\": {}, \"warning\": {}}}",
-      json_string(b.library()), json_string(b.core()), json_string(b.how()),
-      json_string(b.detected_core()), text_or_null(b.coretype()), json_string(b.cpu_model()),
-      json_string(b.cpu_features()), b.threads(), b.sgemm_size(), b.sgemm_threads(),
-      b.sgemm_size() == 0 ? std::string("null") : json_number(b.sgemm_gflops()),
-      text_or_null(b.warning()));
 }
 
 }  // namespace dctrain

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/run_metrics.h"
+#include "proto/metrics.pb.h"
 #include "proto/wire.pb.h"
 
 namespace dctrain {
@@ -45,8 +45,10 @@ class WorkerSummary {
   void contribution_arrived(const std::string& name, uint64_t step, const v1::Contribution& c,
                             double now);
   // Call when a step closes, before the record is written: fills each
-  // worker's arrival_seconds and adds the step to the totals.
-  void step_closed(StepRecord& record);
+  // worker's arrival_seconds and adds the step to the totals. `planned`:
+  // micro-batches planned, by rank (a worker that did not contribute
+  // orphaned them all).
+  void step_closed(v1::StepRecord& record, const std::map<uint32_t, uint64_t>& planned);
 
   // Call when the coordinator releases a worker for missing `missed`
   // deadlines in a row; summary.json lists it under "released_workers".
@@ -57,8 +59,8 @@ class WorkerSummary {
   // mean micro-batch time ("compute") or mean communication time
   // ("communication"), each with its cause.
   std::vector<std::pair<WorkerTotals, std::string>> slow_workers(double factor = 1.5) const;
-  // `"per_worker": [...], "slow_workers": [...]` for summary.json.
-  std::string json_members() const;
+  // summary.json's "per_worker", "slow_workers" and "released_workers".
+  void add_to(v1::RunSummary& summary) const;
 
  private:
   struct Release {
@@ -74,8 +76,5 @@ class WorkerSummary {
   uint64_t open_step_ = 0;
   bool step_open_ = false;
 };
-
-// A BlasInfo as a JSON object (summary.json's "blas", top level and per worker).
-std::string blas_json(const v1::BlasInfo& blas);
 
 }  // namespace dctrain

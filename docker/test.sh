@@ -195,8 +195,9 @@ begin=$(date +%s)
   --out "$work/plain" --data-dir "$data" --steps "$steps" >"$work/plain.log" 2>&1 ||
   { tail -n 30 "$work/plain.log"; fail "the plain run failed (log above)"; }
 
-# A field of summary.json (one field per line, as the coordinator writes it).
-field() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}\$/\1/p" "$1" | head -n 1; }
+# A top-level field of summary.json (Protobuf's JSON printer writes one per
+# line, indented by one space; nested objects are indented further).
+field() { sed -n "s/^ \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}\$/\1/p" "$1" | head -n 1; }
 plain_accuracy=$(field "$work/plain/summary.json" final_eval_accuracy)
 plain_loss=$(field "$work/plain/summary.json" final_eval_loss)
 say "plain run done in $(($(date +%s) - begin)) s: accuracy $plain_accuracy, eval loss $plain_loss"

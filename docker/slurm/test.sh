@@ -174,7 +174,8 @@ begin=$(date +%s)
 "$build_dir/bin/dctrain-launch" --workers "$workers" --config "$root/experiments/mnist-cnn.cfg" \
   --out "$work/plain" --data-dir "$data" --steps "$steps" >"$work/plain.log" 2>&1 ||
   { tail -n 30 "$work/plain.log"; fail "the plain run failed (log above)"; }
-field() { sed -n "s/^  \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}\$/\1/p" "$1" | head -n 1; }
+# A top-level field of summary.json (one per line, indented by one space).
+field() { sed -n "s/^ \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}\$/\1/p" "$1" | head -n 1; }
 say "plain run done in $(($(date +%s) - begin)) s: accuracy $(field "$work/plain/summary.json" final_eval_accuracy)"
 
 # --- the batch job ----------------------------------------------------------------

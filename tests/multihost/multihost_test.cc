@@ -13,11 +13,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <regex>
 #include <set>
-#include <sstream>
 
+#include "metrics/metrics_json.h"
 #include "tests/multihost/hosts.h"
 #include "tests/runtime/process.h"
 #include "worker/worker.h"
@@ -78,26 +76,6 @@ std::filesystem::path make_dir(const std::string& name) {
   return dir;
 }
 
-std::vector<std::string> lines_with(const std::string& text, const std::string& part) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) {
-    if (line.find(part) != std::string::npos) out.push_back(line);
-  }
-  return out;
-}
-
-// The value of field `name` in one line of JSON.
-std::string field(const std::string& json, const std::string& name) {
-  const std::regex re("\"" + name + "\": ?([^,}\\n]+)");
-  std::smatch m;
-  return std::regex_search(json, m, re) ? std::string(m[1]) : std::string();
-}
-double number(const std::string& json, const std::string& name) {
-  const std::string v = field(json, name);
-  return v.empty() || v == "null" ? -1.0 : std::stod(v);
-}
-
 // A coordinator and its workers, each started through a command prefix
 // (`ip netns exec NS`, possibly behind a cgroup), reaped on destruction.
 class Job {
@@ -154,9 +132,10 @@ class Job {
   std::filesystem::path run_dir() const { return dir_ / "run"; }
   const std::string& endpoint() const { return endpoint_; }
   std::string log() const { return read_text(run_dir() / "coordinator.log"); }
-  std::string summary() const { return read_text(run_dir() / "summary.json"); }
-  std::vector<std::string> step_records() const {
-    return lines_with(read_text(run_dir() / "metrics.jsonl"), "\"type\":\"step\"");
+  std::string summary_text() const { return read_text(run_dir() / "summary.json"); }
+  v1::RunSummary summary() const { return parse_summary(summary_text(), "summary.json"); }
+  std::vector<v1::StepRecord> step_records() const {
+    return parse_metrics(read_text(run_dir() / "metrics.jsonl"), "metrics.jsonl").steps;
   }
 
  private:
@@ -187,7 +166,7 @@ struct Cluster {
 TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
   SKIP_WITHOUT_PREREQUISITES();
   const std::string config = mnist_config("tau: inf", "stop { max_steps: 6 }");
-  std::vector<std::string> across, loopback;
+  std::vector<double> across, loopback;
   {
     Cluster cluster("a");
     if (!cluster.network.error().empty())
@@ -197,8 +176,8 @@ TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
     ASSERT_TRUE(run.endpoint().starts_with("tcp://10.231.0.10:")) << run.endpoint();
     for (int i = 0; i < kWorkers; ++i) run.start_worker(cluster.on(1 + i), fmt::format("w{}", i));
     run.expect_clean_finish(120s);
-    for (const std::string& r : run.step_records()) across.push_back(field(r, "loss"));
-    across.push_back(field(run.summary(), "final_eval_loss"));
+    for (const v1::StepRecord& r : run.step_records()) across.push_back(r.loss());
+    across.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
     // Each worker reached the coordinator from its own address.
     for (int i = 0; i < kWorkers; ++i) {
       const std::string out = read_text(run.run_dir() / ".." / fmt::format("w{}.out", i));
@@ -211,8 +190,8 @@ TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
     run.start_coordinator({}, "tcp://127.0.0.1:*");
     for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
     run.expect_clean_finish(120s);
-    for (const std::string& r : run.step_records()) loopback.push_back(field(r, "loss"));
-    loopback.push_back(field(run.summary(), "final_eval_loss"));
+    for (const v1::StepRecord& r : run.step_records()) loopback.push_back(r.loss());
+    loopback.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
   }
   ASSERT_EQ(across.size(), 7u);
@@ -258,65 +237,66 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     run.expect_clean_finish(150s, {2});
     if (::testing::Test::HasFailure()) return;
 
-    const std::string summary = run.summary();
-    EXPECT_EQ(field(summary, "workers_released"), "1") << summary;
-    const std::string released = summary.substr(summary.find("\"released_workers\""));
-    const auto released_lines = lines_with(released, "{\"name\": ");
-    ASSERT_EQ(released_lines.size(), 1u) << released;
-    EXPECT_EQ(field(released_lines[0], "name"), "\"w2-slow-link\"") << released;
-    EXPECT_EQ(field(released_lines[0], "missed_in_a_row"), "8") << released;
-    std::printf("%s\n", summary.c_str());
-    EXPECT_EQ(field(summary, "samples_lost"), "0") << summary;
-    EXPECT_EQ(field(summary, "samples"), "1536") << "one epoch, each sample exactly once";
-    EXPECT_EQ(field(summary, "epochs_audited"), "1");
-    EXPECT_EQ(field(summary, "audits_failed"), "0");
-    EXPECT_EQ(field(summary, "checksum_mismatches"), "0");
+    const std::string text = run.summary_text();
+    const v1::RunSummary summary = run.summary();
+    EXPECT_EQ(summary.workers_released(), 1u) << text;
+    ASSERT_EQ(summary.released_workers_size(), 1) << text;
+    EXPECT_EQ(summary.released_workers(0).name(), "w2-slow-link") << text;
+    EXPECT_EQ(summary.released_workers(0).missed_in_a_row(), 8u) << text;
+    std::printf("%s\n", text.c_str());
+    EXPECT_EQ(summary.samples_lost(), 0u) << text;
+    EXPECT_EQ(summary.samples(), 1536u) << "one epoch, each sample exactly once";
+    EXPECT_EQ(summary.epochs_audited(), 1u);
+    EXPECT_EQ(summary.audits_failed(), 0u);
+    EXPECT_EQ(summary.checksum_mismatches(), 0u);
     EXPECT_GT(quota.throttled_periods(), 0) << "the CPU quota never throttled the capped worker";
 
-    const auto per_worker = [&](const std::string& name) {
-      const auto lines = lines_with(summary, "{\"name\": \"" + name + "\"");
-      return lines.empty() ? std::string() : lines.front();
+    const auto per_worker = [&](const std::string& name) -> const v1::PerWorkerTotals* {
+      for (const v1::PerWorkerTotals& w : summary.per_worker()) {
+        if (w.name() == name) return &w;
+      }
+      return nullptr;
     };
-    const std::string free = per_worker("w0"), capped_cpu = per_worker("w1-capped-cpu"),
-                      slow_link = per_worker("w2-slow-link");
-    ASSERT_FALSE(free.empty() || capped_cpu.empty() || slow_link.empty()) << summary;
+    const v1::PerWorkerTotals *free_ptr = per_worker("w0"),
+                              *capped_ptr = per_worker("w1-capped-cpu"),
+                              *slow_ptr = per_worker("w2-slow-link");
+    ASSERT_FALSE(free_ptr == nullptr || capped_ptr == nullptr || slow_ptr == nullptr) << text;
+    const v1::PerWorkerTotals &free = *free_ptr, &capped_cpu = *capped_ptr, &slow_link = *slow_ptr;
     // tau dropped the capped worker's micro-batches; its contributions came in time.
-    EXPECT_GT(number(capped_cpu, "microbatches_dropped"), 0) << capped_cpu;
-    EXPECT_GT(number(capped_cpu, "mean_micro_batch_seconds"),
-              3 * number(free, "mean_micro_batch_seconds"))
-        << capped_cpu << "\n"
-        << free;
+    EXPECT_GT(capped_cpu.microbatches_dropped(), 0u) << capped_cpu.ShortDebugString();
+    EXPECT_GT(capped_cpu.mean_micro_batch_seconds(), 3 * free.mean_micro_batch_seconds())
+        << capped_cpu.ShortDebugString() << "\n"
+        << free.ShortDebugString();
     // The slow link computed as fast as the free worker but missed the
     // deadline: its planned micro-batches were orphaned and requeued, its
     // contributions arrived late, and the time went to the wire.
-    EXPECT_GT(number(slow_link, "steps_missed"), 0) << slow_link;
-    EXPECT_GT(number(slow_link, "microbatches_orphaned"), 0) << slow_link;
-    EXPECT_GT(number(slow_link, "late_contributions"), 0) << slow_link;
-    EXPECT_GT(number(slow_link, "mean_communication_seconds"), 0.5) << slow_link;
-    EXPECT_GT(number(slow_link, "mean_micro_batch_seconds"), 0) << slow_link;
-    EXPECT_LT(number(slow_link, "mean_micro_batch_seconds"),
-              2 * number(free, "mean_micro_batch_seconds"))
-        << slow_link << "\n"
-        << free;
+    EXPECT_GT(slow_link.steps_missed(), 0u) << slow_link.ShortDebugString();
+    EXPECT_GT(slow_link.microbatches_orphaned(), 0u) << slow_link.ShortDebugString();
+    EXPECT_GT(slow_link.late_contributions(), 0u) << slow_link.ShortDebugString();
+    EXPECT_GT(slow_link.mean_communication_seconds(), 0.5) << slow_link.ShortDebugString();
+    EXPECT_GT(slow_link.mean_micro_batch_seconds(), 0) << slow_link.ShortDebugString();
+    EXPECT_LT(slow_link.mean_micro_batch_seconds(), 2 * free.mean_micro_batch_seconds())
+        << slow_link.ShortDebugString() << "\n"
+        << free.ShortDebugString();
     // The free worker lost a smaller share of its micro-batches than either
     // straggler (a share: the released slow link was planned for 8 steps
     // only, so its count is small).
-    const auto lost = [](const std::string& w) {
-      const double missing = number(w, "microbatches_dropped") + number(w, "microbatches_orphaned");
-      return missing / (missing + number(w, "microbatches_completed"));
+    const auto lost = [](const v1::PerWorkerTotals& w) {
+      const double missing = w.microbatches_dropped() + w.microbatches_orphaned();
+      return missing / (missing + w.microbatches_completed());
     };
-    EXPECT_LT(lost(free), lost(capped_cpu)) << free << "\n" << capped_cpu;
-    EXPECT_LT(lost(free), lost(slow_link)) << free << "\n" << slow_link;
+    EXPECT_LT(lost(free), lost(capped_cpu)) << free.ShortDebugString() << "\n"
+                                            << capped_cpu.ShortDebugString();
+    EXPECT_LT(lost(free), lost(slow_link)) << free.ShortDebugString() << "\n"
+                                           << slow_link.ShortDebugString();
 
     // summary.json names exactly the two stragglers, each with its cause.
-    const size_t slow_at = summary.find("\"slow_workers\"");
-    const std::string slow = summary.substr(slow_at, summary.find("\"released_workers\"") - slow_at);
-    const auto named = lines_with(slow, "{\"name\": ");
-    ASSERT_EQ(named.size(), 2u) << slow;
-    EXPECT_EQ(field(named[0], "name"), "\"w1-capped-cpu\"") << slow;
-    EXPECT_NE(field(named[0], "cause").find("compute"), std::string::npos) << slow;
-    EXPECT_EQ(field(named[1], "name"), "\"w2-slow-link\"") << slow;
-    EXPECT_EQ(field(named[1], "cause"), "\"communication\"") << slow;
+    const auto& named = summary.slow_workers();
+    ASSERT_EQ(named.size(), 2) << text;
+    EXPECT_EQ(named[0].name(), "w1-capped-cpu") << text;
+    EXPECT_NE(named[0].cause().find("compute"), std::string::npos) << text;
+    EXPECT_EQ(named[1].name(), "w2-slow-link") << text;
+    EXPECT_EQ(named[1].cause(), "communication") << text;
   }
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
 }

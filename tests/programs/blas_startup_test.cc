@@ -19,6 +19,7 @@
 #include "common/blas_runtime.h"
 #include "common/child_process.h"
 #include "common/files.h"
+#include "metrics/metrics_json.h"
 
 namespace dctrain {
 namespace {
@@ -183,25 +184,35 @@ eval { every_steps: 4 batch: 64 }
     }
     EXPECT_EQ(said, 1u) << who << "\n" << r.output;
   }
-  const std::string summary = read_file_if_present(dir / "run" / "summary.json").value_or("");
-  const std::regex blas(
-      R"re("blas": \{"library": "OpenBLAS [0-9.]+", "core": "Prescott", "how": "environment", )re"
-      R"re("detected_core": "Prescott", "coretype": "Prescott", "cpu_model": "[^"]+", )re"
-      R"re("cpu_features": "[^"]+", "threads": 1, "sgemm_size": 512, "sgemm_threads": 1, )re"
-      R"re("sgemm_gflops": ([0-9.e+]+), "warning": null\})re");
+  const std::string text = read_file_if_present(dir / "run" / "summary.json").value_or("");
+  const v1::RunSummary summary = parse_summary(text, "summary.json");
+  const auto expect_prescott = [](const v1::BlasInfo& blas) {
+    EXPECT_TRUE(std::regex_match(blas.library(), std::regex("OpenBLAS [0-9.]+")))
+        << blas.ShortDebugString();
+    EXPECT_EQ(blas.core(), "Prescott");
+    EXPECT_EQ(blas.how(), "environment");
+    EXPECT_EQ(blas.detected_core(), "Prescott");
+    EXPECT_EQ(blas.coretype(), "Prescott");
+    EXPECT_FALSE(blas.cpu_model().empty());
+    EXPECT_FALSE(blas.cpu_features().empty());
+    EXPECT_EQ(blas.threads(), 1u);
+    EXPECT_EQ(blas.sgemm_size(), 512u);
+    EXPECT_EQ(blas.sgemm_threads(), 1u);
+    EXPECT_GT(blas.sgemm_gflops(), 0.0) << blas.ShortDebugString();
+    EXPECT_EQ(blas.warning(), "") << "no warning";
+  };
   // The coordinator's own, at the top level.
-  const auto top = lines_with(summary, "  \"blas\": {");
-  ASSERT_EQ(top.size(), 1u) << summary;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(top.front(), m, blas)) << top.front();
-  EXPECT_GT(std::stod(m[1]), 0.0) << top.front();
+  ASSERT_TRUE(summary.has_blas()) << text;
+  expect_prescott(summary.blas());
   for (const char* name : {"worker-0", "worker-1"}) {
-    // Its per_worker line (it may be listed again under slow_workers, with a cause).
-    auto line = lines_with(summary, fmt::format("{{\"name\": \"{}\"", name));
-    std::erase_if(line, [](const std::string& l) { return l.find("\"cause\":") != l.npos; });
-    ASSERT_EQ(line.size(), 1u) << summary;
-    ASSERT_TRUE(std::regex_search(line.front(), m, blas)) << line.front();
-    EXPECT_GT(std::stod(m[1]), 0.0) << line.front();
+    // Its per_worker entry (it may be listed again under slow_workers, with a cause).
+    std::vector<const v1::PerWorkerTotals*> entries;
+    for (const v1::PerWorkerTotals& w : summary.per_worker()) {
+      if (w.name() == name) entries.push_back(&w);
+    }
+    ASSERT_EQ(entries.size(), 1u) << text;
+    ASSERT_TRUE(entries.front()->has_blas()) << text;
+    expect_prescott(entries.front()->blas());
   }
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
 }

@@ -7,10 +7,10 @@
 
 #include <cmath>
 #include <fstream>
-#include <regex>
 #include <set>
 
 #include "common/version.h"
+#include "metrics/metrics_json.h"
 #include "tests/runtime/fake_cluster.h"
 
 namespace dctrain {
@@ -138,13 +138,12 @@ class CoordinatorTest : public ::testing::Test {
     return out;
   }
 
-  std::vector<std::string> metrics_lines(const std::string& type) {
-    std::ifstream in(run_dir / "metrics.jsonl");
-    std::vector<std::string> out;
-    for (std::string line; std::getline(in, line);) {
-      if (line.find("\"type\":\"" + type + "\"") != std::string::npos) out.push_back(line);
-    }
-    return out;
+  std::string run_file(const std::string& name) const {
+    std::ifstream in(run_dir / name);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  }
+  MetricsRecords metrics() const {
+    return parse_metrics(run_file("metrics.jsonl"), "metrics.jsonl");
   }
 
   double now = 0.0;
@@ -231,7 +230,7 @@ TEST_F(CoordinatorTest, RunStartsWhenAllJoinedAndReplicasStayIdentical) {
     EXPECT_EQ(count, 24u);
     EXPECT_EQ(all.size(), 24u);
   }
-  EXPECT_EQ(metrics_lines("step").size(), 4u);
+  EXPECT_EQ(metrics().steps.size(), 4u);
   EXPECT_TRUE(std::filesystem::exists(run_dir / "summary.json"));
 }
 
@@ -458,11 +457,11 @@ TEST_F(CoordinatorTest, DroppedMicroBatchesAreRequeuedAndEveryEpochAuditsClean) 
   EXPECT_EQ(t.samples_completed(), 2u * 240u);
   EXPECT_EQ(t.epochs_completed(), 2u);
   EXPECT_EQ(t.audits_failed(), 0u);
-  const auto epochs = metrics_lines("epoch");
+  const auto epochs = metrics().epochs;
   ASSERT_EQ(epochs.size(), 2u);
-  for (const std::string& e : epochs) {
-    EXPECT_NE(e.find("\"audit_ok\":true"), std::string::npos) << e;
-    EXPECT_NE(e.find("\"done\":240"), std::string::npos) << e;
+  for (const v1::EpochRecord& e : epochs) {
+    EXPECT_TRUE(e.audit_ok()) << e.ShortDebugString();
+    EXPECT_EQ(e.done(), 240u) << e.ShortDebugString();
   }
 }
 
@@ -513,14 +512,6 @@ TEST_F(CoordinatorTest, FourthWorkerIsRefusedWhileAllSlotsAreLive) {
   EXPECT_TRUE(log.contains("already has its 3 workers"));
 }
 
-
-// A field of one metrics.jsonl line, as text ("" when absent).
-std::string field_of(const std::string& line, const std::string& key) {
-  const std::regex re("\"" + key + "\":(\"[^\"]*\"|[^,}\\]]+)");
-  std::smatch m;
-  return std::regex_search(line, m, re) ? m[1].str() : std::string();
-}
-
 TEST_F(CoordinatorTest, SlowEvaluationNeverMakesAWorkerMissTheNextStep) {
   // An evaluation after every step takes 5 s on the coordinator's clock,
   // ten times tau + grace. The next step's clock starts when its plans go
@@ -539,12 +530,12 @@ TEST_F(CoordinatorTest, SlowEvaluationNeverMakesAWorkerMissTheNextStep) {
   EXPECT_EQ(coordinator->totals().microbatches_orphaned(), 0u) << log.text.str();
   EXPECT_FALSE(log.contains("missed the deadline")) << log.text.str();
   EXPECT_EQ(slow.count, 4);
-  const auto steps = metrics_lines("step");
+  const auto steps = metrics().steps;
   ASSERT_EQ(steps.size(), 4u);
-  for (const std::string& r : steps) {
-    EXPECT_EQ(std::stod(field_of(r, "step_seconds")), 0.0) << r;
-    EXPECT_EQ(std::stod(field_of(r, "eval_seconds")), 5.0) << r;
-    EXPECT_EQ(std::stod(field_of(r, "checkpoint_seconds")), 0.0) << r;
+  for (const v1::StepRecord& r : steps) {
+    EXPECT_EQ(r.step_seconds(), 0.0) << r.ShortDebugString();
+    EXPECT_EQ(r.eval_seconds(), 5.0) << r.ShortDebugString();
+    EXPECT_EQ(r.checkpoint_seconds(), 0.0) << r.ShortDebugString();
   }
 }
 
@@ -573,9 +564,9 @@ TEST_F(CoordinatorTest, StepZeroStartsOnceEveryWorkerHasLoadedItsData) {
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
   EXPECT_EQ(coordinator->totals().microbatches_orphaned(), 0u) << log.text.str();
-  const auto steps = metrics_lines("step");
+  const auto steps = metrics().steps;
   ASSERT_EQ(steps.size(), 4u);
-  EXPECT_EQ(std::stod(field_of(steps[0], "step_seconds")), 0.0) << steps[0];
+  EXPECT_EQ(steps[0].step_seconds(), 0.0) << steps[0].ShortDebugString();
 }
 
 TEST_F(CoordinatorTest, AutoTauOverheadLeavesOutEvaluationsAndTheStartUp) {
@@ -594,11 +585,11 @@ TEST_F(CoordinatorTest, AutoTauOverheadLeavesOutEvaluationsAndTheStartUp) {
   join_all();
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
-  const auto taus = metrics_lines("tau");
+  const auto taus = metrics().taus;
   ASSERT_EQ(taus.size(), 4u) << "step 0 skipped, 1-2 the warm-up, then an estimate after 3, 4, 5";
-  EXPECT_EQ(field_of(taus[0], "step"), "2") << taus[0];
-  EXPECT_EQ(field_of(taus[0], "steps"), "2") << taus[0];
-  for (const std::string& r : taus) EXPECT_EQ(std::stod(field_of(r, "overhead_seconds")), 0.0) << r;
+  EXPECT_EQ(taus[0].step(), 2u) << taus[0].ShortDebugString();
+  EXPECT_EQ(taus[0].steps(), 2u) << taus[0].ShortDebugString();
+  for (const v1::TauRecord& r : taus) EXPECT_EQ(r.overhead_seconds(), 0.0) << r.ShortDebugString();
 }
 
 TEST_F(CoordinatorTest, WorkerMissingManyDeadlinesInARowIsReleasedAndTheRunGoesOn) {
@@ -630,12 +621,13 @@ TEST_F(CoordinatorTest, WorkerMissingManyDeadlinesInARowIsReleasedAndTheRunGoesO
   EXPECT_EQ(plans[3].size(), 2u);
   EXPECT_EQ(plans[7].size(), 2u);
   EXPECT_EQ(coordinator->totals().steps(), 8u);
-  std::ifstream in(run_dir / "summary.json");
-  const std::string summary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(summary.find("\"released_workers\": [\n    {\"name\": \"b\", \"rank\": 1, \"step\": 2, "
-                         "\"missed_in_a_row\": 3}"),
-            std::string::npos)
-      << summary;
+  const v1::RunSummary summary = parse_summary(run_file("summary.json"), "summary.json");
+  ASSERT_FALSE(summary.released_workers().empty()) << summary.ShortDebugString();
+  const v1::ReleasedWorker& released = summary.released_workers(0);
+  EXPECT_EQ(released.name(), "b");
+  EXPECT_EQ(released.rank(), 1u);
+  EXPECT_EQ(released.step(), 2u);
+  EXPECT_EQ(released.missed_in_a_row(), 3u);
 }
 
 TEST_F(CoordinatorTest, ChecksumMismatchDropsTheContributionAndResyncsTheReplica) {
@@ -722,14 +714,14 @@ TEST_F(CoordinatorTest, ScheduleSizedInEpochsSpansThemWhateverRequeueAdds) {
   join_all();
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
-  const auto steps = metrics_lines("step");
+  const auto steps = metrics().steps;
   ASSERT_GT(steps.size(), 30u) << "requeue adds steps";
   uint64_t settled = 0;
-  for (const std::string& r : steps) {
+  for (const v1::StepRecord& r : steps) {
     const double expected = 0.1 * (1.0 + std::cos(M_PI * static_cast<double>(settled) / 480.0)) / 2.0;
-    EXPECT_NEAR(std::stod(field_of(r, "lr")), expected, 1e-12) << r;
-    EXPECT_GT(std::stod(field_of(r, "lr")), 0.0) << r;
-    settled += std::stoull(field_of(r, "samples"));
+    EXPECT_NEAR(r.lr(), expected, 1e-12) << r.ShortDebugString();
+    EXPECT_GT(r.lr(), 0.0) << r.ShortDebugString();
+    settled += r.samples();
   }
   EXPECT_EQ(settled, 480u);
 }

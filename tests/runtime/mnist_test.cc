@@ -1,13 +1,12 @@
 // The ready mnist-cnn config with 4 workers on real MNIST: one epoch reaches
 // at least 98% test accuracy. Takes about two minutes on two cores (label
 // "slow").
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <regex>
 
-#include <fmt/format.h>
-
+#include "metrics/metrics_json.h"
 #include "tests/runtime/process.h"
 
 namespace dctrain {
@@ -27,14 +26,14 @@ TEST(MnistCnn, FourWorkersReachNinetyEightPercentInOneEpoch) {
   const auto code = launch.wait_for(600s);
   ASSERT_TRUE(code.has_value()) << "still running after 10 minutes";
   ASSERT_EQ(*code, 0) << launch.output();
-  const std::string summary = testing::read_text(run / "summary.json");
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(summary, m, std::regex("\"final_eval_accuracy\": ([0-9.]+)"))) << summary;
-  const double accuracy = std::stod(m[1]);
-  std::printf("mnist-cnn, 4 workers, one epoch: test accuracy %.4f\n", accuracy);
-  EXPECT_GE(accuracy, 0.98) << summary;
-  EXPECT_NE(summary.find("\"checksum_mismatches\": 0"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("\"audits_failed\": 0"), std::string::npos) << summary;
+  const std::string text = testing::read_text(run / "summary.json");
+  const v1::RunSummary summary = parse_summary(text, "summary.json");
+  const std::optional<double> accuracy = optional_number(summary.final_eval_accuracy());
+  ASSERT_TRUE(accuracy.has_value()) << text;
+  std::printf("mnist-cnn, 4 workers, one epoch: test accuracy %.4f\n", *accuracy);
+  EXPECT_GE(*accuracy, 0.98) << text;
+  EXPECT_EQ(summary.checksum_mismatches(), 0u) << text;
+  EXPECT_EQ(summary.audits_failed(), 0u) << text;
   std::filesystem::remove_all(run);
   std::filesystem::remove(run.string() + ".out");
 }

@@ -2,9 +2,10 @@
 // with one process at tau = infinity, bit-for-bit reproducibility, drops and
 // requeue with an exact ledger, a worker killed with SIGKILL and restarted,
 // and garbage on the coordinator's port.
-#include <gtest/gtest.h>
+#include "tests/runtime/process.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <fstream>
@@ -16,13 +17,13 @@
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
-#include "runtime/replica.h"
-#include "runtime/run_config.h"
-#include "runtime/setup.h"
 #include "common/version.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/planner.h"
-#include "tests/runtime/process.h"
+#include "metrics/metrics_json.h"
+#include "runtime/replica.h"
+#include "runtime/run_config.h"
+#include "runtime/setup.h"
 
 namespace dctrain {
 namespace {
@@ -108,16 +109,14 @@ class Cluster {
     }
   }
 
-  std::vector<std::string> records(const std::string& type) const {
-    std::vector<std::string> out;
-    std::istringstream in(read_text(run_dir_ / "metrics.jsonl"));
-    for (std::string line; std::getline(in, line);) {
-      if (line.find("\"type\":\"" + type + "\"") != std::string::npos) out.push_back(line);
-    }
-    return out;
+  MetricsRecords records() const {
+    return parse_metrics(read_text(run_dir_ / "metrics.jsonl"),
+                         (run_dir_ / "metrics.jsonl").string());
   }
-
-  std::string summary() const { return read_text(run_dir_ / "summary.json"); }
+  v1::RunSummary summary() const {
+    return parse_summary(read_text(run_dir_ / "summary.json"),
+                         (run_dir_ / "summary.json").string());
+  }
   std::string log() const { return read_text(run_dir_ / "coordinator.log"); }
   const std::filesystem::path& run_dir() const { return run_dir_; }
   const std::string& endpoint() const { return endpoint_; }
@@ -133,14 +132,6 @@ class Cluster {
   std::map<std::string, int> restarts_;
 };
 
-// The value of a numeric JSON field in one line of JSON.
-std::string field(const std::string& json, const std::string& name) {
-  const std::regex re("\"" + name + "\": ?([^,}\\n]+)");
-  std::smatch m;
-  if (!std::regex_search(json, m, re)) return "";
-  return m[1];
-}
-
 TEST(Processes, TauInfinityWithThreeWorkersMatchesOneProcessAndEveryChecksumAgrees) {
   const int steps = 8;
   const std::string text = small_config(3, fmt::format(
@@ -152,15 +143,15 @@ TEST(Processes, TauInfinityWithThreeWorkersMatchesOneProcessAndEveryChecksumAgre
 
   // Every step: three contributions, each from a replica identical to the
   // coordinator's; the final one is checked by each worker (exit code 0).
-  const auto step_records = cluster.records("step");
+  const auto step_records = cluster.records().steps;
   ASSERT_EQ(step_records.size(), static_cast<size_t>(steps));
-  for (const std::string& r : step_records) {
-    size_t ok = 0, pos = 0;
-    while ((pos = r.find("\"checksum_ok\":true", pos)) != std::string::npos) ++ok, ++pos;
-    EXPECT_EQ(ok, 3u) << r;
-    EXPECT_EQ(r.find("\"checksum_ok\":false"), std::string::npos) << r;
+  for (const v1::StepRecord& r : step_records) {
+    size_t ok = 0, not_ok = 0;
+    for (const v1::WorkerStep& w : r.workers()) ++(w.checksum_ok() ? ok : not_ok);
+    EXPECT_EQ(ok, 3u) << r.ShortDebugString();
+    EXPECT_EQ(not_ok, 0u) << r.ShortDebugString();
   }
-  EXPECT_EQ(field(cluster.summary(), "checksum_mismatches"), "0");
+  EXPECT_EQ(cluster.summary().checksum_mismatches(), 0u);
 
   // One process on the same global batches (the plans are a function of the
   // ledger's seed), gradients accumulated micro-batch by micro-batch.
@@ -206,9 +197,10 @@ TEST(Processes, SameSeedWithoutDelaysGivesTheSameLossCurveBitForBit) {
     cluster.start_coordinator();
     cluster.start_workers();
     cluster.expect_clean_finish();
-    std::vector<std::string> losses;
-    for (const std::string& r : cluster.records("step")) losses.push_back(field(r, "loss"));
-    for (const std::string& r : cluster.records("eval")) losses.push_back(field(r, "eval_loss"));
+    std::vector<double> losses;
+    const MetricsRecords records = cluster.records();
+    for (const v1::StepRecord& r : records.steps) losses.push_back(r.loss());
+    for (const v1::EvalRecord& r : records.evals) losses.push_back(r.eval_loss());
     const std::string checkpoint = read_text(checkpoint_path(cluster.run_dir()));
     return std::make_pair(losses, checkpoint.substr(checkpoint.size() - 8));
   };
@@ -229,21 +221,22 @@ TEST(Processes, DelaysPastTauDropMicroBatchesThatAreRequeuedAndTheLedgerIsExact)
   cluster.start_coordinator();
   cluster.start_workers();
   cluster.expect_clean_finish();
-  const std::string summary = cluster.summary();
-  EXPECT_GT(std::stoi(field(summary, "microbatches_dropped")), 0) << summary;
-  EXPECT_EQ(field(summary, "samples_lost"), "0");
-  EXPECT_EQ(field(summary, "samples"), "960") << "2 epochs of 480 samples, each exactly once";
-  EXPECT_EQ(field(summary, "epochs_audited"), "2");
-  EXPECT_EQ(field(summary, "audits_failed"), "0");
-  const auto epochs = cluster.records("epoch");
-  ASSERT_EQ(epochs.size(), 2u);
-  for (const std::string& e : epochs) {
-    EXPECT_NE(e.find("\"audit_ok\":true"), std::string::npos) << e;
-    EXPECT_NE(e.find("\"done\":480"), std::string::npos) << e;
-    EXPECT_NE(e.find("\"duplicated\":0,\"missing\":0"), std::string::npos) << e;
+  const v1::RunSummary summary = cluster.summary();
+  EXPECT_GT(summary.microbatches_dropped(), 0u) << summary.ShortDebugString();
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
+  EXPECT_EQ(summary.epochs_audited(), 2u);
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  const MetricsRecords records = cluster.records();
+  ASSERT_EQ(records.epochs.size(), 2u);
+  for (const v1::EpochRecord& e : records.epochs) {
+    EXPECT_TRUE(e.audit_ok()) << e.ShortDebugString();
+    EXPECT_EQ(e.done(), 480u) << e.ShortDebugString();
+    EXPECT_EQ(e.duplicated(), 0u) << e.ShortDebugString();
+    EXPECT_EQ(e.missing(), 0u) << e.ShortDebugString();
   }
   bool requeued = false;
-  for (const std::string& r : cluster.records("step")) requeued |= field(r, "requeued") != "0";
+  for (const v1::StepRecord& r : records.steps) requeued |= r.requeued() != 0;
   EXPECT_TRUE(requeued);
 }
 
@@ -254,7 +247,8 @@ TEST(Processes, WorkerKilledMidStepIsNamedNothingIsLostAndItsRestartRejoins) {
                   3);
   cluster.start_coordinator();
   cluster.start_workers();
-  ASSERT_TRUE(eventually([&] { return cluster.records("step").size() >= 3; }, 40s)) << cluster.log();
+  ASSERT_TRUE(eventually([&] { return cluster.records().steps.size() >= 3; }, 40s))
+      << cluster.log();
   cluster.worker("w2").kill(SIGKILL);
   const std::regex silent("worker 'w2' \\(rank \\d\\) silent for");
   ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), silent); }, 20s)) << cluster.log();
@@ -262,23 +256,27 @@ TEST(Processes, WorkerKilledMidStepIsNamedNothingIsLostAndItsRestartRejoins) {
                                                           "because it died; its \\d+ micro-batches \\(\\d+ "
                                                           "samples\\) are requeued")))
       << cluster.log();
-  const size_t steps_without = cluster.records("step").size();
+  const size_t steps_without = cluster.records().steps.size();
   cluster.start_worker("w2");
   ASSERT_TRUE(eventually([&] {
     const std::string log = cluster.log();
     return log.find("worker 'w2' joined as rank") != log.rfind("worker 'w2' joined as rank");
   }, 20s)) << cluster.log();
   cluster.expect_clean_finish();
-  const std::string summary = cluster.summary();
-  EXPECT_EQ(field(summary, "samples_lost"), "0");
-  EXPECT_EQ(field(summary, "samples"), "1440") << "3 epochs of 480, each sample exactly once";
-  EXPECT_EQ(field(summary, "audits_failed"), "0");
-  EXPECT_EQ(field(summary, "checksum_mismatches"), "0");
-  EXPECT_GT(std::stoi(field(summary, "microbatches_orphaned")), 0);
+  const v1::RunSummary summary = cluster.summary();
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 1440u) << "3 epochs of 480, each sample exactly once";
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  EXPECT_EQ(summary.checksum_mismatches(), 0u);
+  EXPECT_GT(summary.microbatches_orphaned(), 0u);
   // After the restart the run went on with three workers again.
-  const auto steps = cluster.records("step");
+  const auto steps = cluster.records().steps;
   ASSERT_GT(steps.size(), steps_without + 1);
-  EXPECT_NE(steps.back().find("\"name\":\"w2\",\"contributed\":true"), std::string::npos) << steps.back();
+  bool w2_contributed = false;
+  for (const v1::WorkerStep& w : steps.back().workers()) {
+    w2_contributed |= w.name() == "w2" && w.contributed();
+  }
+  EXPECT_TRUE(w2_contributed) << steps.back().ShortDebugString();
 }
 
 TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesOn) {
@@ -286,7 +284,8 @@ TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesO
                   small_config(2, "delay { kind: \"constant\" seconds: 0.01 }\nstop { max_steps: 25 }"), 2);
   cluster.start_coordinator();
   cluster.start_workers();
-  ASSERT_TRUE(eventually([&] { return cluster.records("step").size() >= 2; }, 40s)) << cluster.log();
+  ASSERT_TRUE(eventually([&] { return cluster.records().steps.size() >= 2; }, 40s))
+      << cluster.log();
 
   zmq::context_t context(1);
   zmq::socket_t intruder(context, zmq::socket_type::dealer);
@@ -336,7 +335,7 @@ TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesO
   EXPECT_NE(log.find("dropped a message from peer 'intruder': header frame"), std::string::npos) << log;
   EXPECT_NE(log.find("dropped a message from peer 'intruder': tensor 'gradient'"), std::string::npos) << log;
   EXPECT_NE(log.find("refused peer 'intruder'"), std::string::npos) << log;
-  EXPECT_EQ(field(cluster.summary(), "steps"), "25");
+  EXPECT_EQ(cluster.summary().steps(), 25u);
 }
 
 TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrokenRun) {
@@ -348,13 +347,13 @@ TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrok
   Cluster broken("resume-broken", small_config(2, run), 2);
   broken.start_coordinator();
   broken.start_workers();
-  ASSERT_TRUE(eventually([&] { return broken.records("step").size() >= 8; }, 60s))
+  ASSERT_TRUE(eventually([&] { return broken.records().steps.size() >= 8; }, 60s))
       << broken.coordinator().output();
   broken.coordinator().kill(SIGKILL);
   ASSERT_TRUE(broken.coordinator().wait_for(10s).has_value());
   broken.worker("w0").kill(SIGKILL);
   broken.worker("w1").kill(SIGKILL);
-  const size_t before = broken.records("step").size();
+  const size_t before = broken.records().steps.size();
   ASSERT_GE(before, 8u);
   ASSERT_LT(before, 16u) << "killed mid-run";
   ASSERT_TRUE(std::filesystem::exists(checkpoint_path(broken.run_dir())));
@@ -383,8 +382,8 @@ TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrok
   unbroken.start_workers();
   unbroken.expect_clean_finish();
   auto losses = [](const Cluster& c) {
-    std::vector<std::string> out;
-    for (const std::string& r : c.records("step")) out.push_back(field(r, "step") + ":" + field(r, "loss"));
+    std::vector<std::pair<uint32_t, double>> out;
+    for (const v1::StepRecord& r : c.records().steps) out.emplace_back(r.step(), r.loss());
     return out;
   };
   // Every step once, in order, with the unbroken run's losses; the evals
@@ -393,8 +392,8 @@ TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrok
   ASSERT_EQ(a.size(), 16u);
   EXPECT_EQ(a, b);
   auto evals = [](const Cluster& c) {
-    std::vector<std::string> out;
-    for (const std::string& r : c.records("eval")) out.push_back(field(r, "step") + ":" + field(r, "eval_loss"));
+    std::vector<std::pair<uint32_t, double>> out;
+    for (const v1::EvalRecord& r : c.records().evals) out.emplace_back(r.step(), r.eval_loss());
     return out;
   };
   EXPECT_EQ(evals(broken), evals(unbroken));
@@ -413,7 +412,7 @@ TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {
   EXPECT_NE(out.find("[worker 0] "), std::string::npos);
   EXPECT_NE(out.find("[worker 1] "), std::string::npos);
   EXPECT_NE(out.find("final replica identical"), std::string::npos) << out;
-  EXPECT_EQ(field(read_text(dir / "run" / "summary.json"), "steps"), "6");
+  EXPECT_EQ(parse_summary(read_text(dir / "run" / "summary.json"), "summary.json").steps(), 6u);
 
   // A config the coordinator rejects: the launcher fails and says who failed.
   std::ofstream(dir / "bad.cfg") << small_config(2, "stop { max_steps: 6 }", "step { global_batch: 48 micro_batch: 7 }");

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "metrics/metrics_json.h"
 #include "tests/runtime/process.h"
 #include "worker/worker.h"
 
@@ -30,8 +31,6 @@ const std::string kBin = DCTRAIN_BIN_DIR;
 std::filesystem::path test_dir(const std::string& name) {
   return testing::fresh_dir(fmt::format("signal-{}", name));
 }
-
-using testing::count;
 
 // A run for two workers, far longer than the test.
 std::filesystem::path write_config(const std::filesystem::path& dir) {
@@ -72,7 +71,7 @@ struct LongRun {
   }
   std::string log() const { return read_text(dir / "run" / "coordinator.log"); }
   size_t steps() const {
-    return count(read_text(dir / "run" / "metrics.jsonl"), "\"type\":\"step\"");
+    return parse_metrics(read_text(dir / "run" / "metrics.jsonl"), "metrics.jsonl").steps.size();
   }
 
   std::filesystem::path dir;
@@ -107,10 +106,10 @@ TEST(StopSignals, SigtermMakesTheWorkerSayByeAndTheCoordinatorWriteItsSummary) {
   run.coordinator.kill(SIGTERM);
   EXPECT_EQ(run.coordinator.wait_for(20s), std::optional<int>(130)) << run.coordinator.output();
   EXPECT_NE(run.log().find("signal 15 received: ending the run"), std::string::npos) << run.log();
-  const std::string summary = read_text(dir / "run" / "summary.json");
-  EXPECT_NE(summary.find("\"stop_reason\": \"interrupted by a signal\""), std::string::npos)
-      << summary;
-  EXPECT_NE(summary.find("\"samples_lost\": 0,"), std::string::npos) << summary;
+  const v1::RunSummary summary =
+      parse_summary(read_text(dir / "run" / "summary.json"), "summary.json");
+  EXPECT_EQ(summary.stop_reason(), "interrupted by a signal") << summary.ShortDebugString();
+  EXPECT_EQ(summary.samples_lost(), 0u) << summary.ShortDebugString();
   // b leaves on the coordinator's bye, not by its own timeout.
   const auto b_code = b.wait_for(15s);
   ASSERT_TRUE(b_code.has_value()) << b.output();

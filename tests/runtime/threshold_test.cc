@@ -10,11 +10,11 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
-#include <regex>
 #include <set>
 
-#include "runtime/run_config.h"
 #include "coordinator/coordinator.h"
+#include "metrics/metrics_json.h"
+#include "runtime/run_config.h"
 #include "tests/runtime/fake_cluster.h"
 #include "tests/runtime/process.h"
 
@@ -452,19 +452,8 @@ TEST(Threshold, SmallMovesOfTheEstimateAreIgnoredLargeOnesFollowed) {
 
 // ------------------------------------------- end to end, fake clock
 
-std::vector<std::string> lines_of(const std::filesystem::path& path, const std::string& type) {
-  std::ifstream in(path);
-  std::vector<std::string> out;
-  for (std::string line; std::getline(in, line);) {
-    if (line.find("\"type\":\"" + type + "\"") != std::string::npos) out.push_back(line);
-  }
-  return out;
-}
-
-std::string field(const std::string& json, const std::string& key) {
-  const std::regex re("\"" + key + "\":\\s*(\"[^\"]*\"|[^,}\\n]+)");
-  std::smatch m;
-  return std::regex_search(json, m, re) ? m[1].str() : std::string("<missing>");
+MetricsRecords metrics_of(const std::filesystem::path& run_dir) {
+  return parse_metrics(testing::read_text(run_dir / "metrics.jsonl"), "metrics.jsonl");
 }
 
 TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
@@ -548,48 +537,53 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
   }
   EXPECT_TRUE(log.contains("tau inf -> ")) << log.text.str();
 
-  const auto steps = lines_of(run_dir / "metrics.jsonl", "step");
-  const auto taus = lines_of(run_dir / "metrics.jsonl", "tau");
+  const MetricsRecords metrics = metrics_of(run_dir);
+  const auto& steps = metrics.steps;
+  const auto& taus = metrics.taus;
   ASSERT_GT(steps.size(), 10u);
   for (size_t i = 0; i < 6; ++i) {
-    EXPECT_EQ(field(steps[i], "tau"), "\"inf\"") << "warm-up step " << i;
-    EXPECT_EQ(field(steps[i], "dropped"), "0") << steps[i];
+    EXPECT_EQ(steps[i].tau().string_value(), "inf") << "warm-up step " << i;
+    EXPECT_EQ(steps[i].dropped(), 0u) << steps[i].ShortDebugString();
   }
   ASSERT_FALSE(taus.empty());
-  EXPECT_EQ(field(taus[0], "step"), "5") << "estimated after the sixth step";
-  EXPECT_EQ(field(taus[0], "why"), "\"warm-up\"");
+  EXPECT_EQ(taus[0].step(), 5u) << "estimated after the sixth step";
+  EXPECT_EQ(taus[0].why(), "warm-up");
   // Every change shows in the step records from the next step on.
   uint64_t changed = 0;
-  for (const std::string& r : taus) {
-    if (field(r, "changed") != "true") continue;
+  for (const v1::TauRecord& r : taus) {
+    if (!r.changed()) continue;
     ++changed;
-    const size_t after = std::stoul(field(r, "step")) + 1;
+    const size_t after = r.step() + 1;
     // The rule: a move beats the tau in force by more than min_gain (1%); a
     // move to a finite tau predicts a gain over inf, one back to inf happens
     // when the tau in force predicts a loss (the times shifted: the stalls
     // are real sleeps on a machine that may be busy).
-    EXPECT_GT(std::stod(field(r, "predicted_speedup")) - std::stod(field(r, "old_tau_speedup")), 0.01)
-        << r;
-    if (field(r, "new_tau") != "\"inf\"") {
-      EXPECT_GT(std::stod(field(r, "predicted_speedup")), 0.0) << r;
+    EXPECT_GT(r.predicted_speedup() - r.old_tau_speedup(), 0.01) << r.ShortDebugString();
+    if (r.new_tau().string_value() != "inf") {
+      EXPECT_GT(r.predicted_speedup(), 0.0) << r.ShortDebugString();
     }
     // A change decided after the run's last step has no step left to show it.
     if (after == steps.size()) continue;
     ASSERT_LT(after, steps.size());
-    EXPECT_EQ(field(steps[after], "tau"), field(r, "new_tau")) << r << "\n" << steps[after];
+    EXPECT_EQ(tau_seconds(steps[after].tau()), tau_seconds(r.new_tau()))
+        << r.ShortDebugString() << "\n"
+        << steps[after].ShortDebugString();
   }
   EXPECT_GE(changed, 1u);
   bool requeued = false;
-  for (const std::string& s : steps) requeued |= field(s, "requeued") != "0";
+  for (const v1::StepRecord& s : steps) requeued |= s.requeued() != 0;
   EXPECT_TRUE(requeued);
 
-  std::ifstream in(run_dir / "summary.json");
-  const std::string summary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(field(summary, "tau_policy"), "\"auto\"") << summary;
-  EXPECT_EQ(field(summary, "tau_changes"), std::to_string(changed)) << summary;
-  EXPECT_NE(field(summary, "predicted_speedup"), "null") << summary;
-  EXPECT_NE(field(summary, "predicted_tau"), "null") << summary;
-  EXPECT_NE(field(summary, "mean_step_seconds_at_final_tau"), "<missing>") << summary;
+  const std::string text = testing::read_text(run_dir / "summary.json");
+  const v1::RunSummary summary = parse_summary(text, "summary.json");
+  EXPECT_EQ(summary.tau_policy(), "auto") << text;
+  EXPECT_EQ(summary.tau_changes(), changed) << text;
+  EXPECT_TRUE(optional_number(summary.predicted_speedup()).has_value()) << text;
+  const auto predicted_tau = summary.predicted_tau().kind_case();
+  EXPECT_TRUE(predicted_tau == google::protobuf::Value::kNumberValue ||
+              predicted_tau == google::protobuf::Value::kStringValue)
+      << text;
+  EXPECT_NE(text.find("\"mean_step_seconds_at_final_tau\""), std::string::npos) << text;
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run_dir);
 }
 
@@ -623,20 +617,20 @@ progress_seconds: 1
   const auto code = launch.wait_for(std::chrono::seconds(120));
   ASSERT_TRUE(code.has_value()) << launch.output();
   ASSERT_EQ(*code, 0) << launch.output();
-  std::ifstream in(dir / "run" / "summary.json");
-  const std::string summary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(field(summary, "tau_policy"), "\"auto\"") << summary;
-  EXPECT_EQ(field(summary, "samples"), "1920") << "4 epochs of 480, each sample exactly once";
-  EXPECT_EQ(field(summary, "samples_lost"), "0");
-  EXPECT_EQ(field(summary, "epochs_audited"), "4");
-  EXPECT_EQ(field(summary, "audits_failed"), "0");
-  EXPECT_EQ(field(summary, "checksum_mismatches"), "0");
-  EXPECT_GE(std::stoi(field(summary, "tau_changes")), 1) << summary << launch.output();
-  EXPECT_GT(std::stoi(field(summary, "microbatches_dropped")), 0) << summary;
-  EXPECT_NE(field(summary, "predicted_speedup"), "null");
-  const auto taus = lines_of(dir / "run" / "metrics.jsonl", "tau");
+  const std::string text = testing::read_text(dir / "run" / "summary.json");
+  const v1::RunSummary summary = parse_summary(text, "summary.json");
+  EXPECT_EQ(summary.tau_policy(), "auto") << text;
+  EXPECT_EQ(summary.samples(), 1920u) << "4 epochs of 480, each sample exactly once";
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.epochs_audited(), 4u);
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  EXPECT_EQ(summary.checksum_mismatches(), 0u);
+  EXPECT_GE(summary.tau_changes(), 1u) << text << launch.output();
+  EXPECT_GT(summary.microbatches_dropped(), 0u) << text;
+  EXPECT_TRUE(optional_number(summary.predicted_speedup()).has_value());
+  const auto taus = metrics_of(dir / "run").taus;
   ASSERT_FALSE(taus.empty());
-  EXPECT_EQ(field(taus[0], "old_tau"), "\"inf\"") << "tau is inf during the warm-up";
+  EXPECT_EQ(taus[0].old_tau().string_value(), "inf") << "tau is inf during the warm-up";
   const std::string config = [&] {
     std::ifstream c(dir / "run" / "config.cfg");
     return std::string((std::istreambuf_iterator<char>(c)), std::istreambuf_iterator<char>());

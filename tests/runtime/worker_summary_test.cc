@@ -2,10 +2,15 @@
 // contribution arrivals given by hand.
 #include "coordinator/worker_summary.h"
 
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
+
+#include "metrics/metrics_json.h"
 
 namespace dctrain {
 namespace {
+
+using google::protobuf::util::MessageDifferencer;
 
 // A contribution of `n` micro-batches of `each` seconds.
 v1::Contribution contribution(int n, double each, double overhead) {
@@ -20,18 +25,27 @@ v1::Contribution contribution(int n, double each, double overhead) {
   return c;
 }
 
-WorkerStepRecord worker(uint32_t rank, const std::string& name, bool contributed,
-                        uint64_t completed, uint64_t dropped, double micro_batch_seconds) {
-  WorkerStepRecord w;
-  w.rank = rank;
-  w.name = name;
-  w.contributed = contributed;
-  w.completed = contributed ? completed : 0;
-  w.dropped = contributed ? dropped : 0;
-  w.planned = completed + dropped;
-  if (contributed) w.micro_batch_seconds.assign(completed, micro_batch_seconds);
-  return w;
-}
+// A step record of these workers, and the micro-batches each was planned
+// (completed + dropped; a worker that did not contribute has none of either).
+struct Step {
+  v1::StepRecord record;
+  std::map<uint32_t, uint64_t> planned;
+
+  Step& worker(uint32_t rank, const std::string& name, bool contributed, uint32_t completed,
+               uint32_t dropped, double micro_batch_seconds) {
+    v1::WorkerStep& w = *record.add_workers();
+    w.set_rank(rank);
+    w.set_name(name);
+    w.set_contributed(contributed);
+    w.set_completed(contributed ? completed : 0);
+    w.set_dropped(contributed ? dropped : 0);
+    planned[rank] = completed + dropped;
+    if (contributed) {
+      for (uint32_t i = 0; i < completed; ++i) w.add_micro_batch_seconds(micro_batch_seconds);
+    }
+    return *this;
+  }
+};
 
 // Three workers over 10 steps: "fast" computes 4 micro-batches of 10 ms;
 // "cpu" computes 2 of 50 ms and drops 2; "link" computes like "fast" but
@@ -44,14 +58,16 @@ WorkerSummary three_workers() {
     summary.contribution_arrived("fast", step, contribution(4, 0.01, 0.001), t0 + 0.045);
     summary.contribution_arrived("cpu", step, contribution(2, 0.05, 0.002), t0 + 0.11);
     if (step >= 2) summary.contribution_arrived("link", step - 2, contribution(4, 0.01, 0.001), t0);
-    StepRecord record;
-    record.step = step;
-    record.workers = {worker(0, "fast", true, 4, 0, 0.01), worker(1, "cpu", true, 2, 2, 0.05),
-                      worker(2, "link", false, 4, 0, 0.0)};
-    summary.step_closed(record);
-    EXPECT_NEAR(record.workers[0].arrival_seconds, 0.045, 1e-9);
-    EXPECT_NEAR(record.workers[1].arrival_seconds, 0.11, 1e-9);
-    EXPECT_LT(record.workers[2].arrival_seconds, 0.0) << "nothing arrived in time";
+    Step s;
+    s.record.set_step(static_cast<uint32_t>(step));
+    s.worker(0, "fast", true, 4, 0, 0.01)
+        .worker(1, "cpu", true, 2, 2, 0.05)
+        .worker(2, "link", false, 4, 0, 0.0);
+    summary.step_closed(s.record, s.planned);
+    EXPECT_NEAR(optional_number(s.record.workers(0).arrival_seconds()).value_or(-1), 0.045, 1e-9);
+    EXPECT_NEAR(optional_number(s.record.workers(1).arrival_seconds()).value_or(-1), 0.11, 1e-9);
+    EXPECT_TRUE(s.record.workers(2).arrival_seconds().has_null_value())
+        << "nothing arrived in time";
   }
   return summary;
 }
@@ -83,10 +99,11 @@ TEST(WorkerSummary, NamesTheComputeStragglerAndTheSlowLinkEachWithItsCause) {
   EXPECT_EQ(slow[0].second, "compute");
   EXPECT_EQ(slow[1].first.name, "link");
   EXPECT_EQ(slow[1].second, "communication");
-  const std::string json = three_workers().json_members();
-  EXPECT_NE(json.find("\"slow_workers\": ["), std::string::npos) << json;
-  EXPECT_NE(json.find("\"name\": \"link\""), std::string::npos) << json;
-  EXPECT_NE(json.find("\"cause\": \"communication\""), std::string::npos) << json;
+  v1::RunSummary summary;
+  three_workers().add_to(summary);
+  ASSERT_EQ(summary.slow_workers_size(), 2) << summary.DebugString();
+  EXPECT_EQ(summary.slow_workers(1).name(), "link");
+  EXPECT_EQ(summary.slow_workers(1).cause(), "communication");
 }
 
 TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
@@ -96,17 +113,17 @@ TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
     // 0.5 ms more per micro-batch is 1.5 times as slow but below the floor.
     summary.contribution_arrived("a", step, contribution(4, 0.001, 0.0), 0.005);
     summary.contribution_arrived("b", step, contribution(4, 0.0016, 0.0), 0.0075);
-    StepRecord record;
-    record.workers = {worker(0, "a", true, 4, 0, 0.001), worker(1, "b", true, 4, 0, 0.0016)};
-    summary.step_closed(record);
+    Step s;
+    s.worker(0, "a", true, 4, 0, 0.001).worker(1, "b", true, 4, 0, 0.0016);
+    summary.step_closed(s.record, s.planned);
   }
   EXPECT_TRUE(summary.slow_workers().empty());
   WorkerSummary alone;
   alone.step_started(0, 0.0);
   alone.contribution_arrived("a", 0, contribution(4, 1.0, 0.0), 4.0);
-  StepRecord record;
-  record.workers = {worker(0, "a", true, 4, 0, 1.0)};
-  alone.step_closed(record);
+  Step s;
+  s.worker(0, "a", true, 4, 0, 1.0);
+  alone.step_closed(s.record, s.planned);
   EXPECT_TRUE(alone.slow_workers().empty()) << "one worker has nobody to be slower than";
 }
 
@@ -127,23 +144,28 @@ TEST(WorkerSummary, EachWorkerCarriesTheBlasItsHelloReported) {
   blas.set_sgemm_gflops(143.5);
   summary.joined("cpu", 1, hello);
   summary.joined("link", 2, v1::Hello());  // a worker from before BlasInfo existed
-  const std::string json = summary.json_members();
-  // One line per worker, the BLAS object last on it.
-  const auto line_of = [&](const std::string& name) {
-    const size_t at = json.find("{\"name\": \"" + name + "\"");
-    EXPECT_NE(at, std::string::npos) << json;
-    return json.substr(at, json.find('\n', at) - at);
+  v1::RunSummary written;
+  summary.add_to(written);
+  const auto entry = [&](const std::string& name) {
+    for (const v1::PerWorkerTotals& w : written.per_worker()) {
+      if (w.name() == name) return w;
+    }
+    ADD_FAILURE() << name << " not in " << written.DebugString();
+    return v1::PerWorkerTotals();
   };
-  EXPECT_NE(
-      line_of("cpu").find("\"blas\": {\"library\": \"OpenBLAS 0.3.21\", \"core\": \"SkylakeX\", "
-                          "\"how\": \"chosen\", \"detected_core\": \"Prescott\", \"coretype\": "
-                          "\"SkylakeX\", \"cpu_model\": \"Intel(R) Xeon(R) \\\"test\\\" CPU\", "
-                          "\"cpu_features\": \"AVX-512\", \"threads\": 1, \"sgemm_size\": 512, "
-                          "\"sgemm_threads\": 1, \"sgemm_gflops\": 143.5, \"warning\": null}}"),
-      std::string::npos)
-      << json;
-  EXPECT_NE(line_of("link").find("\"blas\": null}"), std::string::npos) << json;
-  EXPECT_NE(line_of("fast").find("\"blas\": null}"), std::string::npos) << json;
+  // Its hello's BlasInfo, as it came.
+  ASSERT_TRUE(entry("cpu").has_blas()) << written.DebugString();
+  EXPECT_TRUE(MessageDifferencer::Equals(entry("cpu").blas(), blas))
+      << entry("cpu").blas().DebugString();
+  EXPECT_FALSE(entry("link").has_blas()) << written.DebugString();
+  EXPECT_FALSE(entry("fast").has_blas()) << written.DebugString();
+  // Through summary.json and back unchanged (the quotes in the CPU model too).
+  const std::string text = summary_text(written);
+  const v1::RunSummary back = parse_summary(text, "summary.json");
+  ASSERT_EQ(back.per_worker_size(), written.per_worker_size()) << text;
+  for (int i = 0; i < back.per_worker_size(); ++i) {
+    EXPECT_TRUE(MessageDifferencer::Equals(back.per_worker(i), written.per_worker(i))) << text;
+  }
   EXPECT_EQ(summary.totals().size(), 3u) << "joining adds no worker that was already counted";
 }
 

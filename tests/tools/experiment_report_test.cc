@@ -7,9 +7,9 @@
 
 #include <cmath>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
+#include "metrics/metrics_json.h"
 #include "tests/runtime/process.h"
 
 namespace dctrain {
@@ -73,16 +73,8 @@ class ExperimentReport : public ::testing::Test {
   std::string last_output_;
 };
 
-// The value of `"key": value` in summary.json text.
-std::string summary_field(const std::string& json, const std::string& key) {
-  std::smatch m;
-  const std::regex re("\"" + key + "\": ([^,\\n]+)");
-  EXPECT_TRUE(std::regex_search(json, m, re)) << key << " not in\n" << json;
-  return m.size() > 1 ? m[1].str() : "";
-}
-
-double summary_number(const std::string& json, const std::string& key) {
-  return std::stod(summary_field(json, key));
+v1::RunSummary read_summary(const fs::path& run_dir) {
+  return parse_summary(read_text(run_dir / "summary.json"), (run_dir / "summary.json").string());
 }
 
 // The cells of the Markdown table row whose first cell starts with `label`.
@@ -124,13 +116,14 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
   ASSERT_TRUE(fs::exists(drop / "summary.json")) << last_output_;
 
   // The p80 case ran with a finite tau taken from the baseline.
-  const std::string base_json = read_text(base / "summary.json");
-  const std::string drop_json = read_text(drop / "summary.json");
-  EXPECT_EQ(summary_field(base_json, "tau"), "\"inf\"");
-  const double tau = summary_number(drop_json, "tau");
-  EXPECT_TRUE(std::isfinite(tau) && tau > 0) << drop_json;
-  EXPECT_EQ(summary_number(base_json, "steps"), 12);
-  EXPECT_EQ(summary_number(drop_json, "steps"), 12);
+  const v1::RunSummary base_summary = read_summary(base);
+  const v1::RunSummary drop_summary = read_summary(drop);
+  EXPECT_EQ(base_summary.tau().string_value(), "inf") << base_summary.ShortDebugString();
+  ASSERT_TRUE(drop_summary.tau().has_number_value()) << drop_summary.ShortDebugString();
+  const double tau = drop_summary.tau().number_value();
+  EXPECT_TRUE(std::isfinite(tau) && tau > 0) << drop_summary.ShortDebugString();
+  EXPECT_EQ(base_summary.steps(), 12u);
+  EXPECT_EQ(drop_summary.steps(), 12u);
   EXPECT_NE(read_text(drop / "case.txt").find("baseline: \"tiny-mlp_w2_dropcompute_tau-inf_s5\""),
             std::string::npos);
 
@@ -169,18 +162,19 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
       table_row(markdown, fmt::format("tau = p80 ({:.4g} s), requeue", tau));
   ASSERT_EQ(base_row.size(), 8u);
   ASSERT_EQ(drop_row.size(), 8u);
-  for (const auto& [row, json] : {std::pair{base_row, base_json}, std::pair{drop_row, drop_json}}) {
+  for (const auto& [row, summary] :
+       {std::pair{base_row, base_summary}, std::pair{drop_row, drop_summary}}) {
     EXPECT_EQ(row[1], "1");
-    EXPECT_EQ(row[2], fmt::format("{:.4f}", summary_number(json, "final_eval_accuracy")));
+    ASSERT_TRUE(summary.final_eval_accuracy().has_number_value()) << summary.ShortDebugString();
+    EXPECT_EQ(row[2], fmt::format("{:.4f}", summary.final_eval_accuracy().number_value()));
     EXPECT_EQ(row[3], "not reached");  // no target configured
-    EXPECT_EQ(row[4], fmt::format("{:.1f}", summary_number(json, "samples_per_second")));
-    EXPECT_EQ(row[6], fmt::format("{:.2f}%", 100 * summary_number(json, "drop_rate")));
-    EXPECT_EQ(row[7], fmt::format("{:.0f}", summary_number(json, "samples_lost")));
+    EXPECT_EQ(row[4], fmt::format("{:.1f}", summary.samples_per_second()));
+    EXPECT_EQ(row[6], fmt::format("{:.2f}%", 100 * summary.drop_rate()));
+    EXPECT_EQ(row[7], fmt::format("{:.0f}", static_cast<double>(summary.samples_lost())));
   }
   EXPECT_EQ(base_row[5], "1.000x (samples/s)");
-  EXPECT_EQ(drop_row[5], fmt::format("{:.3f}x (samples/s)",
-                                     summary_number(drop_json, "samples_per_second") /
-                                         summary_number(base_json, "samples_per_second")));
+  EXPECT_EQ(drop_row[5], fmt::format("{:.3f}x (samples/s)", drop_summary.samples_per_second() /
+                                                                base_summary.samples_per_second()));
   // The printed table is the file's.
   EXPECT_NE(last_output_.find(fmt::format("| {} |", fmt::join(drop_row, " | "))),
             std::string::npos);

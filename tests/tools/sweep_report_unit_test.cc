@@ -10,8 +10,8 @@
 #include <fstream>
 #include <limits>
 
-#include "coordinator/run_metrics.h"
 #include "common/threshold_model.h"
+#include "metrics/metrics_json.h"
 #include "tools/experiment/sweep.h"
 #include "tools/report/prediction.h"
 #include "tools/report/tables.h"
@@ -95,32 +95,34 @@ TEST(RunFolder, PercentileInterpolatesBetweenOrderStatistics) {
 }
 
 TEST(RunFolder, ParsesSummaryAndMetrics) {
-  const RunSummary s = parse_summary(
+  const v1::RunSummary s = parse_summary(
       R"({"name": "x", "final_eval_accuracy": 0.5, "time_to_target_seconds": null, "tau": "inf",
           "samples_per_second": 12.5, "samples_lost": 3, "requeue": false, "delay": "dropcompute"})",
       "summary.json");
-  EXPECT_EQ(s.final_eval_accuracy, 0.5);
-  EXPECT_FALSE(s.time_to_target_seconds.has_value());
-  EXPECT_TRUE(std::isinf(s.tau));
-  EXPECT_EQ(s.samples_lost, 3u);
-  EXPECT_FALSE(s.requeue);
-  std::vector<StepPoint> steps;
-  std::vector<EvalPoint> evals;
-  parse_metrics(
+  EXPECT_EQ(optional_number(s.final_eval_accuracy()), 0.5);
+  EXPECT_FALSE(optional_number(s.time_to_target_seconds()).has_value());
+  EXPECT_TRUE(std::isinf(tau_seconds(s.tau())));
+  EXPECT_EQ(s.samples_lost(), 3u);
+  EXPECT_FALSE(s.requeue());
+  const MetricsRecords m = parse_metrics(
       "{\"type\":\"step\",\"step\":0,\"wall_seconds\":1,\"step_seconds\":0.5,\"tau\":0.2,"
       "\"workers\":["
       "{\"rank\":0,\"contributed\":true,\"compute_seconds\":0.3,\"micro_batch_seconds\":[0.1,0.2]}]"
       "}\n"
       "{\"type\":\"eval\",\"step\":1,\"wall_seconds\":2,\"eval_accuracy\":0.75,\"eval_loss\":1}\n"
       "{\"type\":\"step\",\"step\":1,\"wal",  // cut short by a kill: ignored
-      "metrics.jsonl", steps, evals);
+      "metrics.jsonl");
+  const auto& steps = m.steps;
+  const auto& evals = m.evals;
   ASSERT_EQ(steps.size(), 1u);
-  EXPECT_EQ(steps[0].tau, 0.2);
-  ASSERT_EQ(steps[0].workers.size(), 1u);
-  EXPECT_EQ(steps[0].workers[0].micro_batch_seconds, (std::vector<double>{0.1, 0.2}));
+  EXPECT_EQ(tau_seconds(steps[0].tau()), 0.2);
+  ASSERT_EQ(steps[0].workers_size(), 1);
+  EXPECT_EQ(std::vector<double>(steps[0].workers(0).micro_batch_seconds().begin(),
+                                steps[0].workers(0).micro_batch_seconds().end()),
+            (std::vector<double>{0.1, 0.2}));
   ASSERT_EQ(evals.size(), 1u);
-  EXPECT_EQ(evals[0].accuracy, 0.75);
-  EXPECT_THROW(parse_metrics("{\"type\":\n{}\n", "m", steps, evals), std::runtime_error);
+  EXPECT_EQ(evals[0].eval_accuracy(), 0.75);
+  EXPECT_THROW(parse_metrics("{\"type\":\n{}\n", "m"), std::runtime_error);
 }
 
 // A finished run folder in memory.
@@ -135,9 +137,9 @@ RunFolder fake_run(const std::string& policy, bool requeue, uint64_t seed, doubl
   r.info.set_requeue(requeue);
   r.info.set_seed(seed);
   r.config.mutable_step()->set_tau(tau);
-  r.summary.final_eval_accuracy = accuracy;
-  r.summary.samples_per_second = sps;
-  r.summary.time_to_target_seconds = ttt;
+  *r.summary.mutable_final_eval_accuracy() = number_or_null(accuracy);
+  r.summary.set_samples_per_second(sps);
+  *r.summary.mutable_time_to_target_seconds() = number_or_null(ttt);
   return r;
 }
 
@@ -174,18 +176,17 @@ TEST(Tables, AggregatesSeedsAndPicksTheSpeedupBasis) {
 
 TEST(Prediction, ReplaysTheBaselineUnderTau) {
   RunFolder base;
-  for (uint64_t s = 0; s < 6; ++s) {
-    StepPoint step;
-    step.step = s;
-    step.step_seconds = 1.1;  // 0.1 s outside the slowest worker's 1.0 s
+  for (uint32_t s = 0; s < 6; ++s) {
+    v1::StepRecord step;
+    step.set_step(s);
+    step.set_step_seconds(1.1);  // 0.1 s outside the slowest worker's 1.0 s
     for (uint32_t w = 0; w < 2; ++w) {
-      WorkerStepPoint wp;
-      wp.rank = w;
-      wp.contributed = true;
+      v1::WorkerStep& wp = *step.add_workers();
+      wp.set_rank(w);
+      wp.set_contributed(true);
       // Worker 1 is a straggler: 4 micro-batches of 0.25 s; worker 0 of 0.1 s.
-      wp.micro_batch_seconds.assign(4, w == 1 ? 0.25 : 0.1);
-      wp.compute_seconds = w == 1 ? 1.0 : 0.4;
-      step.workers.push_back(wp);
+      for (int i = 0; i < 4; ++i) wp.add_micro_batch_seconds(w == 1 ? 0.25 : 0.1);
+      wp.set_compute_seconds(w == 1 ? 1.0 : 0.4);
     }
     base.steps.push_back(step);
   }
@@ -204,13 +205,24 @@ TEST(Prediction, ReplaysTheBaselineUnderTau) {
 }
 
 // A worker's record in a step: contributing, with its micro-batch times.
-WorkerStepPoint worker(uint32_t rank, std::vector<double> times, bool contributed = true) {
-  WorkerStepPoint w;
-  w.rank = rank;
-  w.contributed = contributed;
-  w.micro_batch_seconds = std::move(times);
-  for (double t : w.micro_batch_seconds) w.compute_seconds += t;
+v1::WorkerStep worker(uint32_t rank, std::vector<double> times, bool contributed = true) {
+  v1::WorkerStep w;
+  w.set_rank(rank);
+  w.set_contributed(contributed);
+  for (double t : times) {
+    w.add_micro_batch_seconds(t);
+    w.set_compute_seconds(w.compute_seconds() + t);
+  }
   return w;
+}
+
+// A step record with these workers.
+v1::StepRecord step_of(uint32_t step, double step_seconds, std::vector<v1::WorkerStep> workers) {
+  v1::StepRecord s;
+  s.set_step(step);
+  s.set_step_seconds(step_seconds);
+  for (v1::WorkerStep& w : workers) *s.add_workers() = std::move(w);
+  return s;
 }
 
 // Three worker steps, A = (1, 1), B = (1, 3), C = (2, 2), and 0.5 s outside
@@ -219,18 +231,12 @@ WorkerStepPoint worker(uint32_t rank, std::vector<double> times, bool contribute
 // worker and counts for nothing.
 RunFolder tiny_baseline() {
   RunFolder run;
-  StepPoint a;
-  a.step_seconds = 4.25;  // + 0.25 update - slowest 4 = 0.5
-  a.apply_seconds = 0.25;
-  a.workers = {worker(0, {1, 1}), worker(1, {1, 3})};
-  StepPoint c;
-  c.step = 1;
-  c.step_seconds = 4.5;  // - slowest 4 = 0.5; rank 1 missed the deadline
-  c.workers = {worker(0, {2, 2}), worker(1, {9}, false)};
-  StepPoint none;
-  none.step = 2;
-  none.step_seconds = 100;
-  none.workers = {worker(0, {7}, false)};
+  // 4.25 + 0.25 update - slowest 4 = 0.5
+  v1::StepRecord a = step_of(0, 4.25, {worker(0, {1, 1}), worker(1, {1, 3})});
+  a.set_apply_seconds(0.25);
+  // 4.5 - slowest 4 = 0.5; rank 1 missed the deadline
+  const v1::StepRecord c = step_of(1, 4.5, {worker(0, {2, 2}), worker(1, {9}, false)});
+  const v1::StepRecord none = step_of(2, 100, {worker(0, {7}, false)});
   run.steps = {a, c, none};
   return run;
 }
@@ -245,12 +251,10 @@ TEST(PredictedCurve, PoolsTheBaselinesWorkerStepsAndOverhead) {
 
   // Two seeds pooled; in runs of 5 steps or more the first (warm-up) is left out.
   RunFolder longer;
-  for (uint64_t s = 0; s < 5; ++s) {
-    StepPoint step;
-    step.step = s;
-    step.step_seconds = s == 0 ? 50.0 : 1.5;  // 1.5 - slowest 1.0 = 0.5 after warm-up
-    step.workers = {worker(0, {s == 0 ? 40.0 : 0.5, 0.5}), worker(1, {0.25, 0.25})};
-    longer.steps.push_back(step);
+  for (uint32_t s = 0; s < 5; ++s) {
+    // 1.5 - slowest 1.0 = 0.5 after warm-up
+    longer.steps.push_back(step_of(
+        s, s == 0 ? 50.0 : 1.5, {worker(0, {s == 0 ? 40.0 : 0.5, 0.5}), worker(1, {0.25, 0.25})}));
   }
   const PooledSteps both = pool_baseline_steps({&tiny, &longer});
   EXPECT_EQ(both.worker_steps.size(), 3u + 4 * 2);
@@ -333,16 +337,15 @@ TEST(PredictedCurve, MatchesHandComputedValuesForTinyTraces) {
 // figures are predict_step_time's at its tau.
 TEST(PredictedCurve, BestTauIsTheGridArgmaxOfPredictStepTime) {
   RunFolder run;
-  for (uint64_t s = 0; s < 4; ++s) {
-    StepPoint step;
-    step.step = s;
-    step.step_seconds = 0;  // no overhead
+  for (uint32_t s = 0; s < 4; ++s) {
+    v1::StepRecord step = step_of(s, 0, {});  // no overhead
     for (uint32_t w = 0; w < 3; ++w) {
       // Mostly 4 x 0.1 s; now and then one micro-batch stalls for 0.6 s.
       std::vector<double> times(4, 0.1);
       if ((s + w) % 5 == 0) times[1 + w % 3] = 0.6;
-      step.workers.push_back(worker(w, times));
-      step.step_seconds = std::max(step.step_seconds, step.workers.back().compute_seconds);
+      *step.add_workers() = worker(w, times);
+      step.set_step_seconds(
+          std::max(step.step_seconds(), step.workers().rbegin()->compute_seconds()));
     }
     run.steps.push_back(step);
   }
@@ -417,7 +420,7 @@ TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
       << json;
   const CurvePoint* p90_16 = curve_point(e.predicted->curves[2], 16);
   EXPECT_NE(json.find(fmt::format("{{\"workers\":16,\"tau_seconds\":1.5,\"speedup\":{},",
-                                  json_number(p90_16->speedup))),
+                                  p90_16->speedup)),
             std::string::npos)
       << json;
   EXPECT_EQ(json.find("\"workers\":8,"), std::string::npos) << "only 4, 16 and 64 workers";

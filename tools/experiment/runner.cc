@@ -77,10 +77,10 @@ std::string last_lines(const fs::path& path, size_t count) {
 
 // tau of a percentile case, from its baseline's metrics.jsonl.
 double percentile_tau(const fs::path& baseline_dir, double p, std::string& how) {
-  std::vector<StepPoint> steps;
-  std::vector<EvalPoint> evals;
-  parse_metrics(read_text_file(baseline_dir / "metrics.jsonl"),
-                (baseline_dir / "metrics.jsonl").string(), steps, evals);
+  const std::vector<v1::StepRecord> steps =
+      parse_metrics(read_text_file(baseline_dir / "metrics.jsonl"),
+                    (baseline_dir / "metrics.jsonl").string())
+          .steps;
   const size_t skip = warmup_steps(steps.size());
   const std::vector<double> times = worker_compute_times(steps, skip);
   if (times.empty()) {
@@ -225,15 +225,15 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
           (dir / "launch.log").c_str(), last_lines(dir / "launch.log", 15).c_str());
       failed.push_back(name);
     } else {
-      const RunSummary s =
+      const v1::RunSummary s =
           parse_summary(read_text_file(dir / "summary.json"), (dir / "summary.json").string());
+      const std::optional<double> accuracy = optional_number(s.final_eval_accuracy());
       std::fprintf(
           out,
           "[%zu/%zu] %s: done in %s: accuracy %s, %.0f samples/s, %.1f%% dropped; sweep ETA %s\n",
           k + 1, n, name.c_str(), format_duration(seconds).c_str(),
-          s.final_eval_accuracy ? fmt::format("{:.4f}", *s.final_eval_accuracy).c_str() : "none",
-          s.samples_per_second, 100 * s.drop_rate,
-          format_duration(expected_left * eta_scale).c_str());
+          accuracy ? fmt::format("{:.4f}", *accuracy).c_str() : "none", s.samples_per_second(),
+          100 * s.drop_rate(), format_duration(expected_left * eta_scale).c_str());
     }
     std::fflush(out);
   }

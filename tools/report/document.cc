@@ -6,7 +6,7 @@
 #include <iterator>
 
 #include "common/files.h"
-#include "coordinator/run_metrics.h"
+#include "common/files.h"
 
 namespace dctrain {
 

@@ -117,8 +117,8 @@ void accuracy_plots(const Experiment& e, PlotWriter& writer) {
       const RunFolder& run = e.runs[i];
       if (run.evals.empty()) continue;
       data += fmt::format("# {}\n# wall_seconds step accuracy\n", run.info.case_name());
-      for (const EvalPoint& p : run.evals)
-        data += fmt::format("{} {} {}\n", p.wall_seconds, p.step, p.accuracy);
+      for (const v1::EvalRecord& p : run.evals)
+        data += fmt::format("{} {} {}\n", p.wall_seconds(), p.step(), p.eval_accuracy());
       data += "\n\n";
       titles.push_back(run_title(e, row, i));
     }
@@ -199,13 +199,15 @@ void tau_plot(const Experiment& e, PlotWriter& writer) {
     for (size_t i : row.runs) {
       const RunFolder& run = e.runs[i];
       bool varies = false;
-      for (const StepPoint& s : run.steps) varies = varies || s.tau != run.steps.front().tau;
+      for (const v1::StepRecord& s : run.steps)
+        varies = varies || tau_seconds(s.tau()) != tau_seconds(run.steps.front().tau());
       if (row.tau_policy != "auto" && !varies) continue;
       // Steps at tau = inf (the warm-up) have no point; a run that never
       // left it has no line (its table row says so).
       std::string points;
-      for (const StepPoint& s : run.steps) {
-        if (std::isfinite(s.tau)) points += fmt::format("{} {}\n", s.wall_seconds, s.tau);
+      for (const v1::StepRecord& s : run.steps) {
+        const double tau = tau_seconds(s.tau());
+        if (std::isfinite(tau)) points += fmt::format("{} {}\n", s.wall_seconds(), tau);
       }
       if (points.empty()) continue;
       data += fmt::format("# {}\n# wall_seconds tau_seconds\n{}\n\n", run.info.case_name(), points);

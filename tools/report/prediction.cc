@@ -19,16 +19,17 @@ struct UsableStep {
   double overhead_seconds = 0.0;
 };
 
-std::optional<UsableStep> usable_step(const StepPoint& step) {
+std::optional<UsableStep> usable_step(const v1::StepRecord& step) {
   UsableStep out;
   double slowest = 0.0;
-  for (const WorkerStepPoint& w : step.workers) {
-    if (!w.contributed || w.micro_batch_seconds.empty()) continue;
-    out.recorded.workers.push_back(w.micro_batch_seconds);
-    slowest = std::max(slowest, w.compute_seconds);
+  for (const v1::WorkerStep& w : step.workers()) {
+    if (!w.contributed() || w.micro_batch_seconds().empty()) continue;
+    out.recorded.workers.emplace_back(w.micro_batch_seconds().begin(),
+                                      w.micro_batch_seconds().end());
+    slowest = std::max(slowest, w.compute_seconds());
   }
   if (out.recorded.workers.empty()) return std::nullopt;
-  out.overhead_seconds = std::max(0.0, step.step_seconds + step.apply_seconds - slowest);
+  out.overhead_seconds = std::max(0.0, step.step_seconds() + step.apply_seconds() - slowest);
   return out;
 }
 

@@ -4,14 +4,38 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <tuple>
-
-#include "coordinator/run_metrics.h"
 
 namespace dctrain {
 
 namespace {
+
+// report.json is the report's own output, written here: numbers as
+// shortest round-trip text (null when not finite), strings escaped.
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  return fmt::format("{}", value);
+}
+
+std::string json_string(const std::string& value) {
+  std::string out;
+  out.reserve(value.size() + 2);
+  out.push_back('"');
+  for (char c : value) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<int>(c));
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+  return out;
+}
 
 Aggregate aggregate(const std::vector<double>& values) {
   Aggregate a;
@@ -79,10 +103,10 @@ std::vector<CurveCase> curve_cases(const Experiment& e) {
 }  // namespace
 
 std::optional<double> run_time_to_target(const RunFolder& run, std::optional<double> target) {
-  if (run.summary.time_to_target_seconds) return run.summary.time_to_target_seconds;
+  if (auto t = optional_number(run.summary.time_to_target_seconds())) return t;
   if (!target) return std::nullopt;
-  for (const EvalPoint& e : run.evals) {
-    if (e.accuracy >= *target) return e.wall_seconds;
+  for (const v1::EvalRecord& e : run.evals) {
+    if (e.eval_accuracy() >= *target) return e.wall_seconds();
   }
   return std::nullopt;
 }
@@ -90,8 +114,9 @@ std::optional<double> run_time_to_target(const RunFolder& run, std::optional<dou
 double run_tau(const RunFolder& run) {
   if (run.info.tau_policy() != "auto") return run.config.step().tau();
   std::vector<double> taus;
-  for (const StepPoint& s : run.steps) {
-    if (std::isfinite(s.tau)) taus.push_back(s.tau);
+  for (const v1::StepRecord& s : run.steps) {
+    const double tau = tau_seconds(s.tau());
+    if (std::isfinite(tau)) taus.push_back(tau);
   }
   return taus.empty() ? std::numeric_limits<double>::infinity() : percentile(taus, 50);
 }
@@ -101,7 +126,7 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
   report.target = target;
   if (!report.target) {
     for (const RunFolder& r : runs) {
-      if (r.summary.target_accuracy) report.target = r.summary.target_accuracy;
+      if (auto t = optional_number(r.summary.target_accuracy())) report.target = t;
     }
   }
   std::map<std::tuple<std::string, uint32_t, std::string>, size_t> index;
@@ -149,11 +174,11 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       std::vector<double> accuracy, ttt, sps, drop, lost, tau;
       for (size_t i : row.runs) {
         const RunFolder& run = e.runs[i];
-        if (run.summary.final_eval_accuracy) accuracy.push_back(*run.summary.final_eval_accuracy);
+        if (auto a = optional_number(run.summary.final_eval_accuracy())) accuracy.push_back(*a);
         if (auto t = run_time_to_target(run, report.target)) ttt.push_back(*t);
-        sps.push_back(run.summary.samples_per_second);
-        drop.push_back(run.summary.drop_rate);
-        lost.push_back(static_cast<double>(run.summary.samples_lost));
+        sps.push_back(run.summary.samples_per_second());
+        drop.push_back(run.summary.drop_rate());
+        lost.push_back(static_cast<double>(run.summary.samples_lost()));
         tau.push_back(run_tau(run));
       }
       if (!accuracy.empty()) row.accuracy = aggregate(accuracy);
