@@ -146,10 +146,10 @@ inline TrainerParts softmax_parts(const Dataset& train) {
 // is its own (log.text).
 class FakeWorker {
  public:
-  // `clock` (the session's and the compute loop's) is the steady clock
-  // unless given; it must then outlive the worker.
-  FakeWorker(std::string worker_name, const Dataset& train, WorkerClock* clock = nullptr)
-      : name(std::move(worker_name)), parts_(std::make_unique<Parts>(name, train, clock)) {}
+  // The session and the compute loop read the steady clock, as in the
+  // process: the injected delays are real sleeps.
+  FakeWorker(std::string worker_name, const Dataset& train)
+      : name(std::move(worker_name)), parts_(std::make_unique<Parts>(name, train)) {}
 
   // The hello this worker's session says.
   Message hello() const { return parts_->session.hello(); }
@@ -160,12 +160,12 @@ class FakeWorker {
   // the worker sent meanwhile.
   std::vector<Message> deliver(const Message& message) {
     Parts& p = *parts_;
-    p.session.handle(encode(copy_of(message)), p.clock().now());
+    p.session.handle(encode(copy_of(message)), p.clock.now());
     while (!p.jobs.jobs.empty()) {
       ComputeJob job = std::move(p.jobs.jobs.front());
       p.jobs.jobs.pop_front();
       for (ComputeOutput& out : p.trainer.handle(std::move(job))) {
-        p.session.on_compute(std::move(out), p.clock().now());
+        p.session.on_compute(std::move(out), p.clock.now());
       }
     }
     return p.link.take();
@@ -186,7 +186,6 @@ class FakeWorker {
 
   // The trainer's replica (null before the first welcome).
   Replica* replica() { return parts_->trainer.replica(); }
-  WorkerSession& session() { return parts_->session; }
   std::string log() const { return parts_->log.text.str(); }
 
   std::string name;
@@ -195,16 +194,12 @@ class FakeWorker {
   // Held by pointer: the session refers to the link and the queue, and the
   // tests keep workers in maps.
   struct Parts {
-    Parts(const std::string& worker_name, const Dataset& train, WorkerClock* given)
-        : given_clock(given),
-          trainer(options_for(worker_name), softmax_parts(train), clock(), log.logger),
-          session(options_for(worker_name), v1::BlasInfo(), link, jobs, log.logger, clock().now()) {
-    }
-    WorkerClock& clock() { return given_clock != nullptr ? *given_clock : steady; }
+    Parts(const std::string& worker_name, const Dataset& train)
+        : trainer(options_for(worker_name), softmax_parts(train), clock, log.logger),
+          session(options_for(worker_name), v1::BlasInfo(), link, jobs, log.logger, clock.now()) {}
 
     CapturedLog log;
-    SteadyClock steady;
-    WorkerClock* given_clock;
+    SteadyClock clock;
     RecordingLink link;
     JobRecorder jobs;
     Trainer trainer;
