@@ -156,6 +156,11 @@ bool DealerTransport::try_receive(std::vector<zmq::message_t>& parts) {
   return receive_parts(socket_, parts, false);
 }
 
+void DealerTransport::add_poll_items(std::vector<zmq::pollitem_t>& items) {
+  items.push_back({static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0});
+  items.push_back({static_cast<void*>(monitor_), 0, ZMQ_POLLIN, 0});
+}
+
 std::optional<ConnectionEvent> DealerTransport::try_event() {
   std::vector<zmq::message_t> parts;
   while (receive_parts(monitor_, parts, false)) {

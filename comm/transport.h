@@ -3,15 +3,16 @@
 // message for a peer that is gone or not reading is logged and dropped.
 #pragma once
 
+#include <spdlog/logger.h>
+
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
-
-#include <spdlog/logger.h>
 #include <zmq.hpp>
 
+#include "comm/link.h"
 #include "comm/message.h"
 
 namespace dctrain {
@@ -48,15 +49,9 @@ class RouterTransport : public Outbox {
   std::shared_ptr<spdlog::logger> log_;
 };
 
-// What happened to the DEALER's connection, read from ZeroMQ's socket monitor.
-enum class ConnectionEvent {
-  kConnected,       // TCP connected and the ZeroMQ handshake succeeded: messages now flow
-  kRetried,         // a connection attempt failed (refused, unreachable); ZeroMQ tries again
-  kDisconnected,    // an established connection closed
-  kHandshakeFailed  // something answered on the port but did not speak ZeroMQ's protocol
-};
-
-class DealerTransport {
+// The worker's link to the coordinator. Connection events are read from
+// ZeroMQ's socket monitor.
+class DealerTransport : public Link {
  public:
   // Connects to `address` with `identity` (the worker name). The connection
   // is watched from the start, so no event of the first attempt is missed.
@@ -66,14 +61,11 @@ class DealerTransport {
   DealerTransport(const DealerTransport&) = delete;
   DealerTransport& operator=(const DealerTransport&) = delete;
 
-  void send(Message message);
-  // Receives every part of one message if one is waiting (non-blocking).
-  bool try_receive(std::vector<zmq::message_t>& parts);
-  // The next connection event if one is waiting (non-blocking).
-  std::optional<ConnectionEvent> try_event();
-  zmq::socket_t& socket() { return socket_; }
-  // Readable when try_event() has something; for a poll loop.
-  zmq::socket_t& events() { return monitor_; }
+  void send(Message message) override;
+  bool try_receive(std::vector<zmq::message_t>& parts) override;
+  std::optional<ConnectionEvent> try_event() override;
+  // The DEALER and its monitor.
+  void add_poll_items(std::vector<zmq::pollitem_t>& items) override;
 
  private:
   zmq::socket_t socket_;

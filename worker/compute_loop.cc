@@ -1,24 +1,19 @@
 #include "worker/compute_loop.h"
 
 #include <algorithm>
-#include <thread>
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
 
 namespace dctrain {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-}  // namespace
-
 ComputeLoop::ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_seed,
-                         DelayModel& delays)
-    : replica_(replica), train_(train), data_seed_(data_seed), delays_(delays) {}
+                         DelayModel& delays, WorkerClock& clock)
+    : replica_(replica), train_(train), data_seed_(data_seed), delays_(delays), clock_(clock) {}
 
 Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string& sender,
-                         Clock::time_point received) {
+                         double received) {
+  const auto since = [this](double t) { return clock_.now() - t; };
   Model& model = replica_.model();
   Message out;
   out.envelope = make_envelope(step, sender);
@@ -27,7 +22,7 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
 
   model.gradients().zero();
   if (replica_.buffer_count() > 0) model.statistics().zero();
-  const Clock::time_point start = Clock::now();
+  const double start = clock_.now();
   double loss_sum = 0.0;
   int64_t loss_terms = 0, samples = 0, correct = 0;
   for (const v1::MicroBatch& mb : plan.micro_batches()) {
@@ -35,14 +30,14 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
       c.add_dropped(mb.id());
       continue;
     }
-    const Clock::time_point begin = Clock::now();
+    const double begin = clock_.now();
     ids_.assign(mb.samples().begin(), mb.samples().end());
     train_.fill(ids_, SampleContext{data_seed_, mb.epoch(), true}, batch_);
     const MicroBatchResult r = model.train_micro_batch(batch_);
     const double computed = since(begin);
     double delay = delays_.delay_after(computed);
     if (delays_.caps_at_tau()) delay = std::min(delay, std::max(0.0, plan.tau() - since(start)));
-    if (delay > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    if (delay > 0.0) clock_.sleep(delay);
     v1::MicroBatchTime& t = *c.add_completed();
     t.set_id(mb.id());
     t.set_compute_seconds(since(begin));

@@ -3,30 +3,32 @@
 // arena, and the contribution that reports them; then the step's update.
 //
 // The step compute clock starts when the plan's compute starts; injected
-// delay counts as compute. Before each micro-batch the clock is read: once it
-// has passed tau no further micro-batch starts (the rest are dropped); a
-// running micro-batch is never cut.
+// delay counts as compute (it is slept on the same clock). Before each
+// micro-batch the clock is read: once it has passed tau no further
+// micro-batch starts (the rest are dropped); a running micro-batch is never
+// cut. The clock is injected: the steady clock in the process, a manual one
+// in tests.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 
 #include "comm/message.h"
-#include "runtime/replica.h"
 #include "data/dataset.h"
+#include "runtime/replica.h"
 #include "worker/delay_model.h"
+#include "worker/worker_clock.h"
 
 namespace dctrain {
 
 class ComputeLoop {
  public:
-  ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_seed, DelayModel& delays);
+  ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_seed, DelayModel& delays,
+              WorkerClock& clock);
 
   // Runs `plan` for `step`; returns the contribution, signed by `sender`.
-  // `received` is when the plan arrived (for the overhead figure).
-  Message run(const v1::Plan& plan, uint64_t step, const std::string& sender,
-              std::chrono::steady_clock::time_point received);
+  // `received` is when the plan arrived on `clock` (for the overhead figure).
+  Message run(const v1::Plan& plan, uint64_t step, const std::string& sender, double received);
 
   // Applies a validated update (tensor 0: gradient, 1: statistics if any).
   void apply(const Message& update);
@@ -36,6 +38,7 @@ class ComputeLoop {
   const Dataset& train_;
   uint64_t data_seed_;
   DelayModel& delays_;
+  WorkerClock& clock_;
   Batch batch_;
   std::vector<uint64_t> ids_;
   std::vector<float> statistics_;

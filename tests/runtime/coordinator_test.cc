@@ -211,7 +211,7 @@ TEST_F(CoordinatorTest, RunStartsWhenAllJoinedAndReplicasStayIdentical) {
   EXPECT_EQ(coordinator->totals().steps(), 4u);
   EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
   for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica->parameter_checksum(), replica->parameter_checksum()) << name;
+    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
     ASSERT_TRUE(byes.contains(name));
     EXPECT_TRUE(byes[name].has_checksum());
     EXPECT_EQ(byes[name].parameter_checksum(), replica->parameter_checksum());
@@ -319,7 +319,7 @@ TEST_F(CoordinatorTest, WorkerMissingTheDeadlineIsNamedAndItsMicroBatchesRequeue
   ASSERT_TRUE(coordinator->finished());
   EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
   for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica->parameter_checksum(), replica->parameter_checksum()) << name;
+    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
   }
 }
 
@@ -375,7 +375,7 @@ TEST_F(CoordinatorTest, RestartedWorkerIsWelcomedWithTheCurrentModelAndJoinsTheN
   EXPECT_EQ(plans[2].size(), 3u) << "c is planned again from the next step";
   EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
   for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica->parameter_checksum(), replica->parameter_checksum()) << name;
+    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
   }
 }
 
@@ -634,7 +634,7 @@ TEST_F(CoordinatorTest, ChecksumMismatchDropsTheContributionAndResyncsTheReplica
   start();
   join_all();
   // b's replica drifts from the others (a bit flip, a bad update...).
-  workers.at("b").replica->model().parameters().flat()[0] += 1e-3f;
+  workers.at("b").replica()->model().parameters().flat()[0] += 1e-3f;
   capture = true;
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
@@ -661,7 +661,7 @@ TEST_F(CoordinatorTest, ChecksumMismatchDropsTheContributionAndResyncsTheReplica
   // From step 1 on b computes on the coordinator's parameters again.
   EXPECT_EQ(plans[1].size(), 3u);
   for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica->parameter_checksum(), replica->parameter_checksum()) << name;
+    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
   }
 }
 
@@ -739,7 +739,8 @@ TEST(ComputeLoop, DelayCappedAtTauStopsAtTauOtherwiseRunsWhole) {
     const auto train = open_dataset(config, Split::kTrain, "");
     Replica replica(testing::softmax_for(config), config.optimizer());
     DelayModel delays(config.delay(), 0);
-    ComputeLoop loop(replica, *train, config.seed(), delays);
+    SteadyClock clock;
+    ComputeLoop loop(replica, *train, config.seed(), delays, clock);
     v1::Plan plan;
     plan.set_tau(0.02);
     for (uint64_t id = 1; id <= 3; ++id) {
@@ -747,7 +748,7 @@ TEST(ComputeLoop, DelayCappedAtTauStopsAtTauOtherwiseRunsWhole) {
       mb.set_id(id);
       for (uint64_t k = 0; k < 4; ++k) mb.add_samples(4 * id + k);
     }
-    const Message out = loop.run(plan, 0, "w", std::chrono::steady_clock::now());
+    const Message out = loop.run(plan, 0, "w", clock.now());
     const v1::Contribution& c = out.envelope.contribution();
     ASSERT_EQ(c.completed_size(), 1) << "cap " << cap;
     EXPECT_EQ(c.dropped_size(), 2) << "cap " << cap;

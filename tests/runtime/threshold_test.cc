@@ -532,7 +532,7 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
     EXPECT_GT(t.microbatches_dropped(), 0u) << log.text.str();
     EXPECT_GE(t.tau_changes(), 1u) << log.text.str();
     for (auto& [name, worker] : workers) {
-      EXPECT_EQ(worker.replica->parameter_checksum(), replica.parameter_checksum()) << name;
+      EXPECT_EQ(worker.replica()->parameter_checksum(), replica.parameter_checksum()) << name;
     }
   }
   EXPECT_TRUE(log.contains("tau inf -> ")) << log.text.str();

@@ -1,0 +1,103 @@
+// The compute side of a worker: its training data, its replica and the
+// compute loop. It takes the coordinator's welcome, plans, updates and bye
+// in arrival order and answers each with what the worker sends back (a
+// Ready, a contribution) or, at the end, with the worker's exit status. In
+// the process it runs on the compute thread (worker/compute_thread.h); tests
+// call it directly.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "comm/message.h"
+#include "comm/validation.h"
+#include "data/dataset.h"
+#include "model/model.h"
+#include "proto/config.pb.h"
+#include "runtime/replica.h"
+#include "worker/compute_loop.h"
+#include "worker/delay_model.h"
+#include "worker/options.h"
+#include "worker/worker_clock.h"
+
+namespace dctrain {
+
+// A message from the coordinator for the compute side, with the time it
+// arrived on the worker's clock.
+struct ComputeJob {
+  Message message;
+  double received = 0.0;
+};
+
+// The compute side is finished: the worker exits with `exit_code`
+// (worker/exit_codes.h).
+struct ComputeStatus {
+  int exit_code = 0;
+};
+
+// What the compute side hands back: a message for the coordinator, or its
+// final status. Typed, so that no message is ever taken for a status.
+using ComputeOutput = std::variant<Message, ComputeStatus>;
+
+// Where the session hands the compute side its jobs, in arrival order: the
+// compute thread's queue in the process, a recorder in tests.
+class ComputeQueue {
+ public:
+  virtual ~ComputeQueue() = default;
+  virtual void push(ComputeJob job) = 0;
+};
+
+// How a trainer gets its training set and builds its model for a run
+// config. The process's (process_parts) read the worker's --data-dir and
+// build the run's model; a test may hand in its own dataset and model.
+struct TrainerParts {
+  std::function<std::unique_ptr<Dataset>(const v1::RunConfig&)> open_train;
+  std::function<std::unique_ptr<Model>(const v1::RunConfig&, const Dataset& train)> make_model;
+};
+
+TrainerParts process_parts(const WorkerOptions& options);
+
+class Trainer {
+ public:
+  // `options` gives the worker's name (the sender of what it sends) and
+  // whether it has a data root; `clock` is the compute loop's.
+  Trainer(WorkerOptions options, TrainerParts parts, WorkerClock& clock,
+          std::shared_ptr<spdlog::logger> log);
+
+  // Takes one job; returns what to hand back, in order. A failure is logged
+  // and answered with an error for the coordinator and ComputeStatus
+  // kWorkerFailed; after any status the trainer takes no further job.
+  std::vector<ComputeOutput> handle(ComputeJob job);
+
+  bool finished() const { return finished_; }
+  // The replica, once welcomed (null before).
+  Replica* replica() { return replica_.get(); }
+
+ private:
+  std::vector<ComputeOutput> dispatch(ComputeJob& job);
+  Message on_welcome(const Message& welcome);
+  std::vector<ComputeOutput> on_plan(const ComputeJob& job);
+  void on_update(const Message& update);
+  ComputeStatus on_bye(const v1::Bye& bye);
+
+  WorkerOptions options_;
+  TrainerParts parts_;
+  WorkerClock& clock_;
+  std::shared_ptr<spdlog::logger> log_;
+  bool finished_ = false;
+  v1::RunConfig config_;
+  uint32_t rank_ = 0;
+  std::string data_key_;
+  std::unique_ptr<Dataset> train_;
+  std::unique_ptr<Replica> replica_;
+  std::unique_ptr<DelayModel> delays_;
+  std::unique_ptr<ComputeLoop> loop_;
+  std::vector<TensorSpec> expected_;
+};
+
+}  // namespace dctrain
