@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
 
     dctrain::ModelSpec resnet;
     resnet.name = "resnet20";
-    const double image_compute = median_compute_seconds(*dctrain::make_model(resnet), image_batch, 9);
+    const double image_compute =
+        median_compute_seconds(*dctrain::make_model(resnet), image_batch, 9);
     dctrain::ModelSpec bert;
     bert.name = "bert-tiny";
     bert.vocab_size = text->shape().vocab_size;
@@ -113,8 +114,8 @@ int main(int argc, char** argv) {
     const double text_compute = median_compute_seconds(*dctrain::make_model(bert), text_batch, 9);
 
     std::printf("\n%-34s %12s %14s %10s\n", "micro-batch", "prep (ms)", "compute (ms)", "ratio");
-    std::printf("%-34s %12.4f %14.1f %9.3f%%\n", "resnet20, 32 images, augmented",
-                image_prep * 1e3, image_compute * 1e3, 100.0 * image_prep / image_compute);
+    std::printf("%-34s %12.4f %14.1f %9.3f%%\n", "resnet20, 32 images, augmented", image_prep * 1e3,
+                image_compute * 1e3, 100.0 * image_prep / image_compute);
     std::printf("%-34s %12.4f %14.1f %9.3f%%\n", "bert-tiny, 8 x 128 tokens, masked",
                 text_prep * 1e3, text_compute * 1e3, 100.0 * text_prep / text_compute);
     std::printf(

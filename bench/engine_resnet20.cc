@@ -80,8 +80,10 @@ int main(int argc, char** argv) {
   }
   if (thread_counts.empty()) thread_counts = {1, 2};
 
-  std::printf("resnet20 training step, batch %d, %d timed steps after 1 warm-up "
-              "(machine shared: figures are noisy)\n", batch_size, steps);
+  std::printf(
+      "resnet20 training step, batch %d, %d timed steps after 1 warm-up "
+      "(machine shared: figures are noisy)\n",
+      batch_size, steps);
   const Batch batch = random_batch(batch_size);
   for (int threads : thread_counts) {
     const double peak = dctrain::bench::sgemm_gflops(1024, threads, 5);
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
     spec.name = "resnet20";
     spec.threads = threads;
     auto model = dctrain::make_model(spec);  // sets OpenBLAS back to 1 thread
-    model->train_micro_batch(batch);          // warm-up: workspace, page faults
+    model->train_micro_batch(batch);         // warm-up: workspace, page faults
     const auto warm = dctrain::classifier_timings(*model);
     const auto t0 = std::chrono::steady_clock::now();
     for (int s = 0; s < steps; ++s) {

@@ -58,9 +58,8 @@ void measure(const char* model, size_t n, const std::string& kind, ThreadPool* p
   spec.weight_decay = 0.01;
   std::unique_ptr<Optimizer> optimizer = make_optimizer(spec, table);
   optimizer->set_thread_pool(pool);
-  const double step = best_seconds(repeats, [&] {
-    optimizer->step(parameters.flat(), gradients.flat(), 1e-3);
-  });
+  const double step =
+      best_seconds(repeats, [&] { optimizer->step(parameters.flat(), gradients.flat(), 1e-3); });
   // AdamW touches 4 arrays, SGD with momentum 3.
   const int arrays = kind == "adamw" ? 4 : 3;
   const double copy = copy_seconds(n, arrays, repeats);
@@ -76,13 +75,16 @@ int main(int argc, char** argv) {
   int threads = 1, repeats = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--threads") threads = std::stoi(argv[i + 1]);
-    else if (flag == "--repeats") repeats = std::stoi(argv[i + 1]);
+    if (flag == "--threads")
+      threads = std::stoi(argv[i + 1]);
+    else if (flag == "--repeats")
+      repeats = std::stoi(argv[i + 1]);
   }
   bench::settle_and_print_blas(argv);
-  std::printf("optimizer step vs memcpy of the arrays it reads and writes, best of %d, %d "
-              "thread(s) for the step, 1 for memcpy (machine shared: figures are noisy)\n",
-              repeats, threads);
+  std::printf(
+      "optimizer step vs memcpy of the arrays it reads and writes, best of %d, %d "
+      "thread(s) for the step, 1 for memcpy (machine shared: figures are noisy)\n",
+      repeats, threads);
   std::unique_ptr<ThreadPool> pool;
   if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
   for (const char* kind : {"adamw", "sgd"}) {

@@ -23,9 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include "metrics/metrics_json.h"
-
 #include "common/child_process.h"
+#include "metrics/metrics_json.h"
 
 namespace {
 
@@ -121,13 +120,16 @@ RunFigures summarise(std::vector<StepFigures> steps, size_t warmup) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"DropCompute (tau at p90 of compute) against tau = infinity, 4 workers, real processes"};
+  CLI::App app{
+      "DropCompute (tau at p90 of compute) against tau = infinity, 4 workers, real processes"};
   int steps = 30, workers = 4, rounds = 2;
   double factor = 1.0;
-  app.add_option("--steps", steps, "Steps per run (the first 3 are not measured)")->capture_default_str();
+  app.add_option("--steps", steps, "Steps per run (the first 3 are not measured)")
+      ->capture_default_str();
   app.add_option("--workers", workers, "Worker processes")->capture_default_str();
   app.add_option("--factor", factor, "DropCompute delay factor")->capture_default_str();
-  app.add_option("--rounds", rounds, "Alternating baseline / DropCompute pairs")->capture_default_str();
+  app.add_option("--rounds", rounds, "Alternating baseline / DropCompute pairs")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   const fs::path bin = fs::canonical("/proc/self/exe").parent_path().parent_path() / "bin";
@@ -144,14 +146,18 @@ step {{ global_batch: {} micro_batch: 16 tau: inf }}
 delay {{ kind: "dropcompute" factor: {} }}
 eval {{ every_steps: 1000000 batch: 500 }}
 stop {{ max_steps: {} }}
-)", workers, 64 * workers, factor, steps);
+)",
+                                                  workers, 64 * workers, factor, steps);
   constexpr size_t kWarmup = 3;
-  auto launch = [&](const std::string& name, const std::string& tau_text) -> std::optional<RunFigures> {
-    std::vector<std::string> args = {"--workers", std::to_string(workers), "--config",
-                                     (dir / "bench.cfg").string(), "--out", (dir / name).string()};
+  auto launch = [&](const std::string& name,
+                    const std::string& tau_text) -> std::optional<RunFigures> {
+    std::vector<std::string> args = {"--workers", std::to_string(workers),
+                                     "--config",  (dir / "bench.cfg").string(),
+                                     "--out",     (dir / name).string()};
     if (!tau_text.empty()) args.insert(args.end(), {"--tau", tau_text});
     if (run_launch(bin, args, dir / (name + ".log")) != 0) {
-      std::fprintf(stderr, "run %s failed; see %s\n", name.c_str(), (dir / (name + ".log")).c_str());
+      std::fprintf(stderr, "run %s failed; see %s\n", name.c_str(),
+                   (dir / (name + ".log")).c_str());
       return std::nullopt;
     }
     return summarise(read_steps(dir / name / "metrics.jsonl"), kWarmup);
@@ -161,9 +167,10 @@ stop {{ max_steps: {} }}
   // machine's load hits both alike; tau comes from the first baseline.
   std::printf("%d workers, %d steps per run, DropCompute delays x%.2g, %d rounds\n", workers, steps,
               factor, rounds);
-  std::printf("all %d workers and the coordinator share this host's %u cores: absolute times "
-              "are not a cluster's; compare the ratios\n",
-              workers, std::thread::hardware_concurrency());
+  std::printf(
+      "all %d workers and the coordinator share this host's %u cores: absolute times "
+      "are not a cluster's; compare the ratios\n",
+      workers, std::thread::hardware_concurrency());
   std::vector<RunFigures> bases, drops;
   double tau = 0.0;
   for (int round = 0; round < rounds; ++round) {
@@ -171,17 +178,20 @@ stop {{ max_steps: {} }}
     if (!base_run) return 1;
     if (round == 0) {
       std::vector<double> computes;
-      for (const StepFigures& s : base_run->steps) computes.insert(computes.end(), s.compute.begin(), s.compute.end());
+      for (const StepFigures& s : base_run->steps)
+        computes.insert(computes.end(), s.compute.begin(), s.compute.end());
       std::sort(computes.begin(), computes.end());
       tau = computes.empty() ? 1.0 : computes[computes.size() * 9 / 10];
-      std::printf("tau = %.4f s: the 90th percentile of %zu worker step compute times at tau = inf\n",
-                  tau, computes.size());
+      std::printf(
+          "tau = %.4f s: the 90th percentile of %zu worker step compute times at tau = inf\n", tau,
+          computes.size());
       print_blas(dir / "baseline-0" / "summary.json");
     }
     auto drop_run = launch(fmt::format("dropcompute-{}", round), fmt::format("{:.6f}", tau));
     if (!drop_run) return 1;
-    std::printf("round %d: tau = inf %.1f ms/step, tau = p90 %.1f ms/step (%.1f%% dropped)\n", round,
-                1e3 * base_run->step_seconds, 1e3 * drop_run->step_seconds, 100 * drop_run->drop_rate);
+    std::printf("round %d: tau = inf %.1f ms/step, tau = p90 %.1f ms/step (%.1f%% dropped)\n",
+                round, 1e3 * base_run->step_seconds, 1e3 * drop_run->step_seconds,
+                100 * drop_run->drop_rate);
     std::fflush(stdout);
     bases.push_back(std::move(*base_run));
     drops.push_back(std::move(*drop_run));
@@ -196,11 +206,12 @@ stop {{ max_steps: {} }}
   std::printf("\n%-22s %12s %12s %10s\n", "", "step time", "samples/s", "dropped");
   std::printf("%-22s %10.1f ms %12.0f %9.1f%%\n", "tau = inf", 1e3 * base.step_seconds,
               base.samples_per_second, 100 * base.drop_rate);
-  std::printf("%-22s %10.1f ms %12.0f %9.1f%%\n", fmt::format("tau = {:.1f} ms (p90)", 1e3 * tau).c_str(),
-              1e3 * drop.step_seconds, drop.samples_per_second, 100 * drop.drop_rate);
+  std::printf("%-22s %10.1f ms %12.0f %9.1f%%\n",
+              fmt::format("tau = {:.1f} ms (p90)", 1e3 * tau).c_str(), 1e3 * drop.step_seconds,
+              drop.samples_per_second, 100 * drop.drop_rate);
   std::printf("speedup (samples/s): %.3fx   step-time ratio: %.3fx   drop rate %.1f%%\n",
-              drop.samples_per_second / base.samples_per_second, base.step_seconds / drop.step_seconds,
-              100 * drop.drop_rate);
+              drop.samples_per_second / base.samples_per_second,
+              base.step_seconds / drop.step_seconds, 100 * drop.drop_rate);
 
   // Where a baseline step's time goes.
   double step = 0, compute = 0, framework = 0;
@@ -212,8 +223,9 @@ stop {{ max_steps: {} }}
   const double rest = std::max(0.0, step - compute - framework);
   std::printf("\nbaseline step breakdown (mean over %zu steps):\n", base.steps.size());
   std::printf("  slowest worker's compute          %6.1f%%\n", 100 * compute / step);
-  std::printf("  framework (reduce, update, worker time outside micro-batches) %6.2f%%  (target < 3%%)\n",
-              100 * framework / step);
+  std::printf(
+      "  framework (reduce, update, worker time outside micro-batches) %6.2f%%  (target < 3%%)\n",
+      100 * framework / step);
   std::printf("  communication and waiting         %6.1f%%\n", 100 * rest / step);
   std::printf("run folders: %s\n", dir.c_str());
   return 0;

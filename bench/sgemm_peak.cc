@@ -8,8 +8,10 @@
 int main(int, char** argv) {
   dctrain::bench::settle_and_print_blas(argv);
   constexpr int kN = 2048;
-  std::printf("cblas_sgemm %dx%dx%d, best of 5 (machine shared with other processes: "
-              "figures are noisy)\n", kN, kN, kN);
+  std::printf(
+      "cblas_sgemm %dx%dx%d, best of 5 (machine shared with other processes: "
+      "figures are noisy)\n",
+      kN, kN, kN);
   const double one = dctrain::bench::sgemm_gflops(kN, 1, 5);
   const double two = dctrain::bench::sgemm_gflops(kN, 2, 5);
   std::printf("1 thread : %7.1f GFLOP/s\n", one);

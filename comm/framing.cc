@@ -1,9 +1,9 @@
 #include "comm/framing.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace dctrain {
 
@@ -83,7 +83,8 @@ std::optional<std::string> decode(std::vector<zmq::message_t>&& parts, Message& 
 
 size_t first_frame_of(const v1::Envelope& envelope, size_t index) {
   size_t frame = 0;
-  for (size_t i = 0; i < index; ++i) frame += frames_for(envelope.tensors(static_cast<int>(i)).count());
+  for (size_t i = 0; i < index; ++i)
+    frame += frames_for(envelope.tensors(static_cast<int>(i)).count());
   return frame;
 }
 

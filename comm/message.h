@@ -4,7 +4,6 @@
 
 #include <string>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "proto/wire.pb.h"

@@ -1,8 +1,8 @@
 #include "comm/transport.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "comm/framing.h"
 
@@ -28,7 +28,8 @@ namespace {
 
 // Sends every part; returns false (having sent nothing) if the first part
 // would block or the peer is unknown.
-bool send_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, const std::string* peer) {
+bool send_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
+                const std::string* peer) {
   const size_t n = parts.size();
   try {
     if (peer != nullptr) {
@@ -51,11 +52,14 @@ bool send_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, const
 
 RouterTransport::RouterTransport(zmq::context_t& context, const std::string& address,
                                  std::shared_ptr<spdlog::logger> log)
-    : socket_(context, zmq::socket_type::router), monitor_(context, zmq::socket_type::pair),
+    : socket_(context, zmq::socket_type::router),
+      monitor_(context, zmq::socket_type::pair),
       log_(std::move(log)) {
   const std::string monitor = fmt::format("inproc://router-monitor-{}", static_cast<void*>(this));
-  if (zmq_socket_monitor(socket_.handle(), monitor.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
-    throw std::runtime_error(fmt::format("coordinator: cannot watch connections: {}", zmq_strerror(zmq_errno())));
+  if (zmq_socket_monitor(socket_.handle(), monitor.c_str(),
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    throw std::runtime_error(
+        fmt::format("coordinator: cannot watch connections: {}", zmq_strerror(zmq_errno())));
   }
   monitor_.set(zmq::sockopt::linger, 0);
   monitor_.connect(monitor);
@@ -73,13 +77,17 @@ RouterTransport::RouterTransport(zmq::context_t& context, const std::string& add
   }
 }
 
-std::string RouterTransport::endpoint() const { return socket_.get(zmq::sockopt::last_endpoint); }
+std::string RouterTransport::endpoint() const {
+  return socket_.get(zmq::sockopt::last_endpoint);
+}
 
 void RouterTransport::set_linger(std::chrono::milliseconds linger) {
   socket_.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
 }
 
-RouterTransport::~RouterTransport() { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
+RouterTransport::~RouterTransport() {
+  zmq_socket_monitor(socket_.handle(), nullptr, 0);
+}
 
 size_t RouterTransport::connections() {
   std::vector<zmq::message_t> parts;
@@ -117,7 +125,8 @@ void RouterTransport::send(const std::string& peer, Message message) {
 
 DealerTransport::DealerTransport(zmq::context_t& context, const std::string& address,
                                  const std::string& identity, std::shared_ptr<spdlog::logger> log)
-    : socket_(context, zmq::socket_type::dealer), monitor_(context, zmq::socket_type::pair),
+    : socket_(context, zmq::socket_type::dealer),
+      monitor_(context, zmq::socket_type::pair),
       log_(std::move(log)) {
   socket_.set(zmq::sockopt::routing_id, identity);
   socket_.set(zmq::sockopt::linger, 2000);
@@ -131,7 +140,8 @@ DealerTransport::DealerTransport(zmq::context_t& context, const std::string& add
                          ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_CONNECT_RETRIED |
                              ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                              ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
-    throw std::runtime_error(fmt::format("worker: cannot watch the connection: {}", zmq_strerror(zmq_errno())));
+    throw std::runtime_error(
+        fmt::format("worker: cannot watch the connection: {}", zmq_strerror(zmq_errno())));
   }
   monitor_.set(zmq::sockopt::linger, 0);
   monitor_.connect(monitor);
@@ -150,7 +160,9 @@ void DealerTransport::send(Message message) {
   }
 }
 
-DealerTransport::~DealerTransport() { zmq_socket_monitor(socket_.handle(), nullptr, 0); }
+DealerTransport::~DealerTransport() {
+  zmq_socket_monitor(socket_.handle(), nullptr, 0);
+}
 
 bool DealerTransport::try_receive(std::vector<zmq::message_t>& parts) {
   return receive_parts(socket_, parts, false);
@@ -169,12 +181,17 @@ std::optional<ConnectionEvent> DealerTransport::try_event() {
     uint16_t event = 0;
     std::memcpy(&event, parts[0].data(), sizeof event);
     switch (event) {
-      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: return ConnectionEvent::kConnected;
-      case ZMQ_EVENT_CONNECT_RETRIED: return ConnectionEvent::kRetried;
-      case ZMQ_EVENT_DISCONNECTED: return ConnectionEvent::kDisconnected;
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        return ConnectionEvent::kConnected;
+      case ZMQ_EVENT_CONNECT_RETRIED:
+        return ConnectionEvent::kRetried;
+      case ZMQ_EVENT_DISCONNECTED:
+        return ConnectionEvent::kDisconnected;
       case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
-      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: return ConnectionEvent::kHandshakeFailed;
-      default: continue;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        return ConnectionEvent::kHandshakeFailed;
+      default:
+        continue;
     }
   }
   return std::nullopt;

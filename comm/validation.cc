@@ -1,8 +1,8 @@
 #include "comm/validation.h"
 
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "comm/framing.h"
 
@@ -45,14 +45,15 @@ std::optional<std::string> check_tensors(const Message& message,
   for (size_t i = 0; i < expected.size(); ++i) {
     const v1::TensorHeader& t = tensors[static_cast<int>(i)];
     if (t.name() != expected[i].name || t.count() != expected[i].count) {
-      return fmt::format("{}: tensor {} is '{}' with {} floats, expected '{}' with {} (is the peer "
-                         "running another model?)",
-                         body_name(message.envelope), i, t.name(), t.count(), expected[i].name,
-                         expected[i].count);
+      return fmt::format(
+          "{}: tensor {} is '{}' with {} floats, expected '{}' with {} (is the peer "
+          "running another model?)",
+          body_name(message.envelope), i, t.name(), t.count(), expected[i].name, expected[i].count);
     }
     const size_t n = frames_for(t.count());
     if (frame + n > message.frames.size()) {
-      return fmt::format("{}: tensor '{}' is missing frames", body_name(message.envelope), t.name());
+      return fmt::format("{}: tensor '{}' is missing frames", body_name(message.envelope),
+                         t.name());
     }
     for (size_t k = 0; k < n; ++k) {
       if (!frame_finite(message.frames[frame + k])) {
@@ -67,17 +68,28 @@ std::optional<std::string> check_tensors(const Message& message,
 
 std::string_view body_name(const v1::Envelope& envelope) {
   switch (envelope.body_case()) {
-    case v1::Envelope::kHello: return "hello";
-    case v1::Envelope::kRefusal: return "refusal";
-    case v1::Envelope::kHeartbeat: return "heartbeat";
-    case v1::Envelope::kBye: return "bye";
-    case v1::Envelope::kError: return "error";
-    case v1::Envelope::kWelcome: return "welcome";
-    case v1::Envelope::kPlan: return "plan";
-    case v1::Envelope::kContribution: return "contribution";
-    case v1::Envelope::kUpdate: return "update";
-    case v1::Envelope::kReady: return "ready";
-    case v1::Envelope::BODY_NOT_SET: break;
+    case v1::Envelope::kHello:
+      return "hello";
+    case v1::Envelope::kRefusal:
+      return "refusal";
+    case v1::Envelope::kHeartbeat:
+      return "heartbeat";
+    case v1::Envelope::kBye:
+      return "bye";
+    case v1::Envelope::kError:
+      return "error";
+    case v1::Envelope::kWelcome:
+      return "welcome";
+    case v1::Envelope::kPlan:
+      return "plan";
+    case v1::Envelope::kContribution:
+      return "contribution";
+    case v1::Envelope::kUpdate:
+      return "update";
+    case v1::Envelope::kReady:
+      return "ready";
+    case v1::Envelope::BODY_NOT_SET:
+      break;
   }
   return "empty message";
 }

@@ -3,9 +3,8 @@
 // OPENBLAS_CORETYPE.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace dctrain {
 

@@ -1,11 +1,11 @@
 #include "coordinator/checkpoint.h"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "common/files.h"
 #include "model/param_table.h"
@@ -28,7 +28,8 @@ void put(std::string& out, T value) {
 template <typename T>
 T get(const std::string& in, size_t& at, const std::filesystem::path& path) {
   if (at + sizeof(T) > in.size()) {
-    throw std::runtime_error(fmt::format("checkpoint '{}' is truncated at byte {}", path.string(), at));
+    throw std::runtime_error(
+        fmt::format("checkpoint '{}' is truncated at byte {}", path.string(), at));
   }
   T value;
   std::memcpy(&value, in.data() + at, sizeof value);
@@ -45,15 +46,17 @@ struct Parsed {
 Parsed parse(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw std::runtime_error(fmt::format(
-        "no checkpoint at '{}': resume needs a run folder that wrote one (checkpoint.every_steps > 0)",
-        path.string()));
+    throw std::runtime_error(
+        fmt::format("no checkpoint at '{}': resume needs a run folder that wrote one "
+                    "(checkpoint.every_steps > 0)",
+                    path.string()));
   }
   Parsed p;
   std::stringstream buffer;
   buffer << in.rdbuf();
   p.bytes = buffer.str();
-  if (p.bytes.size() < sizeof kMagic + 4 + 8 + 8 || std::memcmp(p.bytes.data(), kMagic, sizeof kMagic) != 0) {
+  if (p.bytes.size() < sizeof kMagic + 4 + 8 + 8 ||
+      std::memcmp(p.bytes.data(), kMagic, sizeof kMagic) != 0) {
     throw std::runtime_error(fmt::format("'{}' is not a dctrain checkpoint", path.string()));
   }
   const uint64_t stored = [&] {
@@ -64,7 +67,8 @@ Parsed parse(const std::filesystem::path& path) {
   const uint64_t computed = checksum(std::span<const float>(
       reinterpret_cast<const float*>(p.bytes.data()), (p.bytes.size() - 8) / sizeof(float)));
   if (stored != computed || (p.bytes.size() - 8) % sizeof(float) != 0) {
-    throw std::runtime_error(fmt::format("checkpoint '{}' is corrupt (checksum mismatch)", path.string()));
+    throw std::runtime_error(
+        fmt::format("checkpoint '{}' is corrupt (checksum mismatch)", path.string()));
   }
   size_t at = sizeof kMagic;
   const auto version = get<uint32_t>(p.bytes, at, path);
@@ -77,7 +81,8 @@ Parsed parse(const std::filesystem::path& path) {
   const auto length = get<uint64_t>(p.bytes, at, path);
   if (at + length > p.bytes.size() ||
       !p.header.ParseFromArray(p.bytes.data() + at, static_cast<int>(length))) {
-    throw std::runtime_error(fmt::format("checkpoint '{}' has an unreadable header", path.string()));
+    throw std::runtime_error(
+        fmt::format("checkpoint '{}' has an unreadable header", path.string()));
   }
   // The tensors start at the next multiple of 4 bytes after the header.
   p.tensors_at = (at + length + 3) / 4 * 4;
@@ -90,7 +95,8 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir) {
   return run_dir / "checkpoint.bin";
 }
 
-void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header, Replica& replica) {
+void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header,
+                     Replica& replica) {
   header.clear_tensor_names();
   header.clear_tensor_counts();
   const std::vector<TensorSpec> specs = replica.state_specs();
@@ -126,18 +132,20 @@ void load_checkpoint_state(const std::filesystem::path& path, Replica& replica) 
   const std::vector<TensorSpec> specs = replica.state_specs();
   if (static_cast<size_t>(p.header.tensor_names_size()) != specs.size()) {
     throw std::runtime_error(fmt::format("checkpoint '{}' holds {} tensors, this model needs {}",
-                                         path.string(), p.header.tensor_names_size(), specs.size()));
+                                         path.string(), p.header.tensor_names_size(),
+                                         specs.size()));
   }
   size_t at = p.tensors_at;
   std::vector<std::span<float>> views = replica.state_views();
   for (size_t i = 0; i < specs.size(); ++i) {
     if (p.header.tensor_names(static_cast<int>(i)) != specs[i].name ||
         p.header.tensor_counts(static_cast<int>(i)) != specs[i].count) {
-      throw std::runtime_error(fmt::format(
-          "checkpoint '{}': tensor {} is '{}' ({} floats), this model has '{}' ({}); was it written "
-          "for another model or optimizer?",
-          path.string(), i, p.header.tensor_names(static_cast<int>(i)),
-          p.header.tensor_counts(static_cast<int>(i)), specs[i].name, specs[i].count));
+      throw std::runtime_error(
+          fmt::format("checkpoint '{}': tensor {} is '{}' ({} floats), this model has '{}' ({}); "
+                      "was it written "
+                      "for another model or optimizer?",
+                      path.string(), i, p.header.tensor_names(static_cast<int>(i)),
+                      p.header.tensor_counts(static_cast<int>(i)), specs[i].name, specs[i].count));
     }
     if (at + views[i].size_bytes() > p.bytes.size() - 8) {
       throw std::runtime_error(fmt::format("checkpoint '{}' is truncated", path.string()));

@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <string>
 
-#include "runtime/replica.h"
 #include "proto/checkpoint.pb.h"
+#include "runtime/replica.h"
 
 namespace dctrain {
 

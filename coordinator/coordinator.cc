@@ -1,17 +1,17 @@
 #include "coordinator/coordinator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 
-#include <fmt/format.h>
-
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
+#include "coordinator/checkpoint.h"
 #include "runtime/setup.h"
 #include "runtime/text_format.h"
-#include "coordinator/checkpoint.h"
 
 namespace dctrain {
 
@@ -56,17 +56,18 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
       membership_(config_.workers()),
       ledger_(initial_ledger(setup_)),
       reducer_(replica.parameter_count(), replica.buffer_count()),
-      metrics_(setup_.run_dir, setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step())
-                                             : std::nullopt),
+      metrics_(setup_.run_dir,
+               setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step()) : std::nullopt),
       threshold_(config_.step(), config_.seed()),
       needs_data_root_(needs_data_root(config_)) {
   const double now = clock_();
   created_ = run_started_ = waiting_since_ = now;
   if (setup_.resume) {
     if (metrics_.records_superseded() > 0) {
-      log_->info("metrics.jsonl: removed {} records written after the checkpoint (steps from {} "
-                 "on are run again)",
-                 metrics_.records_superseded(), setup_.resume->next_step());
+      log_->info(
+          "metrics.jsonl: removed {} records written after the checkpoint (steps from {} "
+          "on are run again)",
+          metrics_.records_superseded(), setup_.resume->next_step());
     }
     step_ = setup_.resume->next_step();
     metrics_.totals() = setup_.resume->totals();
@@ -79,9 +80,10 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
   start_checksum_ = replica_.parameter_checksum();
   if (threshold_.automatic()) {
     const v1::AutoTauConfig& a = config_.step().auto_tau();
-    log_->info("tau: auto; inf for a warm-up of {} steps, then estimated from the recorded "
-               "micro-batch times and re-estimated every {} steps on the last {}",
-               a.warmup_steps(), a.reestimate_every_steps(), a.window_steps());
+    log_->info(
+        "tau: auto; inf for a warm-up of {} steps, then estimated from the recorded "
+        "micro-batch times and re-estimated every {} steps on the last {}",
+        a.warmup_steps(), a.reestimate_every_steps(), a.window_steps());
   }
   // A resumed run starts its automatic threshold afresh, with a warm-up.
   metrics_.totals().set_tau(threshold_.tau());
@@ -136,8 +138,9 @@ void Coordinator::dispatch(Received received, double now) {
     return;
   }
   if (message.envelope.sender() != peer) {
-    log_->warn("dropped a {} from peer '{}' that signs as '{}': the sender must be the worker's name",
-               body_name(message.envelope), peer, message.envelope.sender());
+    log_->warn(
+        "dropped a {} from peer '{}' that signs as '{}': the sender must be the worker's name",
+        body_name(message.envelope), peer, message.envelope.sender());
     return;
   }
   switch (message.envelope.body_case()) {
@@ -165,8 +168,8 @@ void Coordinator::dispatch(Received received, double now) {
       if (Member* m = membership_.live_member(peer)) m->last_heard = now;
       return;
     default:
-      log_->warn("dropped a {} from peer '{}': workers do not send that", body_name(message.envelope),
-                 peer);
+      log_->warn("dropped a {} from peer '{}': workers do not send that",
+                 body_name(message.envelope), peer);
       return;
   }
 }
@@ -199,9 +202,9 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
   }
   const std::optional<uint32_t> rank = membership_.admit(from.peer, hello.threads(), now);
   if (!rank) {
-    const std::string reason = fmt::format(
-        "the run already has its {} workers, all alive; raise 'workers' to add more",
-        config_.workers());
+    const std::string reason =
+        fmt::format("the run already has its {} workers, all alive; raise 'workers' to add more",
+                    config_.workers());
     log_->warn("refused worker '{}': {}", from.peer, reason);
     refuse(from.peer, reason);
     return;
@@ -312,7 +315,8 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
     uint64_t samples = 0;
     for (const v1::MicroBatchTime& t : c.completed()) {
       if (!p.micro_batches.contains(t.id()) || !seen.insert(t.id()).second) {
-        problem = fmt::format("completed micro-batch {} was not planned or is listed twice", t.id());
+        problem =
+            fmt::format("completed micro-batch {} was not planned or is listed twice", t.id());
         break;
       }
       if (!std::isfinite(t.compute_seconds()) || t.compute_seconds() < 0.0) {
@@ -332,8 +336,8 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
                             p.micro_batches.size());
     }
     if (!problem && samples != c.samples()) {
-      problem = fmt::format("it claims {} samples, its completed micro-batches hold {}", c.samples(),
-                            samples);
+      problem = fmt::format("it claims {} samples, its completed micro-batches hold {}",
+                            c.samples(), samples);
     }
     if (!problem && (!std::isfinite(c.loss_sum()) || !std::isfinite(c.compute_seconds()))) {
       problem = "its loss or compute time is not finite";
@@ -370,10 +374,11 @@ void Coordinator::abandon(uint32_t rank, const std::string& why) {
   p.missed = true;
   reducer_.forget(rank);
   ledger_.orphan_worker(rank);
-  log_->warn("worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} samples) "
-             "are {}",
-             membership_.at(rank).name, rank, step_, why, p.micro_batches.size(), p.samples,
-             config_.step().requeue() ? "requeued" : "lost");
+  log_->warn(
+      "worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} samples) "
+      "are {}",
+      membership_.at(rank).name, rank, step_, why, p.micro_batches.size(), p.samples,
+      config_.step().requeue() ? "requeued" : "lost");
 }
 
 void Coordinator::start_step(double now) {
@@ -389,7 +394,8 @@ void Coordinator::start_step(double now) {
   }
   std::vector<WorkerPlan> plans;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    plans = plan_step(ledger_, ranks, step_, config_.step().global_batch(), config_.step().micro_batch());
+    plans = plan_step(ledger_, ranks, step_, config_.step().global_batch(),
+                      config_.step().micro_batch());
     uint64_t total = 0;
     for (const WorkerPlan& p : plans) total += p.micro_batches.size();
     if (total > 0 || !ledger_.epoch_complete()) break;
@@ -447,8 +453,8 @@ void Coordinator::close_step(double now) {
   track_misses(record);
   for (const auto& [rank, p] : planned_) {
     if (p.resync && membership_.at(rank).live) {
-      log_->info("resending the coordinator's state to worker '{}' (rank {})", membership_.at(rank).name,
-                 rank);
+      log_->info("resending the coordinator's state to worker '{}' (rank {})",
+                 membership_.at(rank).name, rank);
       welcome(rank);
     }
   }
@@ -462,8 +468,8 @@ void Coordinator::close_step(double now) {
     metrics_.record_epoch(audit, t.steps(), wall(now));
     t.set_epochs_completed(t.epochs_completed() + 1);
     if (audit.ok()) {
-      log_->info("epoch {} complete: {} samples done exactly once, {} lost", audit.epoch, audit.done,
-                 audit.lost.size());
+      log_->info("epoch {} complete: {} samples done exactly once, {} lost", audit.epoch,
+                 audit.done, audit.lost.size());
     } else {
       t.set_audits_failed(t.audits_failed() + 1);
       log_->error("epoch {} ledger audit FAILED: {} duplicated, {} missing", audit.epoch,
@@ -477,7 +483,8 @@ void Coordinator::close_step(double now) {
   // The coordinator's own work between steps: on its clock, never on the
   // workers' (the next step's clock starts when its plans go out).
   const uint64_t every = config_.eval().every_steps();
-  if (evaluator_ != nullptr && ((every > 0 && t.steps() % every == 0) || (every == 0 && epoch_ended))) {
+  if (evaluator_ != nullptr &&
+      ((every > 0 && t.steps() % every == 0) || (every == 0 && epoch_ended))) {
     record.set_eval_seconds(evaluate(now));
   }
   const uint64_t checkpoint_every = config_.checkpoint().every_steps();
@@ -636,7 +643,8 @@ void Coordinator::count_step(const v1::StepRecord& record) {
                                     record.orphaned());
   epoch_samples_ += record.samples() + record.lost_samples();
   progress_samples_ += record.samples();
-  recent_step_seconds_ = recent_step_seconds_ == 0.0 ? cycle : 0.8 * recent_step_seconds_ + 0.2 * cycle;
+  recent_step_seconds_ =
+      recent_step_seconds_ == 0.0 ? cycle : 0.8 * recent_step_seconds_ + 0.2 * cycle;
 }
 
 void Coordinator::track_misses(const v1::StepRecord& record) {
@@ -736,16 +744,18 @@ void Coordinator::observe_threshold(const ClosedStep& closed, double now) {
     t.set_step_seconds_at_tau(0.0);
     t.set_microbatches_planned_at_tau(0);
     t.set_microbatches_dropped_at_tau(0);
-    log_->info("tau {} -> {} after step {} ({} over {} steps): predicted drop rate {:.1f}%, "
-               "step {:.4g} s against {:.4g} s at inf, speedup {:+.1f}% (tau in force: {:+.1f}%)",
-               describe_tau(d->old_tau), describe_tau(d->new_tau), d->step, d->why, e.steps,
-               100.0 * e.drop_rate, e.step_seconds, e.baseline_step_seconds, 100.0 * e.speedup,
-               100.0 * d->in_force.speedup);
+    log_->info(
+        "tau {} -> {} after step {} ({} over {} steps): predicted drop rate {:.1f}%, "
+        "step {:.4g} s against {:.4g} s at inf, speedup {:+.1f}% (tau in force: {:+.1f}%)",
+        describe_tau(d->old_tau), describe_tau(d->new_tau), d->step, d->why, e.steps,
+        100.0 * e.drop_rate, e.step_seconds, e.baseline_step_seconds, 100.0 * e.speedup,
+        100.0 * d->in_force.speedup);
   } else {
-    log_->debug("tau stays {} after step {} ({} over {} steps): best {} would give {:+.1f}% "
-                "against {:+.1f}% in force",
-                describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau),
-                100.0 * e.speedup, 100.0 * d->in_force.speedup);
+    log_->debug(
+        "tau stays {} after step {} ({} over {} steps): best {} would give {:+.1f}% "
+        "against {:+.1f}% in force",
+        describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 100.0 * e.speedup,
+        100.0 * d->in_force.speedup);
   }
 }
 
@@ -802,7 +812,8 @@ std::optional<std::string> Coordinator::stop_reached(double now) const {
   if (s.target_accuracy() > 0.0 && t.reached_target()) {
     return fmt::format("target accuracy {:.2f}% reached", 100.0 * s.target_accuracy());
   }
-  if (s.max_steps() > 0 && t.steps() >= s.max_steps()) return fmt::format("max steps {} reached", s.max_steps());
+  if (s.max_steps() > 0 && t.steps() >= s.max_steps())
+    return fmt::format("max steps {} reached", s.max_steps());
   if (s.max_epochs() > 0.0 && epochs() >= s.max_epochs() - 1e-9) {
     return fmt::format("max epochs {} reached", s.max_epochs());
   }
@@ -814,7 +825,8 @@ std::optional<std::string> Coordinator::stop_reached(double now) const {
 
 void Coordinator::finish(const std::string& reason, int exit_code, double now) {
   v1::RunTotals& t = metrics_.totals();
-  if (exit_code == 0 && evaluator_ != nullptr && (!t.has_eval() || t.last_eval_step() != t.steps())) {
+  if (exit_code == 0 && evaluator_ != nullptr &&
+      (!t.has_eval() || t.last_eval_step() != t.steps())) {
     evaluate(now);
   }
   if (exit_code == 0 && config_.checkpoint().every_steps() > 0) checkpoint(now);
@@ -863,10 +875,10 @@ void Coordinator::tick(double now) {
     for (uint32_t rank : membership_.live_ranks()) {
       Message hb;
       hb.envelope = make_envelope(step_, kCoordinatorName);
-      hb.envelope.mutable_heartbeat()->set_sent_unix_micros(static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(
-              std::chrono::system_clock::now().time_since_epoch())
-              .count()));
+      hb.envelope.mutable_heartbeat()->set_sent_unix_micros(
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count()));
       send(membership_.at(rank).name, std::move(hb));
     }
   }
@@ -884,10 +896,11 @@ void Coordinator::tick(double now) {
       if (start_when_ready(now)) {
         return;
       } else if (now - created_ > live.join_timeout_seconds()) {
-        finish(fmt::format("only {} of {} workers joined within {:.0f} s: start more dctrain-worker "
-                           "processes, lower --workers, or raise liveness.join_timeout_seconds",
-                           membership_.live_count(), config_.workers(), live.join_timeout_seconds()),
-               1, now);
+        finish(
+            fmt::format("only {} of {} workers joined within {:.0f} s: start more dctrain-worker "
+                        "processes, lower --workers, or raise liveness.join_timeout_seconds",
+                        membership_.live_count(), config_.workers(), live.join_timeout_seconds()),
+            1, now);
       }
       return;
     case Phase::kWaiting:
@@ -911,7 +924,8 @@ void Coordinator::tick(double now) {
         }
       }
       if (reducer_.complete()) close_step(now);
-      if (phase_ == Phase::kStepping && now - last_progress_ >= config_.progress_seconds()) progress(now);
+      if (phase_ == Phase::kStepping && now - last_progress_ >= config_.progress_seconds())
+        progress(now);
       return;
     case Phase::kFinished:
       return;
@@ -921,30 +935,34 @@ void Coordinator::tick(double now) {
 void Coordinator::progress(double now) {
   const double period = now - last_progress_;
   const v1::RunTotals& t = metrics_.totals();
-  const uint64_t planned = t.microbatches_completed() + t.microbatches_dropped() + t.microbatches_orphaned();
-  const double drop = planned == 0 ? 0.0
-                                   : 100.0 * static_cast<double>(t.microbatches_dropped() +
-                                                                 t.microbatches_orphaned()) /
-                                         static_cast<double>(planned);
+  const uint64_t planned =
+      t.microbatches_completed() + t.microbatches_dropped() + t.microbatches_orphaned();
+  const double drop =
+      planned == 0
+          ? 0.0
+          : 100.0 * static_cast<double>(t.microbatches_dropped() + t.microbatches_orphaned()) /
+                static_cast<double>(planned);
   double remaining = std::numeric_limits<double>::infinity();
   const v1::StopConfig& s = config_.stop();
-  const double steps_per_epoch = std::ceil(static_cast<double>(setup_.train_size) /
-                                           config_.step().global_batch());
-  if (s.max_steps() > 0) remaining = static_cast<double>(s.max_steps() - std::min(s.max_steps(), t.steps()));
+  const double steps_per_epoch =
+      std::ceil(static_cast<double>(setup_.train_size) / config_.step().global_batch());
+  if (s.max_steps() > 0)
+    remaining = static_cast<double>(s.max_steps() - std::min(s.max_steps(), t.steps()));
   if (s.max_epochs() > 0.0) {
     remaining = std::min(remaining, std::max(0.0, (s.max_epochs() - epochs()) * steps_per_epoch));
   }
   double eta = remaining * recent_step_seconds_;
   if (s.max_wall_seconds() > 0.0) eta = std::min(eta, s.max_wall_seconds() - wall(now));
-  const std::string eval = t.has_eval() ? fmt::format("{:.2f}% (loss {:.4f}) @ step {}",
-                                                      100.0 * t.last_eval_accuracy(),
-                                                      t.last_eval_loss(), t.last_eval_step())
-                                        : std::string("-");
-  log_->info("step {} | epoch {:.2f} | {:.0f} samples/s | loss {:.4f} | eval {} | drop {:.1f}% | "
-             "tau {} | {} workers | ETA {}",
-             t.steps(), epochs(), period > 0 ? static_cast<double>(progress_samples_) / period : 0.0,
-             last_loss_, eval, drop, describe_tau(threshold_.tau()), membership_.live_count(),
-             describe_seconds(eta));
+  const std::string eval =
+      t.has_eval() ? fmt::format("{:.2f}% (loss {:.4f}) @ step {}", 100.0 * t.last_eval_accuracy(),
+                                 t.last_eval_loss(), t.last_eval_step())
+                   : std::string("-");
+  log_->info(
+      "step {} | epoch {:.2f} | {:.0f} samples/s | loss {:.4f} | eval {} | drop {:.1f}% | "
+      "tau {} | {} workers | ETA {}",
+      t.steps(), epochs(), period > 0 ? static_cast<double>(progress_samples_) / period : 0.0,
+      last_loss_, eval, drop, describe_tau(threshold_.tau()), membership_.live_count(),
+      describe_seconds(eta));
   last_progress_ = now;
   progress_samples_ = 0;
 }

@@ -10,6 +10,8 @@
 // process in the tests. A bad message is logged and dropped; it never throws.
 #pragma once
 
+#include <spdlog/logger.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -20,21 +22,19 @@
 #include <string>
 #include <vector>
 
-#include <spdlog/logger.h>
-
 #include "comm/message.h"
-#include "runtime/replica.h"
 #include "coordinator/evaluator.h"
+#include "coordinator/ledger.h"
 #include "coordinator/membership.h"
 #include "coordinator/planner.h"
 #include "coordinator/reducer.h"
 #include "coordinator/run_metrics.h"
 #include "coordinator/threshold.h"
 #include "coordinator/worker_summary.h"
-#include "coordinator/ledger.h"
 #include "model/lr_schedule.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
+#include "runtime/replica.h"
 
 namespace dctrain {
 
@@ -42,9 +42,9 @@ namespace dctrain {
 using CoordinatorClock = std::function<double()>;
 
 struct CoordinatorSetup {
-  v1::RunConfig config;                  // finalized
-  uint64_t train_size = 0;               // samples in the (limited) training set
-  std::filesystem::path run_dir;         // metrics, summary, checkpoints
+  v1::RunConfig config;           // finalized
+  uint64_t train_size = 0;        // samples in the (limited) training set
+  std::filesystem::path run_dir;  // metrics, summary, checkpoints
   // Resuming: the checkpoint's header (its ledger, counters and next step).
   std::optional<v1::CheckpointHeader> resume;
   // This process's BLAS (common/blas_runtime.h), for summary.json's "blas".
@@ -146,10 +146,10 @@ class Coordinator {
   Phase phase_ = Phase::kJoining;
   int exit_code_ = 0;
   std::string stop_reason_;
-  uint64_t step_ = 0;                 // the open step, or the next to open
+  uint64_t step_ = 0;  // the open step, or the next to open
   double created_ = 0.0;
-  double run_started_ = 0.0;          // the first step's start
-  double wall_offset_ = 0.0;          // training time of earlier processes (resume)
+  double run_started_ = 0.0;  // the first step's start
+  double wall_offset_ = 0.0;  // training time of earlier processes (resume)
   double waiting_since_ = 0.0;
   double step_started_ = 0.0;
   double deadline_ = 0.0;
@@ -158,7 +158,7 @@ class Coordinator {
   double last_progress_ = 0.0;
   uint64_t progress_samples_ = 0;
   uint64_t start_checksum_ = 0;
-  uint64_t epoch_samples_ = 0;        // settled (done or lost) in the current epoch
+  uint64_t epoch_samples_ = 0;  // settled (done or lost) in the current epoch
   std::map<uint32_t, Planned> planned_;
   double last_loss_ = 0.0;
   double recent_step_seconds_ = 0.0;

@@ -36,7 +36,9 @@ Member* Membership::live_member(const std::string& name) {
   return nullptr;
 }
 
-void Membership::mark_dead(uint32_t rank) { slots_[rank].live = false; }
+void Membership::mark_dead(uint32_t rank) {
+  slots_[rank].live = false;
+}
 
 std::vector<uint32_t> Membership::silent(double now, double silence) const {
   std::vector<uint32_t> out;
@@ -54,7 +56,9 @@ std::vector<uint32_t> Membership::live_ranks() const {
   return out;
 }
 
-size_t Membership::live_count() const { return live_ranks().size(); }
+size_t Membership::live_count() const {
+  return live_ranks().size();
+}
 
 std::vector<uint32_t> Membership::ready_ranks() const {
   std::vector<uint32_t> out;

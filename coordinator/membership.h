@@ -11,13 +11,13 @@
 namespace dctrain {
 
 struct Member {
-  std::string name;         // also the peer identity on the ROUTER
+  std::string name;  // also the peer identity on the ROUTER
   uint32_t rank = 0;
   bool live = false;
   double last_heard = 0.0;  // seconds, on the coordinator's clock
   uint32_t threads = 1;
-  bool ready = false;             // took its welcome and loaded its data: may be planned
-  uint32_t missed_in_a_row = 0;   // step deadlines missed since its last contribution
+  bool ready = false;            // took its welcome and loaded its data: may be planned
+  uint32_t missed_in_a_row = 0;  // step deadlines missed since its last contribution
 };
 
 class Membership {

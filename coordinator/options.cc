@@ -12,7 +12,8 @@ void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
       ->capture_default_str();
   app.add_option("--out", options.out_dir, "Run folder for config, metrics, summary and logs")
       ->capture_default_str();
-  app.add_option("--resume", options.resume_dir, "Continue from the last checkpoint in this run folder")
+  app.add_option("--resume", options.resume_dir,
+                 "Continue from the last checkpoint in this run folder")
       ->check(CLI::ExistingDirectory);
   app.add_option("--workers", options.workers, "Workers to wait for (0: the config's value)")
       ->check(CLI::NonNegativeNumber)
@@ -24,7 +25,8 @@ void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--data-dir", options.data_dir,
-                 "Data root for the held-out split (mnist/, cifar-10-*/, text/, ...); empty: synthetic only")
+                 "Data root for the held-out split (mnist/, cifar-10-*/, text/, ...); empty: "
+                 "synthetic only")
       ->check(CLI::ExistingDirectory);
   app.add_option("--threads", options.threads, "Compute threads for evaluation")
       ->check(CLI::Range(1, 256))

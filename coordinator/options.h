@@ -1,10 +1,9 @@
 // The coordinator's command line.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 namespace dctrain {
 

@@ -1,20 +1,16 @@
 #include "coordinator/program.h"
 
+#include <fmt/format.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 
-#include <fmt/format.h>
-#include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "comm/blas_info.h"
-#include "runtime/replica.h"
-#include "runtime/run_config.h"
-#include "runtime/setup.h"
 #include "comm/transport.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"
@@ -24,6 +20,9 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/run_metrics.h"
+#include "runtime/replica.h"
+#include "runtime/run_config.h"
+#include "runtime/setup.h"
 
 namespace dctrain {
 
@@ -41,8 +40,10 @@ void apply_overrides(const CoordinatorOptions& options, v1::RunConfig& config) {
 
 std::shared_ptr<spdlog::logger> make_logger(const fs::path& run_dir, const std::string& level) {
   auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir / "coordinator.log").string());
-  auto log = std::make_shared<spdlog::logger>("coordinator", spdlog::sinks_init_list{console, file});
+  auto file =
+      std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir / "coordinator.log").string());
+  auto log =
+      std::make_shared<spdlog::logger>("coordinator", spdlog::sinks_init_list{console, file});
   log->set_level(spdlog::level::from_str(level));
   log->flush_on(spdlog::level::info);
   return log;
@@ -61,10 +62,12 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     if (resuming) {
       resume = load_checkpoint_header(checkpoint_path(options.resume_dir));
       config = resume->config();
-      if (options.steps > 0) config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.steps));
+      if (options.steps > 0)
+        config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.steps));
     } else {
       if (options.config_path.empty()) {
-        spdlog::error("no run config: pass --config FILE (see experiments/*.cfg) or --resume RUN_DIR");
+        spdlog::error(
+            "no run config: pass --config FILE (see experiments/*.cfg) or --resume RUN_DIR");
         return 2;
       }
       config = load_run_config(options.config_path);
@@ -103,12 +106,14 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     log->info("run config:\n{}", to_text(config));
     write_file_atomically(run_dir / "config.cfg", to_text(config));
 
-    Replica replica(make_model(model_spec(config, train->shape(), options.threads)), config.optimizer());
+    Replica replica(make_model(model_spec(config, train->shape(), options.threads)),
+                    config.optimizer());
     if (resuming) load_checkpoint_state(checkpoint_path(run_dir), replica);
     log->info("model {}: {} parameters, {} buffer values; optimizer {}",
               word(config.model().name()), replica.parameter_count(), replica.buffer_count(),
               word(config.optimizer().kind()));
-    DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(), config.seed());
+    DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(),
+                               config.seed());
 
     zmq::context_t context(1);
     RouterTransport transport(context, options.bind, log);

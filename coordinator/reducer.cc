@@ -41,7 +41,9 @@ void Reducer::forget(uint32_t rank) {
   advance();
 }
 
-bool Reducer::complete() const { return settled_.size() == ranks_.size(); }
+bool Reducer::complete() const {
+  return settled_.size() == ranks_.size();
+}
 
 void Reducer::advance() {
   while (next_ < ranks_.size()) {

@@ -37,8 +37,8 @@ class Reducer {
   void advance();
 
   std::vector<float> gradient_, statistics_;
-  std::vector<uint32_t> ranks_;   // expected, ascending
-  size_t next_ = 0;               // ranks_[next_] is the next to add
+  std::vector<uint32_t> ranks_;  // expected, ascending
+  size_t next_ = 0;              // ranks_[next_] is the next to add
   std::map<uint32_t, Message> waiting_;
   std::map<uint32_t, bool> settled_;  // rank -> contributed (true) or forgotten (false)
 };

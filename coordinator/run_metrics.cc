@@ -54,8 +54,9 @@ RunMetrics::RunMetrics(const std::filesystem::path& run_dir, std::optional<uint6
   if (resume_step) superseded_ = keep_records_before(path, *resume_step);
   out_.open(path, resume_step ? std::ios::app : std::ios::trunc);
   if (!out_) {
-    throw std::runtime_error(fmt::format("cannot open '{}' for writing (is the run folder writable?)",
-                                         (run_dir / "metrics.jsonl").string()));
+    throw std::runtime_error(
+        fmt::format("cannot open '{}' for writing (is the run folder writable?)",
+                    (run_dir / "metrics.jsonl").string()));
   }
 }
 
@@ -95,8 +96,8 @@ void RunMetrics::record_tau(const v1::TauRecord& record) {
 v1::RunSummary RunMetrics::summary(const v1::RunConfig& config, double wall_seconds, double epochs,
                                    const std::string& stop_reason) const {
   const v1::RunTotals& t = totals_;
-  const uint64_t planned = t.microbatches_completed() + t.microbatches_dropped() +
-                           t.microbatches_orphaned();
+  const uint64_t planned =
+      t.microbatches_completed() + t.microbatches_dropped() + t.microbatches_orphaned();
   const auto ratio = [](double part, uint64_t whole) {
     return whole == 0 ? 0.0 : part / static_cast<double>(whole);
   };

@@ -58,7 +58,8 @@ double median_overhead(const std::vector<StepObservation>& window) {
   std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid), values.end());
   if (values.size() % 2 == 1) return values[mid];
   const double upper = values[mid];
-  const double lower = *std::max_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid));
+  const double lower =
+      *std::max_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid));
   return 0.5 * (lower + upper);
 }
 

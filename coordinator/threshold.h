@@ -59,8 +59,8 @@ struct ThresholdDecision {
 // the next warmup_steps; then the estimate over them; then, every
 // reestimate_every_steps recorded steps, an estimate over the last
 // window_steps. The overhead o is the median over the window's steps whose
-// overhead is known (all of them when none is), robust to the odd slow one. tau moves only when the estimate's speedup beats
-// the prediction at the tau in force by more than min_gain and the new tau
+// overhead is known (all of them when none is), robust to the odd slow one. tau moves only when the
+// estimate's speedup beats the prediction at the tau in force by more than min_gain and the new tau
 // differs from the old by more than min_change (relative; inf against a
 // finite tau always differs).
 class Threshold {

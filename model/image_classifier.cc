@@ -57,13 +57,20 @@ enum class OpKind { kConv, kBatchNorm, kRelu, kShortcut, kMaxPool, kAvgPool, kLi
 
 const char* kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kConv: return "conv";
-    case OpKind::kBatchNorm: return "batchnorm";
-    case OpKind::kRelu: return "relu";
-    case OpKind::kShortcut: return "shortcut";
-    case OpKind::kMaxPool: return "maxpool";
-    case OpKind::kAvgPool: return "avgpool";
-    case OpKind::kLinear: return "linear";
+    case OpKind::kConv:
+      return "conv";
+    case OpKind::kBatchNorm:
+      return "batchnorm";
+    case OpKind::kRelu:
+      return "relu";
+    case OpKind::kShortcut:
+      return "shortcut";
+    case OpKind::kMaxPool:
+      return "maxpool";
+    case OpKind::kAvgPool:
+      return "avgpool";
+    case OpKind::kLinear:
+      return "linear";
   }
   return "?";
 }
@@ -76,11 +83,11 @@ struct Op {
   OpKind kind = OpKind::kRelu;
   std::string label;  // parameter prefix, or the producing layer's for in-place ops
   double forward_seconds = 0.0, backward_seconds = 0.0;  // summed over calls
-  int in = -1;   // activation read (the shortcut's source)
-  int out = -1;  // activation written (in place for ReLU and the shortcut)
+  int in = -1;                                           // activation read (the shortcut's source)
+  int out = -1;                // activation written (in place for ReLU and the shortcut)
   bool write_dx = true;        // false when `in` is the model's input
   bool accumulate_dx = false;  // another backward wrote the gradient of `in` first
-  int weight = -1, bias = -1;               // parameter table entries, -1: none
+  int weight = -1, bias = -1;  // parameter table entries, -1: none
   int running_mean = -1, running_var = -1;  // buffer table entries (BatchNorm)
   Conv2dShape conv;                         // n = 1; samples are looped outside
   MaxPoolShape pool;                        // n = 1
@@ -94,8 +101,8 @@ struct Op {
 
 struct Activation {
   Dims dims;
-  int grad_slot = -1;     // which gradient buffer holds d loss / d this
-  int producer = -1;      // op that creates it (-1: the input)
+  int grad_slot = -1;       // which gradient buffer holds d loss / d this
+  int producer = -1;        // op that creates it (-1: the input)
   std::vector<float> data;  // (capacity, C, H, W); unused for the input
 };
 
@@ -111,7 +118,8 @@ class ImageClassifier final : public Model {
                                   std::to_string(spec.num_classes) +
                                   " classes: sizes must be positive and classes at least 2");
     }
-    activations_.push_back(Activation{{spec.image_channels, spec.image_height, spec.image_width}, -1, -1, {}});
+    activations_.push_back(
+        Activation{{spec.image_channels, spec.image_height, spec.image_width}, -1, -1, {}});
   }
 
   std::string name() const override { return name_; }
@@ -152,7 +160,8 @@ class ImageClassifier final : public Model {
     op.conv.padding = padding;
     validate(op.conv);
     const int64_t fan_in = int64_t{d.c} * kernel * kernel;
-    op.weight = add_param(prefix + ".weight", {out_channels, d.c, kernel, kernel}, weight_init, fan_in);
+    op.weight =
+        add_param(prefix + ".weight", {out_channels, d.c, kernel, kernel}, weight_init, fan_in);
     if (bias) op.bias = add_param(prefix + ".bias", {out_channels}, Init::kTorchDefault, fan_in);
     return push(std::move(op), {out_channels, op.conv.out_height(), op.conv.out_width()});
   }
@@ -240,8 +249,8 @@ class ImageClassifier final : public Model {
     op.in = in;
     op.in_features = static_cast<int>(dims(in).size());
     op.out_features = out_features;
-    op.weight = add_param(prefix + ".weight", {out_features, op.in_features}, weight_init,
-                          op.in_features);
+    op.weight =
+        add_param(prefix + ".weight", {out_features, op.in_features}, weight_init, op.in_features);
     op.bias = add_param(prefix + ".bias", {out_features}, Init::kTorchDefault, op.in_features);
     return push(std::move(op), {out_features, 1, 1});
   }
@@ -264,7 +273,8 @@ class ImageClassifier final : public Model {
         max_param_ = std::max(max_param_, count);
       }
     }
-    for (const Activation& a : activations_) max_activation_ = std::max(max_activation_, a.dims.size());
+    for (const Activation& a : activations_)
+      max_activation_ = std::max(max_activation_, a.dims.size());
     col_.resize(static_cast<size_t>(max_col_ * pool_.size()));
     partials_.resize(static_cast<size_t>(max_param_ * kMaxChunks));
     allocate_arenas();
@@ -289,16 +299,17 @@ class ImageClassifier final : public Model {
     const int n = prepare(batch);
     forward(n, /*train=*/false);
     const int logits = static_cast<int>(activations_.size()) - 1;
-    const CrossEntropyResult ce = softmax_cross_entropy<float>(
-        nullptr, act(logits), batch.labels.data(), n, dims(logits).c);
+    const CrossEntropyResult ce =
+        softmax_cross_entropy<float>(nullptr, act(logits), batch.labels.data(), n, dims(logits).c);
     return {ce.loss_sum, ce.scored, n, ce.correct};
   }
 
   void apply_statistics(std::span<const float> averaged) override {
     std::span<float> running = buffers_->flat();
     if (averaged.size() != running.size()) {
-      throw std::invalid_argument(name_ + ": apply_statistics got " + std::to_string(averaged.size()) +
-                                  " values for " + std::to_string(running.size()) +
+      throw std::invalid_argument(name_ + ": apply_statistics got " +
+                                  std::to_string(averaged.size()) + " values for " +
+                                  std::to_string(running.size()) +
                                   " running statistics; pass statistics() divided by the samples");
     }
     // As PyTorch: momentum * batch value + (1 - momentum) * running, in double.
@@ -309,7 +320,6 @@ class ImageClassifier final : public Model {
   }
 
   ThreadPool* thread_pool() override { return &pool_; }
-
 
  private:
   int push(Op op, Dims out_dims) {
@@ -381,13 +391,15 @@ class ImageClassifier final : public Model {
           op.accumulate_dx = in.grad_slot >= 0;
           if (!op.accumulate_dx) take(op.in);
           if (op.accumulate_dx && op.kind != OpKind::kConv && op.kind != OpKind::kShortcut) {
-            throw std::logic_error(name_ + ": an activation read by two ops must feed a convolution "
-                                           "or a shortcut");
+            throw std::logic_error(name_ +
+                                   ": an activation read by two ops must feed a convolution "
+                                   "or a shortcut");
           }
         }
       }
       const Activation& out = activations_[static_cast<size_t>(op.out)];
-      if (out.producer == static_cast<int>(ops_.rend() - it) - 1) free_slots.push_back(out.grad_slot);
+      if (out.producer == static_cast<int>(ops_.rend() - it) - 1)
+        free_slots.push_back(out.grad_slot);
     }
   }
 
@@ -413,9 +425,9 @@ class ImageClassifier final : public Model {
         batch.labels.size() != static_cast<size_t>(n)) {
       throw std::invalid_argument(
           name_ + ": expected an image batch of (N, " + std::to_string(in.c) + ", " +
-          std::to_string(in.h) + ", " + std::to_string(in.w) + ") with N labels, got N = " +
-          std::to_string(n) + ", " + std::to_string(batch.channels) + "x" +
-          std::to_string(batch.height) + "x" + std::to_string(batch.width) + ", " +
+          std::to_string(in.h) + ", " + std::to_string(in.w) +
+          ") with N labels, got N = " + std::to_string(n) + ", " + std::to_string(batch.channels) +
+          "x" + std::to_string(batch.height) + "x" + std::to_string(batch.width) + ", " +
           std::to_string(batch.images.size()) + " pixels, " + std::to_string(batch.labels.size()) +
           " labels; check the dataset matches the model spec's image shape");
     }
@@ -439,7 +451,8 @@ class ImageClassifier final : public Model {
 
   // Samples [begin, end) of chunk c of n.
   static std::pair<int, int> chunk(int c, int chunks, int n) {
-    return {static_cast<int>(int64_t{c} * n / chunks), static_cast<int>(int64_t{c + 1} * n / chunks)};
+    return {static_cast<int>(int64_t{c} * n / chunks),
+            static_cast<int>(int64_t{c + 1} * n / chunks)};
   }
 
   // dst (count) += sum over chunks of the partial buffers, in chunk order.
@@ -449,7 +462,8 @@ class ImageClassifier final : public Model {
       const int64_t begin = b * kBlock, end = std::min(count, begin + kBlock);
       for (int64_t j = begin; j < end; ++j) {
         float sum = partials_[static_cast<size_t>(offset + j)];
-        for (int c = 1; c < chunks; ++c) sum += partials_[static_cast<size_t>(c * max_param_ + offset + j)];
+        for (int c = 1; c < chunks; ++c)
+          sum += partials_[static_cast<size_t>(c * max_param_ + offset + j)];
         dst[j] += sum;
       }
     });
@@ -472,8 +486,8 @@ class ImageClassifier final : public Model {
             const auto [begin, end] = chunk(static_cast<int>(c), chunks, n);
             Conv2dShape s = op.conv;
             s.n = end - begin;
-            conv2d_forward(y + begin * out.size(), col_.data() + t * max_col_, x + begin * in.size(),
-                           w, b, s);
+            conv2d_forward(y + begin * out.size(), col_.data() + t * max_col_,
+                           x + begin * in.size(), w, b, s);
           });
           break;
         }
@@ -484,8 +498,9 @@ class ImageClassifier final : public Model {
           if (train) {
             const int64_t m = int64_t{n} * in.h * in.w;
             if (m < 2) {
-              throw std::invalid_argument(name_ + ": BatchNorm in training needs more than one value "
-                                                  "per channel; use micro-batches of 2 or more samples");
+              throw std::invalid_argument(name_ +
+                                          ": BatchNorm in training needs more than one value "
+                                          "per channel; use micro-batches of 2 or more samples");
             }
             pool_.parallel_for(in.c, [&](int64_t c, int) {
               BatchNormShape part = s;
@@ -498,8 +513,10 @@ class ImageClassifier final : public Model {
             float* stat_var = statistics_->view(static_cast<size_t>(op.running_var)).data();
             const double unbias = static_cast<double>(m) / static_cast<double>(m - 1);
             for (int c = 0; c < in.c; ++c) {
-              stat_mean[c] += static_cast<float>(n * static_cast<double>(op.mean[static_cast<size_t>(c)]));
-              stat_var[c] += static_cast<float>(n * unbias * static_cast<double>(op.var[static_cast<size_t>(c)]));
+              stat_mean[c] +=
+                  static_cast<float>(n * static_cast<double>(op.mean[static_cast<size_t>(c)]));
+              stat_var[c] += static_cast<float>(
+                  n * unbias * static_cast<double>(op.var[static_cast<size_t>(c)]));
             }
           } else {
             const float* rm = buffers_->view(static_cast<size_t>(op.running_mean)).data();
@@ -529,8 +546,8 @@ class ImageClassifier final : public Model {
           break;
         case OpKind::kMaxPool:
           pool_.parallel_for(n, [&](int64_t i, int) {
-            max_pool_forward(y + i * out.size(), op.argmax.data() + i * out.size(), x + i * in.size(),
-                             op.pool);
+            max_pool_forward(y + i * out.size(), op.argmax.data() + i * out.size(),
+                             x + i * in.size(), op.pool);
           });
           break;
         case OpKind::kAvgPool:
@@ -544,8 +561,9 @@ class ImageClassifier final : public Model {
           const int chunks = std::min(n, kMaxChunks);
           pool_.parallel_for(chunks, [&](int64_t c, int) {
             const auto [begin, end] = chunk(static_cast<int>(c), chunks, n);
-            linear_forward(y + int64_t{begin} * op.out_features, x + int64_t{begin} * op.in_features,
-                           w, b, end - begin, op.in_features, op.out_features);
+            linear_forward(y + int64_t{begin} * op.out_features,
+                           x + int64_t{begin} * op.in_features, w, b, end - begin, op.in_features,
+                           op.out_features);
           });
           break;
         }
@@ -591,7 +609,8 @@ class ImageClassifier final : public Model {
             BatchNormShape part = s;
             part.channel_begin = static_cast<int>(c);
             part.channel_end = static_cast<int>(c) + 1;
-            batch_norm_backward(dx, dgamma, dbeta, dy, op.mean.data(), op.var.data(), x, gamma, part);
+            batch_norm_backward(dx, dgamma, dbeta, dy, op.mean.data(), op.var.data(), x, gamma,
+                                part);
           });
           break;
         }
@@ -617,8 +636,8 @@ class ImageClassifier final : public Model {
         case OpKind::kMaxPool:
           if (dx == nullptr) break;
           pool_.parallel_for(n, [&](int64_t i, int) {
-            max_pool_backward(dx + i * in.size(), dy + i * out.size(), op.argmax.data() + i * out.size(),
-                              op.pool);
+            max_pool_backward(dx + i * in.size(), dy + i * out.size(),
+                              op.argmax.data() + i * out.size(), op.pool);
           });
           break;
         case OpKind::kAvgPool:
@@ -659,13 +678,13 @@ class ImageClassifier final : public Model {
   int64_t max_col_ = 0, max_param_ = 0, max_activation_ = 0;
 
   // Workspace.
-  int capacity_ = 0;                             // largest batch seen
-  int last_n_ = 0;                               // samples of the last batch
+  int capacity_ = 0;  // largest batch seen
+  int last_n_ = 0;    // samples of the last batch
   double loss_seconds_ = 0.0;
-  const float* input_ = nullptr;                 // the batch's images (N, C, H, W)
+  const float* input_ = nullptr;                // the batch's images (N, C, H, W)
   std::vector<std::vector<float>> grad_slots_;  // (capacity, largest activation) each
-  std::vector<float> col_;                       // (threads, max_col) im2col scratch
-  std::vector<float> partials_;                  // (kMaxChunks, max_param) weight-gradient chunks
+  std::vector<float> col_;                      // (threads, max_col) im2col scratch
+  std::vector<float> partials_;                 // (kMaxChunks, max_param) weight-gradient chunks
 };
 
 }  // namespace
@@ -673,7 +692,8 @@ class ImageClassifier final : public Model {
 std::span<const float> classifier_logits(const Model& model) {
   const auto* classifier = dynamic_cast<const ImageClassifier*>(&model);
   if (classifier == nullptr) {
-    throw std::invalid_argument("classifier_logits: " + model.name() + " is not an image classifier");
+    throw std::invalid_argument("classifier_logits: " + model.name() +
+                                " is not an image classifier");
   }
   return classifier->logits();
 }
@@ -681,7 +701,8 @@ std::span<const float> classifier_logits(const Model& model) {
 std::vector<LayerTiming> classifier_timings(const Model& model) {
   const auto* classifier = dynamic_cast<const ImageClassifier*>(&model);
   if (classifier == nullptr) {
-    throw std::invalid_argument("classifier_timings: " + model.name() + " is not an image classifier");
+    throw std::invalid_argument("classifier_timings: " + model.name() +
+                                " is not an image classifier");
   }
   return classifier->timings();
 }
@@ -694,7 +715,8 @@ std::unique_ptr<Model> make_resnet20(const ModelSpec& spec) {
   for (int stage = 1; stage <= 3; ++stage) {
     const int planes = 16 << (stage - 1);
     for (int block = 0; block < 3; ++block) {
-      const std::string prefix = "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
+      const std::string prefix =
+          "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
       const int stride = stage > 1 && block == 0 ? 2 : 1;
       int y = m->conv(prefix + "conv1", x, planes, 3, stride, 1, false, Init::kKaimingNormal);
       y = m->batch_norm(prefix + "bn1", y);

@@ -29,7 +29,8 @@ double learning_rate(const LrScheduleSpec& spec, double step) {
   const auto total = static_cast<double>(spec.total_steps);
   if (step < warmup) return spec.base_lr * step / warmup;
   if (spec.name == "step") {
-    return spec.base_lr * std::pow(spec.gamma, std::floor(step / static_cast<double>(spec.step_size)));
+    return spec.base_lr *
+           std::pow(spec.gamma, std::floor(step / static_cast<double>(spec.step_size)));
   }
   if (spec.name == "cosine") {
     if (step >= total) return 0.0;

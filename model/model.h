@@ -16,25 +16,25 @@ namespace dctrain {
 class ThreadPool;
 
 struct ModelSpec {
-  std::string name;           // "resnet20", "bert-tiny", "mnist-cnn", "mlp"
-  uint64_t seed = 0;          // initialisation and dropout
-  int threads = 1;            // compute threads (over samples; BLAS stays single-threaded)
-  int vocab_size = 30522;     // bert-tiny: from the WordPiece vocab
-  int max_seq_len = 128;      // bert-tiny
-  int num_classes = 10;       // classifiers
-  int image_channels = 3;     // classifiers: input shape
+  std::string name;        // "resnet20", "bert-tiny", "mnist-cnn", "mlp"
+  uint64_t seed = 0;       // initialisation and dropout
+  int threads = 1;         // compute threads (over samples; BLAS stays single-threaded)
+  int vocab_size = 30522;  // bert-tiny: from the WordPiece vocab
+  int max_seq_len = 128;   // bert-tiny
+  int num_classes = 10;    // classifiers
+  int image_channels = 3;  // classifiers: input shape
   int image_height = 32;
   int image_width = 32;
-  float dropout = 0.1f;       // bert-tiny
+  float dropout = 0.1f;  // bert-tiny
 };
 
 // What one micro-batch produced. Classification: loss terms = samples.
 // MLM: loss terms = scored (masked) tokens.
 struct MicroBatchResult {
-  double loss_sum = 0.0;       // sum of per-term losses
-  int64_t loss_terms = 0;      // terms in loss_sum; the reduce divides by their total
-  int64_t samples = 0;         // samples in the micro-batch
-  int64_t correct = 0;         // argmax hits among the loss terms
+  double loss_sum = 0.0;   // sum of per-term losses
+  int64_t loss_terms = 0;  // terms in loss_sum; the reduce divides by their total
+  int64_t samples = 0;     // samples in the micro-batch
+  int64_t correct = 0;     // argmax hits among the loss terms
 };
 
 class Model {

@@ -179,14 +179,14 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
   const float correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   const float eps = static_cast<float>(eps_);
   const float neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  const AdamWScalars scalars{decay, b1, one_minus_b1, b2, one_minus_b2, correction2_sqrt, eps, neg_step_size};
+  const AdamWScalars scalars{decay, b1,           one_minus_b1, b2, one_minus_b2, correction2_sqrt,
+                             eps,   neg_step_size};
   float* p = parameters.data();
   const float* g = gradients.data();
   float* m = state_[0].flat().data();
   float* v = state_[1].flat().data();
-  for_each_chunk(parameters.size(), [=](size_t begin, size_t end) {
-    adamw_update(scalars, begin, end, p, g, m, v);
-  });
+  for_each_chunk(parameters.size(),
+                 [=](size_t begin, size_t end) { adamw_update(scalars, begin, end, p, g, m, v); });
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, const ParamTable& table) {

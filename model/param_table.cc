@@ -32,7 +32,9 @@ const ParamEntry* ParamTable::find(std::string_view name) const {
   return nullptr;
 }
 
-void Arena::zero() { std::fill(data_.begin(), data_.end(), 0.0f); }
+void Arena::zero() {
+  std::fill(data_.begin(), data_.end(), 0.0f);
+}
 
 uint64_t checksum(std::span<const float> values) {
   // Four independent multiply-xor lanes over 64-bit words, so the checksum of

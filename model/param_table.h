@@ -17,9 +17,9 @@
 namespace dctrain {
 
 struct ParamEntry {
-  std::string name;          // e.g. "stage1.block0.conv1.weight"
-  size_t offset = 0;         // in floats, from the start of the arena
-  size_t count = 0;          // product of shape
+  std::string name;   // e.g. "stage1.block0.conv1.weight"
+  size_t offset = 0;  // in floats, from the start of the arena
+  size_t count = 0;   // product of shape
   std::vector<int64_t> shape;
 };
 

@@ -45,7 +45,9 @@ class ThreadPool {
   template <typename Fn>
   void parallel_for(int64_t count, Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
-    run(count, Task{&fn, [](void* f, int64_t index, int thread) { (*static_cast<F*>(f))(index, thread); }});
+    run(count, Task{&fn, [](void* f, int64_t index, int thread) {
+                      (*static_cast<F*>(f))(index, thread);
+                    }});
   }
 
  private:
@@ -64,8 +66,8 @@ class ThreadPool {
   bool stopping_ = false;
   Task task_;
   int64_t count_ = 0;
-  int64_t next_ = 0;       // next item to hand out
-  int busy_ = 0;           // workers still inside the current generation
+  int64_t next_ = 0;  // next item to hand out
+  int busy_ = 0;      // workers still inside the current generation
   std::exception_ptr error_;
   std::vector<std::jthread> workers_;
 };

@@ -3,8 +3,8 @@
 #include <stdexcept>
 
 #include "comm/framing.h"
-#include "runtime/setup.h"
 #include "model/grad_clip.h"
+#include "runtime/setup.h"
 
 namespace dctrain {
 
@@ -21,19 +21,24 @@ Replica::Replica(std::unique_ptr<Model> model, const v1::OptimizerConfig& optimi
   }
 }
 
-double Replica::next_learning_rate() const { return learning_rate(schedule_, optimizer_->steps()); }
+double Replica::next_learning_rate() const {
+  return learning_rate(schedule_, optimizer_->steps());
+}
 
 void Replica::apply_update(std::span<float> gradient, std::span<const float> statistics) {
   apply_update(gradient, statistics, next_learning_rate());
 }
 
-void Replica::apply_update(std::span<float> gradient, std::span<const float> statistics, double lr) {
+void Replica::apply_update(std::span<float> gradient, std::span<const float> statistics,
+                           double lr) {
   if (clip_norm_ > 0.0) clip_grad_norm(gradient, clip_norm_);
   optimizer_->step(model_->parameters().flat(), gradient, lr);
   if (buffer_count() > 0) model_->apply_statistics(statistics);
 }
 
-uint64_t Replica::parameter_checksum() { return checksum(model_->parameters().flat()); }
+uint64_t Replica::parameter_checksum() {
+  return checksum(model_->parameters().flat());
+}
 
 std::span<float> Replica::buffers() {
   return buffer_count() > 0 ? model_->buffers().flat() : std::span<float>();
@@ -54,7 +59,8 @@ std::vector<std::span<float>> Replica::state_views() {
 std::vector<TensorSpec> Replica::state_specs() {
   std::vector<TensorSpec> specs;
   const std::vector<std::span<float>> views = state_views();
-  for (size_t i = 0; i < views.size(); ++i) specs.push_back({state_tensor_names_[i], views[i].size()});
+  for (size_t i = 0; i < views.size(); ++i)
+    specs.push_back({state_tensor_names_[i], views[i].size()});
   return specs;
 }
 

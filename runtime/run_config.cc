@@ -1,13 +1,13 @@
 #include "runtime/run_config.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "runtime/text_format.h"
 
@@ -129,7 +129,8 @@ v1::RunConfig parse_run_config(const std::string& text, const std::string& origi
 v1::RunConfig load_run_config(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    throw std::runtime_error(fmt::format("run config '{}' cannot be opened: does the file exist?", path));
+    throw std::runtime_error(
+        fmt::format("run config '{}' cannot be opened: does the file exist?", path));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -225,11 +226,13 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
 
   const v1::ModelConfig& m = c.model();
   kind("model.name", m.name());
-  if (m.num_classes() < 2) problem("model.num_classes is {}; a classifier needs at least 2", m.num_classes());
+  if (m.num_classes() < 2)
+    problem("model.num_classes is {}; a classifier needs at least 2", m.num_classes());
   if (m.image_channels() < 0 || m.image_height() < 0 || m.image_width() < 0) {
     problem("model.image_channels/height/width must be positive (or 0: from the dataset)");
   }
-  if (m.dropout() < 0.0f || m.dropout() >= 1.0f) problem("model.dropout is {}; use [0, 1)", m.dropout());
+  if (m.dropout() < 0.0f || m.dropout() >= 1.0f)
+    problem("model.dropout is {}; use [0, 1)", m.dropout());
 
   const v1::DatasetConfig& d = c.dataset();
   kind("dataset.kind", d.kind());
@@ -261,14 +264,17 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
 
   const v1::OptimizerConfig& o = c.optimizer();
   kind("optimizer.kind", o.kind());
-  if (!(o.lr() > 0.0) || !std::isfinite(o.lr())) problem("optimizer.lr is {}; set a positive learning rate", o.lr());
-  if (o.momentum() < 0.0 || o.momentum() >= 1.0) problem("optimizer.momentum is {}; use [0, 1)", o.momentum());
+  if (!(o.lr() > 0.0) || !std::isfinite(o.lr()))
+    problem("optimizer.lr is {}; set a positive learning rate", o.lr());
+  if (o.momentum() < 0.0 || o.momentum() >= 1.0)
+    problem("optimizer.momentum is {}; use [0, 1)", o.momentum());
   if (o.weight_decay() < 0.0) problem("optimizer.weight_decay is {}; use >= 0", o.weight_decay());
   if (o.beta1() < 0.0 || o.beta1() >= 1.0 || o.beta2() < 0.0 || o.beta2() >= 1.0) {
     problem("optimizer.beta1/beta2 are {}/{}; each must lie in [0, 1)", o.beta1(), o.beta2());
   }
   if (o.eps() <= 0.0) problem("optimizer.eps is {}; use > 0", o.eps());
-  if (o.clip_norm() < 0.0) problem("optimizer.clip_norm is {}; use > 0, or 0 for no clipping", o.clip_norm());
+  if (o.clip_norm() < 0.0)
+    problem("optimizer.clip_norm is {}; use > 0, or 0 for no clipping", o.clip_norm());
   const v1::LrSchedule& lr = o.schedule();
   kind("optimizer.schedule.kind", lr.kind());
   kind("optimizer.schedule.clock", lr.clock());
@@ -296,25 +302,32 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   if (s.global_batch() == 0 || s.micro_batch() == 0) {
     problem("step.global_batch and step.micro_batch must both be set (e.g. 64 and 16)");
   } else if (s.global_batch() % s.micro_batch() != 0) {
-    problem("step.micro_batch {} does not divide step.global_batch {}", s.micro_batch(), s.global_batch());
+    problem("step.micro_batch {} does not divide step.global_batch {}", s.micro_batch(),
+            s.global_batch());
   } else if (s.global_batch() / s.micro_batch() < c.workers()) {
-    problem("step.global_batch {} / micro_batch {} gives {} micro-batches per step, fewer than the "
-            "{} workers; lower micro_batch or workers", s.global_batch(), s.micro_batch(),
-            s.global_batch() / s.micro_batch(), c.workers());
+    problem(
+        "step.global_batch {} / micro_batch {} gives {} micro-batches per step, fewer than the "
+        "{} workers; lower micro_batch or workers",
+        s.global_batch(), s.micro_batch(), s.global_batch() / s.micro_batch(), c.workers());
   }
-  if (std::isnan(s.tau()) || s.tau() <= 0.0) problem("step.tau is {}; use seconds > 0 or inf", s.tau());
+  if (std::isnan(s.tau()) || s.tau() <= 0.0)
+    problem("step.tau is {}; use seconds > 0 or inf", s.tau());
   kind("step.tau_policy", s.tau_policy());
   if (s.tau_policy() == v1::TAU_POLICY_AUTO) {
     const v1::AutoTauConfig& a = s.auto_tau();
     if (!std::isinf(s.tau())) {
-      problem("step.tau is {} but step.tau_policy is 'auto', which chooses tau itself: remove "
-              "step.tau (or use tau_policy 'fixed')", s.tau());
+      problem(
+          "step.tau is {} but step.tau_policy is 'auto', which chooses tau itself: remove "
+          "step.tau (or use tau_policy 'fixed')",
+          s.tau());
     }
     if (a.warmup_steps() == 0) problem("step.auto_tau.warmup_steps is 0; use >= 1 (e.g. 10)");
     if (a.window_steps() == 0) problem("step.auto_tau.window_steps is 0; use >= 1 (e.g. 50)");
-    if (a.grid_points() < 2) problem("step.auto_tau.grid_points is {}; use >= 2 (e.g. 200)", a.grid_points());
+    if (a.grid_points() < 2)
+      problem("step.auto_tau.grid_points is {}; use >= 2 (e.g. 200)", a.grid_points());
     if (!(a.min_change() >= 0.0) || !(a.min_gain() >= 0.0)) {
-      problem("step.auto_tau.min_change ({}) and min_gain ({}) must be >= 0", a.min_change(), a.min_gain());
+      problem("step.auto_tau.min_change ({}) and min_gain ({}) must be >= 0", a.min_change(),
+              a.min_gain());
     }
   } else if (s.has_auto_tau()) {
     problem(
@@ -347,9 +360,11 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   if (delay.probability() < 0.0 || delay.probability() > 1.0) {
     problem("delay.probability is {}; use [0, 1]", delay.probability());
   }
-  if (delay.slowdown() < 1.0) problem("delay.slowdown is {}; use >= 1 (1: no slowdown)", delay.slowdown());
+  if (delay.slowdown() < 1.0)
+    problem("delay.slowdown is {}; use >= 1 (1: no slowdown)", delay.slowdown());
   for (uint32_t w : delay.slow_workers()) {
-    if (w >= c.workers()) problem("delay.slow_workers names rank {}, but ranks run 0..{}", w, c.workers() - 1);
+    if (w >= c.workers())
+      problem("delay.slow_workers names rank {}, but ranks run 0..{}", w, c.workers() - 1);
   }
 
   const v1::LivenessConfig& l = c.liveness();
@@ -362,13 +377,15 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   }
   const v1::StopConfig& stop = c.stop();
   if (stop.target_accuracy() < 0.0 || stop.target_accuracy() > 1.0) {
-    problem("stop.target_accuracy is {}; use a fraction in [0, 1] (0: none)", stop.target_accuracy());
+    problem("stop.target_accuracy is {}; use a fraction in [0, 1] (0: none)",
+            stop.target_accuracy());
   }
   if (stop.max_epochs() < 0.0 || stop.max_wall_seconds() < 0.0) problem("stop limits must be >= 0");
   if (stop.max_epochs() == 0.0 && stop.max_steps() == 0 && stop.max_wall_seconds() == 0.0 &&
       stop.target_accuracy() == 0.0) {
-    problem("no stop criterion: set stop.max_steps, stop.max_epochs, stop.max_wall_seconds or "
-            "stop.target_accuracy");
+    problem(
+        "no stop criterion: set stop.max_steps, stop.max_epochs, stop.max_wall_seconds or "
+        "stop.target_accuracy");
   }
   if (c.progress_seconds() <= 0.0) problem("progress_seconds must be > 0");
   return problems;
@@ -417,6 +434,8 @@ std::string to_text(const v1::RunConfig& config) {
   return print_text_format(config);
 }
 
-bool requeue_enabled(const v1::StepConfig& step) { return !step.has_requeue() || step.requeue(); }
+bool requeue_enabled(const v1::StepConfig& step) {
+  return !step.has_requeue() || step.requeue();
+}
 
 }  // namespace dctrain

@@ -1,9 +1,9 @@
 #include "runtime/setup.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "runtime/run_config.h"
 
@@ -102,8 +102,8 @@ LrScheduleSpec run_schedule_spec(const v1::RunConfig& config) {
   const auto batch = static_cast<int64_t>(config.step().global_batch());
   spec.warmup_steps *= batch;
   spec.step_size *= batch;
-  spec.total_steps = s.total_samples() != 0 ? static_cast<int64_t>(s.total_samples())
-                                             : spec.total_steps * batch;
+  spec.total_steps =
+      s.total_samples() != 0 ? static_cast<int64_t>(s.total_samples()) : spec.total_steps * batch;
   return spec;
 }
 
@@ -137,7 +137,8 @@ void resolve_step_budget(v1::RunConfig& config, uint64_t train_size) {
   if (schedule.total_steps() != 0) return;
   uint64_t steps = config.stop().max_steps();
   if (steps == 0) {
-    const double per_epoch = std::ceil(static_cast<double>(train_size) / config.step().global_batch());
+    const double per_epoch =
+        std::ceil(static_cast<double>(train_size) / config.step().global_batch());
     steps = static_cast<uint64_t>(std::ceil(config.stop().max_epochs() * per_epoch));
   }
   schedule.set_total_steps(std::max<uint64_t>(steps, schedule.warmup_steps() + 1));

@@ -3,9 +3,11 @@
 // RUN_DIR/endpoint; the workers connect there. Every line the processes
 // print is streamed with a role/rank prefix; Ctrl-C (SIGINT/SIGTERM) is
 // forwarded; the exit status is non-zero if any process failed.
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -14,9 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "common/child_process.h"
 #include "common/cli.h"
@@ -47,8 +46,8 @@ void drain(Child& child, bool flush_partial) {
   if (!child.process.read_output(child.pending)) flush_partial = true;
   size_t start = 0;
   for (size_t nl; (nl = child.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    const std::string line =
-        fmt::format("[{}] {}\n", child.label, std::string_view(child.pending).substr(start, nl - start));
+    const std::string line = fmt::format("[{}] {}\n", child.label,
+                                         std::string_view(child.pending).substr(start, nl - start));
     std::fwrite(line.data(), 1, line.size(), stdout);
   }
   child.pending.erase(0, start);
@@ -78,16 +77,22 @@ int main(int argc, char** argv) try {
   int threads = 1;
   int64_t steps = 0;
   dctrain::add_common_options(app, "dctrain-launch", log_level);
-  app.add_option("--workers", workers, "Worker processes to start")->check(CLI::Range(1, 256))->capture_default_str();
-  app.add_option("--config", config, "Run config file (Protobuf text format)")->check(CLI::ExistingFile);
+  app.add_option("--workers", workers, "Worker processes to start")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--config", config, "Run config file (Protobuf text format)")
+      ->check(CLI::ExistingFile);
   app.add_option("--out", out_dir, "Run folder")->capture_default_str();
   app.add_option("--resume", resume, "Continue the run in this folder from its last checkpoint")
       ->check(CLI::ExistingDirectory);
   app.add_option("--data-dir", data_dir, "Data root for every process (empty: synthetic data only)")
       ->check(CLI::ExistingDirectory);
-  app.add_option("--threads", threads, "Compute threads per worker")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--threads", threads, "Compute threads per worker")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("--tau", tau, "Override the config's threshold: seconds, 'inf' or 'auto'");
-  app.add_option("--steps", steps, "Override the config's max steps (0: keep)")->capture_default_str();
+  app.add_option("--steps", steps, "Override the config's max steps (0: keep)")
+      ->capture_default_str();
   app.footer(
       "Environment:\n"
       "  OPENBLAS_CORETYPE   passed on to the coordinator and the workers, like the rest of the\n"
@@ -95,7 +100,8 @@ int main(int argc, char** argv) try {
       "                      dctrain-worker --help)");
   CLI11_PARSE(app, argc, argv);
   if (config.empty() && resume.empty()) {
-    std::fprintf(stderr, "dctrain-launch: pass --config FILE (see experiments/) or --resume RUN_DIR\n");
+    std::fprintf(stderr,
+                 "dctrain-launch: pass --config FILE (see experiments/) or --resume RUN_DIR\n");
     return 2;
   }
 
@@ -107,9 +113,13 @@ int main(int argc, char** argv) try {
   // Ctrl-C is read here and forwarded; the children start with it unblocked.
   dctrain::StopSignals signals;
 
-  std::vector<std::string> coordinator = {(bin / "dctrain-coordinator").string(), "--bind",
-                                          "tcp://127.0.0.1:*", "--log-level", log_level,
-                                          "--workers", std::to_string(workers)};
+  std::vector<std::string> coordinator = {(bin / "dctrain-coordinator").string(),
+                                          "--bind",
+                                          "tcp://127.0.0.1:*",
+                                          "--log-level",
+                                          log_level,
+                                          "--workers",
+                                          std::to_string(workers)};
   if (resume.empty()) {
     coordinator.insert(coordinator.end(), {"--config", config, "--out", out_dir});
   } else {
@@ -130,23 +140,31 @@ int main(int argc, char** argv) try {
     reap(children);
     if (children[0].status) {
       drain(children[0], true);
-      std::fprintf(stderr, "dctrain-launch: the coordinator exited with status %d before listening\n",
+      std::fprintf(stderr,
+                   "dctrain-launch: the coordinator exited with status %d before listening\n",
                    *children[0].status);
       return 1;
     }
     std::ifstream in(run_dir / "endpoint");
     std::getline(in, endpoint);
     if (Clock::now() > give_up) {
-      std::fprintf(stderr, "dctrain-launch: the coordinator did not report its endpoint in 120 s\n");
+      std::fprintf(stderr,
+                   "dctrain-launch: the coordinator did not report its endpoint in 120 s\n");
       children[0].process.kill();
       return 1;
     }
     if (endpoint.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (int w = 0; w < workers; ++w) {
-    std::vector<std::string> args = {(bin / "dctrain-worker").string(), "--connect", endpoint, "--name",
-                                     fmt::format("worker-{}", w), "--threads", std::to_string(threads),
-                                     "--log-level", log_level};
+    std::vector<std::string> args = {(bin / "dctrain-worker").string(),
+                                     "--connect",
+                                     endpoint,
+                                     "--name",
+                                     fmt::format("worker-{}", w),
+                                     "--threads",
+                                     std::to_string(threads),
+                                     "--log-level",
+                                     log_level};
     if (!data_dir.empty()) args.insert(args.end(), {"--data-dir", data_dir});
     children.push_back(spawn(fmt::format("worker {}", w), args));
   }
@@ -178,7 +196,8 @@ int main(int argc, char** argv) try {
     if (coordinator_done && Clock::now() - *coordinator_done > std::chrono::seconds(20)) {
       for (Child& c : children) {
         if (!c.status) {
-          std::fprintf(stderr, "dctrain-launch: %s still running 20 s after the coordinator; killing it\n",
+          std::fprintf(stderr,
+                       "dctrain-launch: %s still running 20 s after the coordinator; killing it\n",
                        c.label.c_str());
           c.process.signal(SIGKILL);
         }
@@ -192,13 +211,15 @@ int main(int argc, char** argv) try {
     // left a run that went on without it: the run did not fail.
     constexpr int kWorkerReleased = 5;
     if (&c != &children[0] && *c.status == kWorkerReleased) {
-      std::fprintf(stderr, "dctrain-launch: %s was released from the run (see the coordinator's log)\n",
+      std::fprintf(stderr,
+                   "dctrain-launch: %s was released from the run (see the coordinator's log)\n",
                    c.label.c_str());
       continue;
     }
     if (*c.status != 0) {
       ++failed;
-      std::fprintf(stderr, "dctrain-launch: %s exited with status %d\n", c.label.c_str(), *c.status);
+      std::fprintf(stderr, "dctrain-launch: %s exited with status %d\n", c.label.c_str(),
+                   *c.status);
     }
   }
   if (failed == 0) std::printf("dctrain-launch: run folder %s\n", run_dir.c_str());

@@ -41,7 +41,7 @@ class DelayModel {
   v1::DelayConfig config_;
   bool slow_ = false;
   Rng rng_;
-  std::vector<double> cdf_;    // dropcompute: P(K <= k) for k = 1..999
+  std::vector<double> cdf_;  // dropcompute: P(K <= k) for k = 1..999
   double mean_k_ = 1.0;
 };
 

@@ -2,9 +2,8 @@
 // comes from the coordinator in the welcome message.
 #pragma once
 
-#include <string>
-
 #include <CLI/CLI.hpp>
+#include <string>
 
 namespace dctrain {
 
@@ -13,7 +12,7 @@ struct WorkerOptions {
   std::string data_dir;                          // data root; empty: synthetic data
   int threads = 1;                               // compute threads
   std::string name;                              // empty: host:pid
-  double connect_timeout = 60.0;                 // seconds without an answer before giving up; 0: never
+  double connect_timeout = 60.0;  // seconds without an answer before giving up; 0: never
   std::string log_level = "info";
   bool blas_info = false;  // log the BLAS core and an sgemm figure, then exit
 };

@@ -72,8 +72,9 @@ Message Trainer::on_welcome(const Message& welcome) {
   config_ = w.config();
   rank_ = w.rank();
   if (needs_data_root(config_) && options_.data_dir.empty()) {
-    throw std::runtime_error(fmt::format(
-        "the run trains on '{}' data but this worker has no --data-dir", word(config_.dataset().kind())));
+    throw std::runtime_error(
+        fmt::format("the run trains on '{}' data but this worker has no --data-dir",
+                    word(config_.dataset().kind())));
   }
   const std::string data_key =
       dataset_spec(config_, Split::kTrain).kind + "|" + config_.dataset().SerializeAsString();

@@ -63,8 +63,7 @@ void add_squares(Lanes& lanes, const T* x, double m, int count) {
 
 // a += dy[j];  b += dy[j] * (x[j] - m)
 template <typename T>
-void add_products(Lanes& a, Lanes& b, const T* dy, const T* x,
-                                                double m, int count) {
+void add_products(Lanes& a, Lanes& b, const T* dy, const T* x, double m, int count) {
   Lanes va = a, vb = b;
   int j = 0;
   for (; j + kLanes <= count; j += kLanes) {
@@ -100,12 +99,15 @@ void affine2(T* dx, const T* dy, const T* x, T a, T b, T d, int count) {
 // bit-identical to the loops above, only 8 or 16 at a time.
 #define DCTRAIN_AVX512 __attribute__((target("avx512f")))
 
-bool have_avx512() { return __builtin_cpu_supports("avx512f"); }
+bool have_avx512() {
+  return __builtin_cpu_supports("avx512f");
+}
 
 DCTRAIN_AVX512 void add_values_avx512(Lanes& lanes, const float* x, int count) {
   __m512d v = _mm512_loadu_pd(lanes.v);
   int j = 0;
-  for (; j + kLanes <= count; j += kLanes) v = _mm512_add_pd(v, _mm512_cvtps_pd(_mm256_loadu_ps(x + j)));
+  for (; j + kLanes <= count; j += kLanes)
+    v = _mm512_add_pd(v, _mm512_cvtps_pd(_mm256_loadu_ps(x + j)));
   _mm512_storeu_pd(lanes.v, v);
   for (; j < count; ++j) lanes.v[j % kLanes] += static_cast<double>(x[j]);
 }
@@ -133,7 +135,8 @@ DCTRAIN_AVX512 void add_products_avx512(Lanes& a, Lanes& b, const float* dy, con
   for (; j + kLanes <= count; j += kLanes) {
     const __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(dy + j));
     va = _mm512_add_pd(va, g);
-    vb = _mm512_add_pd(vb, _mm512_mul_pd(g, _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), mv)));
+    vb = _mm512_add_pd(
+        vb, _mm512_mul_pd(g, _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + j)), mv)));
   }
   _mm512_storeu_pd(a.v, va);
   _mm512_storeu_pd(b.v, vb);
@@ -196,7 +199,8 @@ void batch_norm_forward_train(T* y, T* mean, T* var, const T* x, const T* gamma,
   const double count = static_cast<double>(s.n) * s.spatial;
   for (int c = s.channel_begin; c < s.end(); ++c) {
     Lanes sum;
-    for (int i = 0; i < s.n; ++i) add_values(sum, x + i * plane + int64_t{c} * s.spatial, s.spatial);
+    for (int i = 0; i < s.n; ++i)
+      add_values(sum, x + i * plane + int64_t{c} * s.spatial, s.spatial);
     const double m = sum.total() / count;
     Lanes squares;
     for (int i = 0; i < s.n; ++i) {
@@ -216,12 +220,12 @@ void batch_norm_forward_train(T* y, T* mean, T* var, const T* x, const T* gamma,
 }
 
 template <typename T>
-void batch_norm_forward_eval(T* y, const T* x, const T* gamma, const T* beta,
-                             const T* running_mean, const T* running_var, const BatchNormShape& s) {
+void batch_norm_forward_eval(T* y, const T* x, const T* gamma, const T* beta, const T* running_mean,
+                             const T* running_var, const BatchNormShape& s) {
   const int64_t plane = int64_t{s.channels} * s.spatial;
   for (int c = s.channel_begin; c < s.end(); ++c) {
-    const double scale_d =
-        static_cast<double>(gamma[c]) / std::sqrt(static_cast<double>(running_var[c]) + kBatchNormEps);
+    const double scale_d = static_cast<double>(gamma[c]) /
+                           std::sqrt(static_cast<double>(running_var[c]) + kBatchNormEps);
     const T scale = static_cast<T>(scale_d);
     const T shift = static_cast<T>(static_cast<double>(beta[c]) -
                                    static_cast<double>(running_mean[c]) * scale_d);
@@ -268,11 +272,11 @@ void batch_norm_backward(T* dx, T* dgamma, T* dbeta, const T* dy, const T* mean,
   }
 }
 
-#define DCTRAIN_BATCH_NORM(T)                                                                   \
-  template void batch_norm_forward_train<T>(T*, T*, T*, const T*, const T*, const T*,           \
-                                            const BatchNormShape&);                             \
+#define DCTRAIN_BATCH_NORM(T)                                                                    \
+  template void batch_norm_forward_train<T>(T*, T*, T*, const T*, const T*, const T*,            \
+                                            const BatchNormShape&);                              \
   template void batch_norm_forward_eval<T>(T*, const T*, const T*, const T*, const T*, const T*, \
-                                           const BatchNormShape&);                              \
+                                           const BatchNormShape&);                               \
   template void batch_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,       \
                                        const T*, const BatchNormShape&);
 DCTRAIN_BATCH_NORM(float)

@@ -35,8 +35,8 @@ void batch_norm_forward_train(T* y, T* mean, T* var, const T* x, const T* gamma,
 
 // Evaluation: the same with the running mean (C) and running var (C).
 template <typename T>
-void batch_norm_forward_eval(T* y, const T* x, const T* gamma, const T* beta,
-                             const T* running_mean, const T* running_var, const BatchNormShape& s);
+void batch_norm_forward_eval(T* y, const T* x, const T* gamma, const T* beta, const T* running_mean,
+                             const T* running_var, const BatchNormShape& s);
 
 // Backward of the training forward (statistics depend on x).
 // dx (N, C, HW) overwritten (skipped when null; may alias dy); dgamma (C) +=,

@@ -23,9 +23,9 @@ void validate(const Conv2dShape& s) {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("conv2d: " + what);
   };
-  require(s.n >= 1 && s.in_channels >= 1 && s.in_height >= 1 && s.in_width >= 1 &&
-              s.out_channels >= 1,
-          "batch, channels and input sizes must be positive");
+  require(
+      s.n >= 1 && s.in_channels >= 1 && s.in_height >= 1 && s.in_width >= 1 && s.out_channels >= 1,
+      "batch, channels and input sizes must be positive");
   require(s.kernel_h >= 1 && s.kernel_w >= 1 && s.stride >= 1 && s.padding >= 0,
           "kernel and stride must be positive and padding non-negative");
   require(s.in_height + 2 * s.padding >= s.kernel_h && s.in_width + 2 * s.padding >= s.kernel_w,
@@ -145,7 +145,8 @@ void conv2d_forward_gemm(T* y, T* col, const T* x, const T* w, const T* b, const
       cols = col;
     }
     if (b != nullptr) {
-      for (int o = 0; o < s.out_channels; ++o) std::fill(yi + int64_t{o} * p, yi + int64_t{o + 1} * p, b[o]);
+      for (int o = 0; o < s.out_channels; ++o)
+        std::fill(yi + int64_t{o} * p, yi + int64_t{o + 1} * p, b[o]);
     }
     blas::gemm<T>(Trans::kNo, Trans::kNo, s.out_channels, p, k, T(1), w, cols,
                   b != nullptr ? T(1) : T(0), yi);
@@ -233,8 +234,10 @@ void conv2d_backward_reference(T* dx, T* dw, T* db, const T* dy, const T* x, con
               for (int kx = 0; kx < s.kernel_w; ++kx) {
                 const int ix = ox * s.stride - s.padding + kx;
                 if (ix < 0 || ix >= s.in_width) continue;
-                const int64_t xi = ((int64_t{i} * s.in_channels + c) * s.in_height + iy) * s.in_width + ix;
-                const int64_t wi = ((int64_t{o} * s.in_channels + c) * s.kernel_h + ky) * s.kernel_w + kx;
+                const int64_t xi =
+                    ((int64_t{i} * s.in_channels + c) * s.in_height + iy) * s.in_width + ix;
+                const int64_t wi =
+                    ((int64_t{o} * s.in_channels + c) * s.kernel_h + ky) * s.kernel_w + kx;
                 dw[wi] += g * x[xi];
                 if (dx != nullptr) dx[xi] += g * w[wi];
               }
@@ -246,17 +249,17 @@ void conv2d_backward_reference(T* dx, T* dw, T* db, const T* dy, const T* x, con
   }
 }
 
-#define DCTRAIN_CONV2D(T)                                                                         \
-  template void im2col<T>(T*, const T*, const Conv2dShape&);                                      \
-  template void col2im_add<T>(T*, const T*, const Conv2dShape&);                                  \
-  template void conv2d_forward<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&);      \
-  template void conv2d_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,                  \
-                                   const Conv2dShape&, bool);                                     \
-  template void conv2d_forward_gemm<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&); \
-  template void conv2d_backward_gemm<T>(T*, T*, T*, T*, const T*, const T*, const T*,             \
-                                        const Conv2dShape&, bool);                                \
+#define DCTRAIN_CONV2D(T)                                                                          \
+  template void im2col<T>(T*, const T*, const Conv2dShape&);                                       \
+  template void col2im_add<T>(T*, const T*, const Conv2dShape&);                                   \
+  template void conv2d_forward<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&);       \
+  template void conv2d_backward<T>(T*, T*, T*, T*, const T*, const T*, const T*,                   \
+                                   const Conv2dShape&, bool);                                      \
+  template void conv2d_forward_gemm<T>(T*, T*, const T*, const T*, const T*, const Conv2dShape&);  \
+  template void conv2d_backward_gemm<T>(T*, T*, T*, T*, const T*, const T*, const T*,              \
+                                        const Conv2dShape&, bool);                                 \
   template void conv2d_forward_reference<T>(T*, const T*, const T*, const T*, const Conv2dShape&); \
-  template void conv2d_backward_reference<T>(T*, T*, T*, const T*, const T*, const T*,            \
+  template void conv2d_backward_reference<T>(T*, T*, T*, const T*, const T*, const T*,             \
                                              const Conv2dShape&);
 DCTRAIN_CONV2D(float)
 DCTRAIN_CONV2D(double)

@@ -26,8 +26,10 @@ struct Conv2dShape {
 
   int out_height() const { return (in_height + 2 * padding - kernel_h) / stride + 1; }
   int out_width() const { return (in_width + 2 * padding - kernel_w) / stride + 1; }
-  int64_t in_size() const { return int64_t{in_channels} * in_height * in_width; }      // per sample
-  int64_t out_size() const { return int64_t{out_channels} * out_height() * out_width(); }  // per sample
+  int64_t in_size() const { return int64_t{in_channels} * in_height * in_width; }  // per sample
+  int64_t out_size() const {
+    return int64_t{out_channels} * out_height() * out_width();
+  }  // per sample
   int64_t weight_size() const { return int64_t{out_channels} * in_channels * kernel_h * kernel_w; }
   // True when the layer is a plain GEMM on x (no im2col, no scratch used).
   bool pointwise() const { return kernel_h == 1 && kernel_w == 1 && stride == 1 && padding == 0; }

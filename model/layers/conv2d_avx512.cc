@@ -17,9 +17,9 @@
 namespace dctrain::conv2d_avx512 {
 namespace {
 
-constexpr int kMr = 8;              // output rows per forward tile (broadcast weights)
-constexpr int kNr = 3;              // 16-lane segments per forward tile
-constexpr int kWo = 4, kWk = 5;     // dw tile: output channels x (c, ky, kx) columns
+constexpr int kMr = 8;                       // output rows per forward tile (broadcast weights)
+constexpr int kNr = 3;                       // 16-lane segments per forward tile
+constexpr int kWo = 4, kWk = 5;              // dw tile: output channels x (c, ky, kx) columns
 constexpr int64_t kGroupBytes = 512 * 1024;  // dw: samples' padded x and dy kept in L2
 
 // Stride 1 with padding below the kernel: computed from the padded input,
@@ -29,7 +29,9 @@ bool direct(const Conv2dShape& s) {
   return s.stride == 1 && s.padding <= s.kernel_h - 1 && s.padding <= s.kernel_w - 1;
 }
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
 
 // A zero-padded (C, H + 2 ph, W + 2 pw) copy of src (C, H, W).
 struct Padded {
@@ -77,7 +79,7 @@ struct Plane {
 
 struct Seg {
   int in_lo = 0, in_hi = 0, out_lo = 0, out_hi = 0;
-  __mmask16 mask = 0;          // whole-row segments
+  __mmask16 mask = 0;                 // whole-row segments
   __mmask8 mask_lo = 0, mask_hi = 0;  // two-row segments
 };
 
@@ -239,9 +241,15 @@ DCTRAIN_AVX512 void forward_plane(float* y, int m, const float* panels, const fl
       const float* panel = panels + int64_t{p0} * k;
       const float* bp = bias != nullptr ? bias + p0 : nullptr;
       switch (nr) {
-        case 3: forward_tile<Pair, 3>(yp, ldy, rows, panel, src, km, seg, bp, accumulate); break;
-        case 2: forward_tile<Pair, 2>(yp, ldy, rows, panel, src, km, seg, bp, accumulate); break;
-        default: forward_tile<Pair, 1>(yp, ldy, rows, panel, src, km, seg, bp, accumulate); break;
+        case 3:
+          forward_tile<Pair, 3>(yp, ldy, rows, panel, src, km, seg, bp, accumulate);
+          break;
+        case 2:
+          forward_tile<Pair, 2>(yp, ldy, rows, panel, src, km, seg, bp, accumulate);
+          break;
+        default:
+          forward_tile<Pair, 1>(yp, ldy, rows, panel, src, km, seg, bp, accumulate);
+          break;
       }
     }
   }
@@ -295,7 +303,8 @@ DCTRAIN_AVX512 void weight_tile(float* dw, int k_total, int o0, int orows, int k
   for (int r = 0; r < kWo; ++r) {
 #pragma GCC unroll 8
     for (int i = 0; i < kWk; ++i) {
-      if (r < orows && i < kcols) dw[(o0 + r) * int64_t{k_total} + k0 + i] += _mm512_reduce_add_ps(acc[r][i]);
+      if (r < orows && i < kcols)
+        dw[(o0 + r) * int64_t{k_total} + k0 + i] += _mm512_reduce_add_ps(acc[r][i]);
     }
   }
 }
@@ -307,9 +316,11 @@ void run_weight(float* dw, int m, const float* dy, int64_t dy_sample, const floa
     for (int k0 = 0; k0 < k; k0 += kWk) {
       const int orows = std::min(kWo, m - o0), kcols = std::min(kWk, k - k0);
       if (g.pair()) {
-        weight_tile<true>(dw, k, o0, orows, k0, kcols, dy, dy_sample, src, src_sample, samples, km, g);
+        weight_tile<true>(dw, k, o0, orows, k0, kcols, dy, dy_sample, src, src_sample, samples, km,
+                          g);
       } else {
-        weight_tile<false>(dw, k, o0, orows, k0, kcols, dy, dy_sample, src, src_sample, samples, km, g);
+        weight_tile<false>(dw, k, o0, orows, k0, kcols, dy, dy_sample, src, src_sample, samples, km,
+                           g);
       }
     }
   }
@@ -326,9 +337,9 @@ Padded output_padding(const Conv2dShape& s) {
 }  // namespace
 
 bool handles(const Conv2dShape& s) {
-  return !s.pointwise() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("fma");
+  return !s.pointwise() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
 }
 
 int64_t scratch_size(const Conv2dShape& s) {
@@ -423,14 +434,16 @@ void backward(float* dx, float* dw, float* db, float* scratch, const float* dy, 
   // dw over groups of samples whose padded inputs (and dy) stay in L2.
   const Padded pad = input_padding(s);
   const int64_t per_sample_bytes = int64_t{sizeof(float)} * (pad.size() + s.out_size());
-  const int64_t fit = std::max<int64_t>(1, std::min(s.col_size() / pad.size(), kGroupBytes / per_sample_bytes));
+  const int64_t fit =
+      std::max<int64_t>(1, std::min(s.col_size() / pad.size(), kGroupBytes / per_sample_bytes));
   const int groups = static_cast<int>((s.n + fit - 1) / fit);
   const KMap km{s.in_channels, s.kernel_h, s.kernel_w, pad.plane(), pad.cols(), 1};
   const Plane g{s.out_height(), s.out_width(), pad.cols()};
   for (int gi = 0; gi < groups; ++gi) {
     const int begin = static_cast<int>(int64_t{gi} * s.n / groups);
     const int end = static_cast<int>(int64_t{gi + 1} * s.n / groups);
-    for (int i = begin; i < end; ++i) pad_copy(scratch + (i - begin) * pad.size(), x + i * s.in_size(), pad);
+    for (int i = begin; i < end; ++i)
+      pad_copy(scratch + (i - begin) * pad.size(), x + i * s.in_size(), pad);
     run_weight(dw, s.out_channels, dy + begin * s.out_size(), s.out_size(), scratch, pad.size(),
                end - begin, km, g);
   }

@@ -28,7 +28,8 @@ void linear_backward(T* dx, T* dw, T* db, const T* dy, const T* x, const T* w, i
   }
 }
 
-template void linear_forward<float>(float*, const float*, const float*, const float*, int, int, int);
+template void linear_forward<float>(float*, const float*, const float*, const float*, int, int,
+                                    int);
 template void linear_forward<double>(double*, const double*, const double*, const double*, int, int,
                                      int);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*,

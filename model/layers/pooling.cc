@@ -36,7 +36,8 @@ void max_pool_backward(T* dx, const T* dy, const int32_t* argmax, const MaxPoolS
   const int64_t planes = int64_t{s.n} * s.channels;
   std::fill(dx, dx + planes * in_plane, T(0));
   for (int64_t p = 0; p < planes; ++p) {
-    for (int64_t o = 0; o < out_plane; ++o) dx[p * in_plane + argmax[p * out_plane + o]] += dy[p * out_plane + o];
+    for (int64_t o = 0; o < out_plane; ++o)
+      dx[p * in_plane + argmax[p * out_plane + o]] += dy[p * out_plane + o];
   }
 }
 
@@ -59,10 +60,10 @@ void global_avg_pool_backward(T* dx, const T* dy, int n, int channels, int spati
   }
 }
 
-#define DCTRAIN_POOLING(T)                                                                 \
-  template void max_pool_forward<T>(T*, int32_t*, const T*, const MaxPoolShape&);          \
-  template void max_pool_backward<T>(T*, const T*, const int32_t*, const MaxPoolShape&);   \
-  template void global_avg_pool_forward<T>(T*, const T*, int, int, int);                   \
+#define DCTRAIN_POOLING(T)                                                               \
+  template void max_pool_forward<T>(T*, int32_t*, const T*, const MaxPoolShape&);        \
+  template void max_pool_backward<T>(T*, const T*, const int32_t*, const MaxPoolShape&); \
+  template void global_avg_pool_forward<T>(T*, const T*, int, int, int);                 \
   template void global_avg_pool_backward<T>(T*, const T*, int, int, int);
 DCTRAIN_POOLING(float)
 DCTRAIN_POOLING(double)

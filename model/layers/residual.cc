@@ -44,10 +44,10 @@ void option_a_shortcut_backward(T* dx, const T* dy, const ShortcutShape& s) {
   }
 }
 
-#define DCTRAIN_RESIDUAL(T)                                                          \
-  template void identity_shortcut_forward<T>(T*, const T*, int64_t);                 \
-  template void identity_shortcut_backward<T>(T*, const T*, int64_t);                \
-  template void option_a_shortcut_forward<T>(T*, const T*, const ShortcutShape&);    \
+#define DCTRAIN_RESIDUAL(T)                                                       \
+  template void identity_shortcut_forward<T>(T*, const T*, int64_t);              \
+  template void identity_shortcut_backward<T>(T*, const T*, int64_t);             \
+  template void option_a_shortcut_forward<T>(T*, const T*, const ShortcutShape&); \
   template void option_a_shortcut_backward<T>(T*, const T*, const ShortcutShape&);
 DCTRAIN_RESIDUAL(float)
 DCTRAIN_RESIDUAL(double)

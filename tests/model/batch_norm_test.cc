@@ -26,7 +26,8 @@ TEST(BatchNorm, TrainingForwardNormalisesWithBiasedBatchStatistics) {
   const BatchNormShape s = shape(3, 2, 5);
   const auto x = random_vector(30, 1, 2.0), gamma = random_vector(2, 2), beta = random_vector(2, 3);
   std::vector<double> y(30), mean(2), var(2);
-  batch_norm_forward_train(y.data(), mean.data(), var.data(), x.data(), gamma.data(), beta.data(), s);
+  batch_norm_forward_train(y.data(), mean.data(), var.data(), x.data(), gamma.data(), beta.data(),
+                           s);
   for (int c = 0; c < 2; ++c) {
     double m = 0.0, v = 0.0;
     for (int i = 0; i < 3; ++i)
@@ -57,9 +58,10 @@ TEST(BatchNorm, EvalForwardUsesRunningStatistics) {
     for (int c = 0; c < 3; ++c)
       for (int j = 0; j < 4; ++j) {
         const int at = (i * 3 + c) * 4 + j;
-        EXPECT_NEAR(y[at],
-                    gamma[c] * (x[at] - running_mean[c]) / std::sqrt(running_var[c] + 1e-5) + beta[c],
-                    1e-12);
+        EXPECT_NEAR(
+            y[at],
+            gamma[c] * (x[at] - running_mean[c]) / std::sqrt(running_var[c] + 1e-5) + beta[c],
+            1e-12);
       }
 }
 
@@ -69,7 +71,8 @@ TEST(BatchNorm, GradientsMatchFiniteDifferences) {
   const auto r = random_vector(72, 10);
   std::vector<double> y(72), mean(3), var(3);
   auto loss = [&] {
-    batch_norm_forward_train(y.data(), mean.data(), var.data(), x.data(), gamma.data(), beta.data(), s);
+    batch_norm_forward_train(y.data(), mean.data(), var.data(), x.data(), gamma.data(), beta.data(),
+                             s);
     return weighted_sum(y, r);
   };
   loss();
@@ -88,16 +91,17 @@ TEST(BatchNorm, ChannelRangesComposeToTheWholeLayer) {
   const std::vector<float> x(xd.begin(), xd.end()), gamma(gd.begin(), gd.end()),
       beta(bd.begin(), bd.end()), dy(dyd.begin(), dyd.end());
   std::vector<float> y(105), mean(5), var(5), dx(105), dg(5, 0.0f), dbt(5, 0.0f);
-  batch_norm_forward_train(y.data(), mean.data(), var.data(), x.data(), gamma.data(), beta.data(), s);
-  batch_norm_backward(dx.data(), dg.data(), dbt.data(), dy.data(), mean.data(), var.data(), x.data(),
-                      gamma.data(), s);
+  batch_norm_forward_train(y.data(), mean.data(), var.data(), x.data(), gamma.data(), beta.data(),
+                           s);
+  batch_norm_backward(dx.data(), dg.data(), dbt.data(), dy.data(), mean.data(), var.data(),
+                      x.data(), gamma.data(), s);
   std::vector<float> y2(105), mean2(5), var2(5), dx2(105), dg2(5, 0.0f), dbt2(5, 0.0f);
   for (int c = 0; c < 5; ++c) {
     BatchNormShape part = s;
     part.channel_begin = c;
     part.channel_end = c + 1;
-    batch_norm_forward_train(y2.data(), mean2.data(), var2.data(), x.data(), gamma.data(), beta.data(),
-                             part);
+    batch_norm_forward_train(y2.data(), mean2.data(), var2.data(), x.data(), gamma.data(),
+                             beta.data(), part);
     batch_norm_backward(dx2.data(), dg2.data(), dbt2.data(), dy.data(), mean2.data(), var2.data(),
                         x.data(), gamma.data(), part);
   }

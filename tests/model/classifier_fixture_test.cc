@@ -26,7 +26,8 @@ void fill_formula(std::span<float> out, uint64_t index, const std::string& name,
   double base = 0.0, scale = 0.0;
   const bool bn = name.find("bn") != std::string::npos;
   const auto ends_with = [&](const std::string& suffix) {
-    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return name.size() >= suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
   };
   if (ends_with("running_mean")) {
     scale = 0.1;
@@ -66,7 +67,8 @@ class ClassifierFixture : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     const Case& c = GetParam();
-    fixture_ = std::make_unique<Fixture>(std::string(DCTRAIN_SOURCE_DIR) + "/tests/fixtures/" + c.file);
+    fixture_ =
+        std::make_unique<Fixture>(std::string(DCTRAIN_SOURCE_DIR) + "/tests/fixtures/" + c.file);
     spec_.name = c.model;
     spec_.image_channels = c.channels;
     spec_.image_height = spec_.image_width = c.size;
@@ -130,7 +132,8 @@ TEST_P(ClassifierFixture, EvalLogitsMatch) {
 TEST_P(ClassifierFixture, LossAndEveryGradientMatch) {
   const MicroBatchResult r = model_->train_micro_batch(batch_);
   expect_close("train logits", classifier_logits(*model_), (*fixture_)["train_logits"], 2e-5);
-  EXPECT_NEAR(r.loss_sum, fixture_->scalar("loss_sum"), 1e-5 * std::abs(fixture_->scalar("loss_sum")));
+  EXPECT_NEAR(r.loss_sum, fixture_->scalar("loss_sum"),
+              1e-5 * std::abs(fixture_->scalar("loss_sum")));
   for (size_t e = 0; e < model_->table().size(); ++e) {
     const std::string& name = model_->table()[e].name;
     expect_close("grad " + name, model_->gradients().view(e), (*fixture_)["grad/" + name], 1e-4);
@@ -140,12 +143,14 @@ TEST_P(ClassifierFixture, LossAndEveryGradientMatch) {
 TEST_P(ClassifierFixture, RunningStatisticsMatchAfterOneStep) {
   if (model_->buffer_table().size() == 0) GTEST_SKIP() << "no BatchNorm";
   model_->train_micro_batch(batch_);
-  std::vector<float> averaged(model_->statistics().flat().begin(), model_->statistics().flat().end());
+  std::vector<float> averaged(model_->statistics().flat().begin(),
+                              model_->statistics().flat().end());
   for (float& v : averaged) v /= static_cast<float>(batch_.size);
   model_->apply_statistics(averaged);
   for (size_t e = 0; e < model_->buffer_table().size(); ++e) {
     const std::string& name = model_->buffer_table()[e].name;
-    expect_close("running " + name, model_->buffers().view(e), (*fixture_)["running/" + name], 1e-5);
+    expect_close("running " + name, model_->buffers().view(e), (*fixture_)["running/" + name],
+                 1e-5);
   }
 }
 
@@ -175,12 +180,13 @@ TEST_P(ClassifierFixture, TenStepSgdTrajectoryMatches) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ClassifierFixture,
-                         ::testing::Values(Case{"resnet20", "resnet20.bin", std::sqrt(2.0), 3, 32, 1e-3},
-                                           Case{"mnist-cnn", "mnist_cnn.bin", 1.0 / std::sqrt(3.0), 1, 28, 3e-6}),
-                         [](const auto& p) {
-                           return std::string(p.param.model) == "resnet20" ? "resnet20" : "mnist_cnn";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, ClassifierFixture,
+    ::testing::Values(Case{"resnet20", "resnet20.bin", std::sqrt(2.0), 3, 32, 1e-3},
+                      Case{"mnist-cnn", "mnist_cnn.bin", 1.0 / std::sqrt(3.0), 1, 28, 3e-6}),
+    [](const auto& p) {
+      return std::string(p.param.model) == "resnet20" ? "resnet20" : "mnist_cnn";
+    });
 
 }  // namespace
 }  // namespace dctrain

@@ -35,13 +35,15 @@ Conv2dShape shape(int n, int c, int h, int w, int oc, int kh, int kw, int stride
 // a non-square kernel, stride larger than the kernel, padding larger than
 // the kernel's half.
 std::vector<Conv2dShape> shapes() {
-  return {shape(2, 3, 8, 8, 4, 3, 3, 1, 1),  shape(2, 4, 9, 7, 6, 3, 3, 2, 1),
+  return {shape(2, 3, 8, 8, 4, 3, 3, 1, 1),   shape(2, 4, 9, 7, 6, 3, 3, 2, 1),
           shape(2, 1, 10, 10, 3, 5, 5, 1, 2), shape(3, 5, 6, 6, 7, 1, 1, 1, 0),
           shape(2, 3, 7, 9, 2, 1, 1, 2, 0),   shape(2, 2, 7, 6, 3, 3, 2, 2, 0),
           shape(1, 2, 5, 5, 2, 2, 2, 3, 2),   shape(2, 3, 4, 4, 2, 3, 3, 1, 3)};
 }
 
-std::vector<float> as_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+std::vector<float> as_float(const std::vector<double>& v) {
+  return {v.begin(), v.end()};
+}
 
 // Holds a float fast path (forward + backward) to the direct loops on every
 // test shape.
@@ -49,8 +51,8 @@ template <typename Forward, typename Backward>
 void expect_matches_direct_loops_in_float(Forward forward, Backward backward) {
   for (const Conv2dShape& s : shapes()) {
     SCOPED_TRACE(::testing::PrintToString(std::vector<int>{s.in_channels, s.in_height, s.in_width,
-                                                         s.out_channels, s.kernel_h, s.kernel_w,
-                                                         s.stride, s.padding}));
+                                                           s.out_channels, s.kernel_h, s.kernel_w,
+                                                           s.stride, s.padding}));
     const auto x = as_float(random_vector(s.n * s.in_size(), 1));
     const auto w = as_float(random_vector(s.weight_size(), 2));
     const auto b = as_float(random_vector(s.out_channels, 3));
@@ -119,8 +121,10 @@ TEST(Conv2d, NoBiasAndNoInputGradient) {
   conv2d_forward_reference<double>(y_ref.data(), x.data(), w.data(), nullptr, s);
   for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], y_ref[i], 1e-12);
   std::vector<double> dw(w.size(), 0.0), dw_ref(w.size(), 0.0);
-  conv2d_backward<double>(nullptr, dw.data(), nullptr, col.data(), dy.data(), x.data(), w.data(), s);
-  conv2d_backward_reference<double>(nullptr, dw_ref.data(), nullptr, dy.data(), x.data(), w.data(), s);
+  conv2d_backward<double>(nullptr, dw.data(), nullptr, col.data(), dy.data(), x.data(), w.data(),
+                          s);
+  conv2d_backward_reference<double>(nullptr, dw_ref.data(), nullptr, dy.data(), x.data(), w.data(),
+                                    s);
   for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw[i], dw_ref[i], 1e-12);
 }
 
@@ -143,7 +147,8 @@ TEST(Conv2d, BackwardCanAccumulateTheInputGradient) {
     const auto dy = random_vector(s.n * s.out_size(), 14), prior = random_vector(x.size(), 15);
     std::vector<double> col(std::max<int64_t>(1, s.col_size())), dw(w.size(), 0.0);
     std::vector<double> dx(x.size()), dx_acc = prior;
-    conv2d_backward<double>(dx.data(), dw.data(), nullptr, col.data(), dy.data(), x.data(), w.data(), s);
+    conv2d_backward<double>(dx.data(), dw.data(), nullptr, col.data(), dy.data(), x.data(),
+                            w.data(), s);
     conv2d_backward<double>(dx_acc.data(), dw.data(), nullptr, col.data(), dy.data(), x.data(),
                             w.data(), s, /*accumulate_dx=*/true);
     for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx_acc[i], prior[i] + dx[i], 1e-12);

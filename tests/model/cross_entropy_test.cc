@@ -47,7 +47,8 @@ TEST(SoftmaxCrossEntropy, GradientMatchesFiniteDifferences) {
   softmax_cross_entropy<double>(dlogits.data(), logits.data(), labels.data(), n, classes);
   for (int c = 0; c < classes; ++c) EXPECT_EQ(dlogits[1 * classes + c], 0.0);  // ignored row
   auto loss = [&] {
-    return softmax_cross_entropy<double>(nullptr, logits.data(), labels.data(), n, classes).loss_sum;
+    return softmax_cross_entropy<double>(nullptr, logits.data(), labels.data(), n, classes)
+        .loss_sum;
   };
   expect_gradient_matches("logits", loss, logits, dlogits);
 }
@@ -58,7 +59,8 @@ TEST(SoftmaxCrossEntropy, GradientMayOverwriteTheLogits) {
   std::vector<float> separate(logits.begin(), logits.end()), in_place = separate, d(n * classes);
   const std::vector<int32_t> labels = {1, 2, 3};
   const auto a = softmax_cross_entropy<float>(d.data(), separate.data(), labels.data(), n, classes);
-  const auto b = softmax_cross_entropy<float>(in_place.data(), in_place.data(), labels.data(), n, classes);
+  const auto b =
+      softmax_cross_entropy<float>(in_place.data(), in_place.data(), labels.data(), n, classes);
   EXPECT_EQ(a.loss_sum, b.loss_sum);
   for (size_t i = 0; i < d.size(); ++i) EXPECT_EQ(d[i], in_place[i]);
 }

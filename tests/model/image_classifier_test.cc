@@ -90,10 +90,13 @@ TEST(ImageClassifier, TrainingAddsIntoGradientsAndStatistics) {
   const Batch batch = random_batch(spec_for("resnet20"), 6, 4);
   model->train_micro_batch(batch);
   const std::vector<float> once(model->gradients().flat().begin(), model->gradients().flat().end());
-  const std::vector<float> stats(model->statistics().flat().begin(), model->statistics().flat().end());
+  const std::vector<float> stats(model->statistics().flat().begin(),
+                                 model->statistics().flat().end());
   model->train_micro_batch(batch);
-  for (size_t i = 0; i < once.size(); ++i) ASSERT_FLOAT_EQ(model->gradients().flat()[i], 2 * once[i]);
-  for (size_t i = 0; i < stats.size(); ++i) ASSERT_FLOAT_EQ(model->statistics().flat()[i], 2 * stats[i]);
+  for (size_t i = 0; i < once.size(); ++i)
+    ASSERT_FLOAT_EQ(model->gradients().flat()[i], 2 * once[i]);
+  for (size_t i = 0; i < stats.size(); ++i)
+    ASSERT_FLOAT_EQ(model->statistics().flat()[i], 2 * stats[i]);
   // Training changes no parameter and no running statistic.
   auto fresh = make_model(spec_for("resnet20"));
   EXPECT_EQ(checksum(model->parameters().flat()), checksum(fresh->parameters().flat()));

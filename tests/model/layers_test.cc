@@ -36,9 +36,9 @@ TEST(MaxPool, ForwardPicksTheWindowMaximum) {
   s.n = 1;
   s.channels = 1;
   s.in_height = s.in_width = 4;
-  const std::vector<double> x = {1, 5, 2, 0,   //
-                                 3, 4, 8, 8,   //
-                                 0, 0, -1, -2, //
+  const std::vector<double> x = {1, 5, 2,  0,   //
+                                 3, 4, 8,  8,   //
+                                 0, 0, -1, -2,  //
                                  0, 7, -3, -4};
   std::vector<double> y(4);
   std::vector<int32_t> arg(4);

@@ -13,7 +13,8 @@ using testing::weighted_sum;
 
 TEST(Linear, ForwardMatchesTheDefinition) {
   constexpr int n = 3, in = 4, out = 5;
-  const auto x = random_vector(n * in, 1), w = random_vector(out * in, 2), b = random_vector(out, 3);
+  const auto x = random_vector(n * in, 1), w = random_vector(out * in, 2),
+             b = random_vector(out, 3);
   std::vector<double> y(n * out);
   linear_forward(y.data(), x.data(), w.data(), b.data(), n, in, out);
   for (int i = 0; i < n; ++i) {
@@ -44,13 +45,14 @@ TEST(Linear, GradientsMatchFiniteDifferences) {
 
 TEST(Linear, BackwardAccumulatesParameterGradients) {
   constexpr int n = 2, in = 3, out = 2;
-  const auto x = random_vector(n * in, 5), w = random_vector(out * in, 6), dy = random_vector(n * out, 7);
+  const auto x = random_vector(n * in, 5), w = random_vector(out * in, 6),
+             dy = random_vector(n * out, 7);
   std::vector<double> dw_once(w.size(), 0.0), db_once(out, 0.0);
-  linear_backward<double>(nullptr, dw_once.data(), db_once.data(), dy.data(), x.data(), w.data(), n, in,
-                          out);
-  std::vector<double> dw_twice = dw_once, db_twice = db_once;
-  linear_backward<double>(nullptr, dw_twice.data(), db_twice.data(), dy.data(), x.data(), w.data(), n,
+  linear_backward<double>(nullptr, dw_once.data(), db_once.data(), dy.data(), x.data(), w.data(), n,
                           in, out);
+  std::vector<double> dw_twice = dw_once, db_twice = db_once;
+  linear_backward<double>(nullptr, dw_twice.data(), db_twice.data(), dy.data(), x.data(), w.data(),
+                          n, in, out);
   for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(dw_twice[i], 2.0 * dw_once[i], 1e-12);
   for (int o = 0; o < out; ++o) EXPECT_NEAR(db_twice[o], 2.0 * db_once[o], 1e-12);
 }

@@ -77,8 +77,9 @@ TEST(MnistLearning, OneEpochReaches98PercentTestAccuracy) {
   int64_t correct = 0, total = 0;
   const SampleContext eval_context{spec.seed, 0, false};
   for (size_t begin = 0; begin < ids.size(); begin += 500) {
-    test->fill(std::span<const uint64_t>(ids).subspan(begin, std::min<size_t>(500, ids.size() - begin)),
-               eval_context, batch);
+    test->fill(
+        std::span<const uint64_t>(ids).subspan(begin, std::min<size_t>(500, ids.size() - begin)),
+        eval_context, batch);
     const MicroBatchResult r = model->evaluate(batch);
     correct += r.correct;
     total += r.samples;

@@ -50,7 +50,9 @@ TEST(ThreadPool, RethrowsTheItemsException) {
   EXPECT_EQ(n.load(), 10);
 }
 
-TEST(ThreadPool, RejectsZeroThreads) { EXPECT_THROW(ThreadPool(0), std::invalid_argument); }
+TEST(ThreadPool, RejectsZeroThreads) {
+  EXPECT_THROW(ThreadPool(0), std::invalid_argument);
+}
 
 }  // namespace
 }  // namespace dctrain

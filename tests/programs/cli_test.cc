@@ -33,8 +33,8 @@ void expect_contains(const std::string& text, const std::string& part) {
 TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
   const Result r = run({kBin + "/dctrain-coordinator", "--help"});
   EXPECT_EQ(r.status, 0);
-  for (const char* flag : {"--config", "--bind", "--out", "--resume", "--workers", "--tau", "--steps",
-                           "--log-level", "--version", "--help"}) {
+  for (const char* flag : {"--config", "--bind", "--out", "--resume", "--workers", "--tau",
+                           "--steps", "--log-level", "--version", "--help"}) {
     expect_contains(r.output, flag);
   }
   expect_contains(r.output, "tcp://*:5555");
@@ -44,8 +44,8 @@ TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
 TEST(Programs, WorkerHelpListsEveryFlagWithDefaults) {
   const Result r = run({kBin + "/dctrain-worker", "--help"});
   EXPECT_EQ(r.status, 0);
-  for (const char* flag : {"--connect", "--data-dir", "--threads", "--name", "--log-level",
-                           "--version", "--help"}) {
+  for (const char* flag :
+       {"--connect", "--data-dir", "--threads", "--name", "--log-level", "--version", "--help"}) {
     expect_contains(r.output, flag);
   }
   expect_contains(r.output, "tcp://127.0.0.1:5555");

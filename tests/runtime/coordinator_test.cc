@@ -59,8 +59,8 @@ class CoordinatorTest : public ::testing::Test {
     replica = std::make_unique<Replica>(testing::softmax_for(config), config.optimizer());
     CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
                            std::nullopt};
-    coordinator =
-        std::make_unique<Coordinator>(setup, *replica, evaluator, outbox, log.logger, [this] { return now; });
+    coordinator = std::make_unique<Coordinator>(setup, *replica, evaluator, outbox, log.logger,
+                                                [this] { return now; });
     for (const char* name : {"a", "b", "c"}) workers.emplace(name, FakeWorker(name, *train));
   }
 
@@ -105,8 +105,11 @@ class CoordinatorTest : public ::testing::Test {
               }
               worker.on_update(m);
               break;
-            case v1::Envelope::kBye: byes[name] = m.envelope.bye(); break;
-            default: break;
+            case v1::Envelope::kBye:
+              byes[name] = m.envelope.bye();
+              break;
+            default:
+              break;
           }
         }
       }
@@ -134,7 +137,8 @@ class CoordinatorTest : public ::testing::Test {
 
   std::set<uint64_t> planned_samples(uint64_t step, size_t plan_index) {
     std::set<uint64_t> out;
-    for (const auto& mb : plans[step].at(plan_index).micro_batches()) out.insert(mb.samples().begin(), mb.samples().end());
+    for (const auto& mb : plans[step].at(plan_index).micro_batches())
+      out.insert(mb.samples().begin(), mb.samples().end());
     return out;
   }
 
@@ -270,7 +274,8 @@ TEST_F(CoordinatorTest, TauInfinityMatchesOneProcessOnTheSameMicroBatches) {
   const auto b = replica->model().parameters().flat();
   ASSERT_EQ(a.size(), b.size());
   double max_diff = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, std::abs(double(a[i]) - b[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    max_diff = std::max(max_diff, std::abs(double(a[i]) - b[i]));
   EXPECT_LT(max_diff, 1e-5);
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_NEAR(single.model().buffers().flat()[i], replica->model().buffers().flat()[i], 1e-5);
@@ -400,7 +405,8 @@ TEST_F(CoordinatorTest, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndDropp
   ASSERT_FALSE(outbox.inbox["old"].empty());
   const Message refusal = roundtrip(std::move(outbox.inbox["old"].front()));
   ASSERT_EQ(refusal.envelope.body_case(), v1::Envelope::kRefusal);
-  EXPECT_NE(refusal.envelope.refusal().reason().find(fmt::format("protocol version {}", kProtocolVersion + 7)),
+  EXPECT_NE(refusal.envelope.refusal().reason().find(
+                fmt::format("protocol version {}", kProtocolVersion + 7)),
             std::string::npos);
 
   // A contribution from a member with a truncated gradient frame, then one
@@ -558,7 +564,8 @@ TEST_F(CoordinatorTest, StepZeroStartsOnceEveryWorkerHasLoadedItsData) {
     coordinator->tick(now);
   }
   for (const char* n : {"a", "b", "c"}) {
-    for (const Message& m : outbox.inbox[n]) EXPECT_NE(m.envelope.body_case(), v1::Envelope::kPlan) << n;
+    for (const Message& m : outbox.inbox[n])
+      EXPECT_NE(m.envelope.body_case(), v1::Envelope::kPlan) << n;
   }
   welcome_all();
   pump();
@@ -611,11 +618,13 @@ TEST_F(CoordinatorTest, WorkerMissingManyDeadlinesInARowIsReleasedAndTheRunGoesO
   pump({"b"});
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
   EXPECT_EQ(coordinator->exit_code(), 0);
-  EXPECT_TRUE(log.contains("worker 'b' (rank 1) released from the run after missing 3 step deadlines"))
+  EXPECT_TRUE(
+      log.contains("worker 'b' (rank 1) released from the run after missing 3 step deadlines"))
       << log.text.str();
   EXPECT_EQ(coordinator->totals().workers_released(), 1u);
   bool told = false;
-  for (const Message& m : outbox.inbox["b"]) told |= m.envelope.has_bye() && m.envelope.bye().released();
+  for (const Message& m : outbox.inbox["b"])
+    told |= m.envelope.has_bye() && m.envelope.bye().released();
   EXPECT_TRUE(told) << "b is told it was released";
   // Three steps waited for b; the later ones plan only a and c.
   EXPECT_EQ(plans[3].size(), 2u);
@@ -718,14 +727,14 @@ TEST_F(CoordinatorTest, ScheduleSizedInEpochsSpansThemWhateverRequeueAdds) {
   ASSERT_GT(steps.size(), 30u) << "requeue adds steps";
   uint64_t settled = 0;
   for (const v1::StepRecord& r : steps) {
-    const double expected = 0.1 * (1.0 + std::cos(M_PI * static_cast<double>(settled) / 480.0)) / 2.0;
+    const double expected =
+        0.1 * (1.0 + std::cos(M_PI * static_cast<double>(settled) / 480.0)) / 2.0;
     EXPECT_NEAR(r.lr(), expected, 1e-12) << r.ShortDebugString();
     EXPECT_GT(r.lr(), 0.0) << r.ShortDebugString();
     settled += r.samples();
   }
   EXPECT_EQ(settled, 480u);
 }
-
 
 // The micro-batch that crosses tau: its whole injected delay by default, cut
 // at tau with cap_at_tau (the DropCompute authors' form).

@@ -17,12 +17,14 @@ using namespace std::chrono_literals;
 TEST(MnistCnn, FourWorkersReachNinetyEightPercentInOneEpoch) {
   const std::filesystem::path data = DCTRAIN_SHARED_DATA;
   if (!std::filesystem::exists(data / "mnist")) GTEST_SKIP() << "no MNIST under " << data;
-  const auto run = std::filesystem::temp_directory_path() / fmt::format("dctrain-mnist-{}", ::getpid());
+  const auto run =
+      std::filesystem::temp_directory_path() / fmt::format("dctrain-mnist-{}", ::getpid());
   std::filesystem::remove_all(run);
-  testing::Process launch(std::string(DCTRAIN_BIN_DIR) + "/dctrain-launch",
-                          {"--workers", "4", "--config", DCTRAIN_SOURCE_DIR "/experiments/mnist-cnn.cfg",
-                           "--out", run.string(), "--data-dir", data.string()},
-                          run.string() + ".out");
+  testing::Process launch(
+      std::string(DCTRAIN_BIN_DIR) + "/dctrain-launch",
+      {"--workers", "4", "--config", DCTRAIN_SOURCE_DIR "/experiments/mnist-cnn.cfg", "--out",
+       run.string(), "--data-dir", data.string()},
+      run.string() + ".out");
   const auto code = launch.wait_for(600s);
   ASSERT_TRUE(code.has_value()) << "still running after 10 minutes";
   ASSERT_EQ(*code, 0) << launch.output();

@@ -18,7 +18,8 @@ TEST(Planner, DealsTheGlobalBatchEvenlyFromTheHeadOfTheLedger) {
   std::set<uint64_t> samples;
   for (const WorkerPlan& plan : plans) {
     EXPECT_EQ(plan.micro_batches.size(), 2u) << "rank " << plan.rank;
-    for (const PlannedMicroBatch& mb : plan.micro_batches) samples.insert(mb.samples.begin(), mb.samples.end());
+    for (const PlannedMicroBatch& mb : plan.micro_batches)
+      samples.insert(mb.samples.begin(), mb.samples.end());
   }
   EXPECT_EQ(samples.size(), 48u) << "six micro-batches of 8 distinct samples";
 }

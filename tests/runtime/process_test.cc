@@ -36,8 +36,9 @@ using testing::read_text;
 const std::string kBin = DCTRAIN_BIN_DIR;
 
 // A small run: mlp on generated 1x28x28 images.
-std::string small_config(int workers, const std::string& extra,
-                         const std::string& step = "step { global_batch: 48 micro_batch: 8 tau: inf }") {
+std::string small_config(
+    int workers, const std::string& extra,
+    const std::string& step = "step { global_batch: 48 micro_batch: 8 tau: inf }") {
   return fmt::format(R"(
 name: "e2e"
 seed: 11
@@ -56,8 +57,10 @@ progress_seconds: 1
 
 class Cluster {
  public:
-  Cluster(const std::string& test, const std::string& config_text, int workers) : workers_(workers) {
-    dir_ = std::filesystem::temp_directory_path() / fmt::format("dctrain-e2e-{}-{}", ::getpid(), test);
+  Cluster(const std::string& test, const std::string& config_text, int workers)
+      : workers_(workers) {
+    dir_ =
+        std::filesystem::temp_directory_path() / fmt::format("dctrain-e2e-{}-{}", ::getpid(), test);
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     run_dir_ = dir_ / "run";
@@ -70,13 +73,19 @@ class Cluster {
   }
 
   void start_coordinator(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"--config", (dir_ / "run.cfg").string(), "--bind",
-                                     "tcp://127.0.0.1:*", "--out", run_dir_.string()};
+    std::vector<std::string> args = {"--config", (dir_ / "run.cfg").string(),
+                                     "--bind",   "tcp://127.0.0.1:*",
+                                     "--out",    run_dir_.string()};
     args.insert(args.end(), extra.begin(), extra.end());
-    coordinator_ = std::make_unique<Process>(kBin + "/dctrain-coordinator", args, dir_ / "coordinator.out");
-    ASSERT_TRUE(eventually([&] {
-      return std::filesystem::exists(run_dir_ / "endpoint") || coordinator_->wait_for(0ms).has_value();
-    }, 30s)) << coordinator_->output();
+    coordinator_ =
+        std::make_unique<Process>(kBin + "/dctrain-coordinator", args, dir_ / "coordinator.out");
+    ASSERT_TRUE(eventually(
+        [&] {
+          return std::filesystem::exists(run_dir_ / "endpoint") ||
+                 coordinator_->wait_for(0ms).has_value();
+        },
+        30s))
+        << coordinator_->output();
     ASSERT_TRUE(std::filesystem::exists(run_dir_ / "endpoint")) << coordinator_->output();
     endpoint_ = read_text(run_dir_ / "endpoint");
     endpoint_.erase(endpoint_.find_last_not_of("\n") + 1);
@@ -86,8 +95,9 @@ class Cluster {
   Process& start_worker(const std::string& name, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"--connect", endpoint_, "--name", name};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto p = std::make_unique<Process>(kBin + "/dctrain-worker", args,
-                                       dir_ / (name + "." + std::to_string(restarts_[name]++) + ".out"));
+    auto p =
+        std::make_unique<Process>(kBin + "/dctrain-worker", args,
+                                  dir_ / (name + "." + std::to_string(restarts_[name]++) + ".out"));
     Process& ref = *p;
     worker_processes_[name] = std::move(p);
     return ref;
@@ -134,8 +144,8 @@ class Cluster {
 
 TEST(Processes, TauInfinityWithThreeWorkersMatchesOneProcessAndEveryChecksumAgrees) {
   const int steps = 8;
-  const std::string text = small_config(3, fmt::format(
-      "stop {{ max_steps: {} }}\ncheckpoint {{ every_steps: {} }}", steps, steps));
+  const std::string text = small_config(
+      3, fmt::format("stop {{ max_steps: {} }}\ncheckpoint {{ every_steps: {} }}", steps, steps));
   Cluster cluster("equivalence", text, 3);
   cluster.start_coordinator();
   cluster.start_workers();
@@ -193,7 +203,8 @@ TEST(Processes, TauInfinityWithThreeWorkersMatchesOneProcessAndEveryChecksumAgre
 
 TEST(Processes, SameSeedWithoutDelaysGivesTheSameLossCurveBitForBit) {
   auto run = [](const std::string& name) {
-    Cluster cluster(name, small_config(2, "stop { max_steps: 10 }\ncheckpoint { every_steps: 10 }"), 2);
+    Cluster cluster(name, small_config(2, "stop { max_steps: 10 }\ncheckpoint { every_steps: 10 }"),
+                    2);
     cluster.start_coordinator();
     cluster.start_workers();
     cluster.expect_clean_finish();
@@ -214,10 +225,11 @@ TEST(Processes, SameSeedWithoutDelaysGivesTheSameLossCurveBitForBit) {
 TEST(Processes, DelaysPastTauDropMicroBatchesThatAreRequeuedAndTheLedgerIsExact) {
   // Each micro-batch sleeps 30 ms on top of its compute; tau 40 ms lets a
   // worker start two of its four micro-batches, so about half are dropped.
-  Cluster cluster("drops",
-                  small_config(3, "delay { kind: \"constant\" seconds: 0.03 }\nstop { max_epochs: 2 }",
-                               "step { global_batch: 96 micro_batch: 8 tau: 0.04 }"),
-                  3);
+  Cluster cluster(
+      "drops",
+      small_config(3, "delay { kind: \"constant\" seconds: 0.03 }\nstop { max_epochs: 2 }",
+                   "step { global_batch: 96 micro_batch: 8 tau: 0.04 }"),
+      3);
   cluster.start_coordinator();
   cluster.start_workers();
   cluster.expect_clean_finish();
@@ -242,8 +254,9 @@ TEST(Processes, DelaysPastTauDropMicroBatchesThatAreRequeuedAndTheLedgerIsExact)
 
 TEST(Processes, WorkerKilledMidStepIsNamedNothingIsLostAndItsRestartRejoins) {
   Cluster cluster("sigkill",
-                  small_config(3, "delay { kind: \"constant\" seconds: 0.03 }\n"
-                                  "stop { max_epochs: 3 }"),
+                  small_config(3,
+                               "delay { kind: \"constant\" seconds: 0.03 }\n"
+                               "stop { max_epochs: 3 }"),
                   3);
   cluster.start_coordinator();
   cluster.start_workers();
@@ -251,17 +264,22 @@ TEST(Processes, WorkerKilledMidStepIsNamedNothingIsLostAndItsRestartRejoins) {
       << cluster.log();
   cluster.worker("w2").kill(SIGKILL);
   const std::regex silent("worker 'w2' \\(rank \\d\\) silent for");
-  ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), silent); }, 20s)) << cluster.log();
-  EXPECT_TRUE(std::regex_search(cluster.log(), std::regex("worker 'w2' \\(rank \\d\\) is out of step \\d+ "
-                                                          "because it died; its \\d+ micro-batches \\(\\d+ "
-                                                          "samples\\) are requeued")))
+  ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), silent); }, 20s))
+      << cluster.log();
+  EXPECT_TRUE(
+      std::regex_search(cluster.log(), std::regex("worker 'w2' \\(rank \\d\\) is out of step \\d+ "
+                                                  "because it died; its \\d+ micro-batches \\(\\d+ "
+                                                  "samples\\) are requeued")))
       << cluster.log();
   const size_t steps_without = cluster.records().steps.size();
   cluster.start_worker("w2");
-  ASSERT_TRUE(eventually([&] {
-    const std::string log = cluster.log();
-    return log.find("worker 'w2' joined as rank") != log.rfind("worker 'w2' joined as rank");
-  }, 20s)) << cluster.log();
+  ASSERT_TRUE(eventually(
+      [&] {
+        const std::string log = cluster.log();
+        return log.find("worker 'w2' joined as rank") != log.rfind("worker 'w2' joined as rank");
+      },
+      20s))
+      << cluster.log();
   cluster.expect_clean_finish();
   const v1::RunSummary summary = cluster.summary();
   EXPECT_EQ(summary.samples_lost(), 0u);
@@ -280,8 +298,9 @@ TEST(Processes, WorkerKilledMidStepIsNamedNothingIsLostAndItsRestartRejoins) {
 }
 
 TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesOn) {
-  Cluster cluster("garbage",
-                  small_config(2, "delay { kind: \"constant\" seconds: 0.01 }\nstop { max_steps: 25 }"), 2);
+  Cluster cluster(
+      "garbage",
+      small_config(2, "delay { kind: \"constant\" seconds: 0.01 }\nstop { max_steps: 25 }"), 2);
   cluster.start_coordinator();
   cluster.start_workers();
   ASSERT_TRUE(eventually([&] { return cluster.records().steps.size() >= 2; }, 40s))
@@ -302,7 +321,8 @@ TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesO
   std::vector<zmq::message_t> parts = encode(std::move(contribution));
   parts[1] = zmq::message_t(parts[1].data(), 100);
   for (size_t i = 0; i < parts.size(); ++i) {
-    intruder.send(parts[i], i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    intruder.send(parts[i],
+                  i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
   // A hello from another protocol version: refused with both versions named.
   Message hello;
@@ -318,8 +338,10 @@ TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesO
   reply_parts.push_back(std::move(reply));
   ASSERT_FALSE(decode(std::move(reply_parts), refusal).has_value());
   ASSERT_EQ(refusal.envelope.body_case(), v1::Envelope::kRefusal);
-  EXPECT_NE(refusal.envelope.refusal().reason().find(fmt::format("protocol version {}", kProtocolVersion + 1)),
-            std::string::npos) << refusal.envelope.refusal().reason();
+  EXPECT_NE(refusal.envelope.refusal().reason().find(
+                fmt::format("protocol version {}", kProtocolVersion + 1)),
+            std::string::npos)
+      << refusal.envelope.refusal().reason();
 
   // Raw bytes that are not even ZeroMQ's handshake.
   zmq::socket_t raw(context, zmq::socket_type::stream);
@@ -332,8 +354,11 @@ TEST(Processes, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndTrainingGoesO
 
   cluster.expect_clean_finish();
   const std::string log = cluster.log();
-  EXPECT_NE(log.find("dropped a message from peer 'intruder': header frame"), std::string::npos) << log;
-  EXPECT_NE(log.find("dropped a message from peer 'intruder': tensor 'gradient'"), std::string::npos) << log;
+  EXPECT_NE(log.find("dropped a message from peer 'intruder': header frame"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("dropped a message from peer 'intruder': tensor 'gradient'"),
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("refused peer 'intruder'"), std::string::npos) << log;
   EXPECT_EQ(cluster.summary().steps(), 25u);
 }
@@ -342,8 +367,9 @@ TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrok
   // 30 ms of injected delay per micro-batch makes a step last ~0.1 s, so the
   // coordinator can be killed between checkpoints, with steps recorded after
   // the last one (the delay changes timing only, never the numbers).
-  const std::string run = "stop { max_steps: 16 }\ncheckpoint { every_steps: 5 }\n"
-                          "delay { kind: \"constant\" seconds: 0.03 }";
+  const std::string run =
+      "stop { max_steps: 16 }\ncheckpoint { every_steps: 5 }\n"
+      "delay { kind: \"constant\" seconds: 0.03 }";
   Cluster broken("resume-broken", small_config(2, run), 2);
   broken.start_coordinator();
   broken.start_workers();
@@ -363,12 +389,15 @@ TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrok
                   {"--resume", broken.run_dir().string(), "--bind", "tcp://127.0.0.1:*"},
                   broken.run_dir() / "resumed.out");
   std::filesystem::remove(broken.run_dir() / "endpoint");
-  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(broken.run_dir() / "endpoint"); }, 30s))
+  ASSERT_TRUE(
+      eventually([&] { return std::filesystem::exists(broken.run_dir() / "endpoint"); }, 30s))
       << resumed.output();
   std::string endpoint = read_text(broken.run_dir() / "endpoint");
   endpoint.erase(endpoint.find_last_not_of('\n') + 1);
-  Process w0(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w0"}, broken.run_dir() / "w0.out");
-  Process w1(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w1"}, broken.run_dir() / "w1.out");
+  Process w0(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w0"},
+             broken.run_dir() / "w0.out");
+  Process w1(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w1"},
+             broken.run_dir() / "w1.out");
   ASSERT_EQ(resumed.wait_for(60s), std::optional<int>(0)) << resumed.output();
   EXPECT_EQ(w0.wait_for(15s), std::optional<int>(0)) << w0.output();
   EXPECT_EQ(w1.wait_for(15s), std::optional<int>(0)) << w1.output();
@@ -400,12 +429,14 @@ TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrok
 }
 
 TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {
-  const auto dir = std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-{}", ::getpid());
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-{}", ::getpid());
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "run.cfg") << small_config(2, "stop { max_steps: 6 }");
-  Process ok(kBin + "/dctrain-launch",
-             {"--workers", "2", "--config", (dir / "run.cfg").string(), "--out", (dir / "run").string()},
-             dir / "launch.out");
+  Process ok(
+      kBin + "/dctrain-launch",
+      {"--workers", "2", "--config", (dir / "run.cfg").string(), "--out", (dir / "run").string()},
+      dir / "launch.out");
   ASSERT_EQ(ok.wait_for(60s), std::optional<int>(0)) << ok.output();
   const std::string out = ok.output();
   EXPECT_NE(out.find("[coordinator] "), std::string::npos);
@@ -415,15 +446,18 @@ TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {
   EXPECT_EQ(parse_summary(read_text(dir / "run" / "summary.json"), "summary.json").steps(), 6u);
 
   // A config the coordinator rejects: the launcher fails and says who failed.
-  std::ofstream(dir / "bad.cfg") << small_config(2, "stop { max_steps: 6 }", "step { global_batch: 48 micro_batch: 7 }");
-  Process bad(kBin + "/dctrain-launch",
-              {"--workers", "2", "--config", (dir / "bad.cfg").string(), "--out", (dir / "bad").string()},
-              dir / "bad.out");
+  std::ofstream(dir / "bad.cfg") << small_config(2, "stop { max_steps: 6 }",
+                                                 "step { global_batch: 48 micro_batch: 7 }");
+  Process bad(
+      kBin + "/dctrain-launch",
+      {"--workers", "2", "--config", (dir / "bad.cfg").string(), "--out", (dir / "bad").string()},
+      dir / "bad.out");
   const auto code = bad.wait_for(30s);
   ASSERT_TRUE(code.has_value());
   EXPECT_NE(*code, 0);
   EXPECT_NE(bad.output().find("micro_batch 7 does not divide"), std::string::npos) << bad.output();
-  EXPECT_NE(bad.output().find("the coordinator exited with status 2"), std::string::npos) << bad.output();
+  EXPECT_NE(bad.output().find("the coordinator exited with status 2"), std::string::npos)
+      << bad.output();
   std::filesystem::remove_all(dir);
 }
 

@@ -154,7 +154,10 @@ TEST(RunConfig, NeedsAStopCriterionAndARelativeDataPath) {
   c.mutable_dataset()->set_kind(v1::DATASET_MNIST);
   c.mutable_dataset()->add_train_files("/abs/mnist/train-images-idx3-ubyte.gz");
   c.mutable_dataset()->add_train_files("mnist/train-labels-idx1-ubyte.gz");
-  const auto problems = [&] { apply_defaults(c); return validate(c); }();
+  const auto problems = [&] {
+    apply_defaults(c);
+    return validate(c);
+  }();
   ASSERT_EQ(problems.size(), 2u);
   EXPECT_TRUE(mentions(problems[0] + problems[1], "relative to the worker's --data-dir"));
   EXPECT_TRUE(mentions(problems[0] + problems[1], "no stop criterion"));

@@ -6,7 +6,6 @@
 #include <iterator>
 
 #include "common/files.h"
-#include "common/files.h"
 
 namespace dctrain {
 
