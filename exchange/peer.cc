@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cstring>
@@ -105,6 +106,7 @@ struct ExchangePeer::Round {
   std::span<float> result;
   uint64_t own_samples = 0;
   ExchangeStats* stats = nullptr;
+  Clock::time_point start;
 
   // This peer's shard: per piece, each member's copy (this peer's own slot
   // unused: it reads its contribution in place) and how many are in.
@@ -123,13 +125,18 @@ struct ExchangePeer::Round {
   std::string first_conflict;
 };
 
-ExchangePeer::ExchangePeer(zmq::context_t& context, uint32_t rank, const std::string& bind_address,
-                           ExchangeOptions options)
+void tune_allocator() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+}
+
+ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, ExchangeOptions options)
     : rank_(rank),
       options_(options),
-      context_(context),
+      context_(std::max(1, options.io_threads)),
       releases_(std::make_unique<ReleaseTracker>(0)),
-      inbox_(context, zmq::socket_type::router) {
+      inbox_(context_, zmq::socket_type::router) {
+  if (options_.tune_allocator) tune_allocator();
   if (options_.piece_bytes < sizeof(float) || options_.piece_bytes % sizeof(float) != 0 ||
       options_.piece_bytes / sizeof(float) > std::numeric_limits<uint32_t>::max()) {
     throw std::invalid_argument(fmt::format(
@@ -235,7 +242,10 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
     sources[m] = m == r.me ? reinterpret_cast<const std::byte*>(r.contribution.data() + p.offset)
                            : static_cast<const std::byte*>(r.inputs[k][m].data());
   }
+  const auto begin = Clock::now();
   if (p.count > 0) sum_in_order(sources, p.count, r.result.data() + p.offset);
+  const auto end = Clock::now();
+  r.stats->summing += end - begin;
   for (auto& m : r.inputs[k]) m = zmq::message_t();  // the receive buffers go back now
   uint64_t total = 0;
   for (size_t m = 0; m < r.members.size(); ++m) {
@@ -254,7 +264,7 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
   for (size_t m = 0; m < r.members.size(); ++m) {
     if (m != r.me) queue(r, r.members[m], h, r.result.data() + p.offset);
   }
-  ++r.pieces_reduced;
+  if (++r.pieces_reduced == r.inputs.size()) r.stats->reduced_after = Clock::now() - r.start;
 }
 
 void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& payload,
@@ -317,7 +327,7 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
   if (h.count > 0) std::memcpy(r.result.data() + h.offset, payload.data(), payload.size());
   r.result_in[from][*k] = true;
   --r.results_missing[from];
-  --r.results_missing_total;
+  if (--r.results_missing_total == 0) out.stats.gathered_after = Clock::now() - r.start;
   ++out.stats.pieces_received;
   out.stats.bytes_received += h.count * sizeof(float);
 }
@@ -392,6 +402,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   r.result = result;
   r.own_samples = samples;
   r.stats = &out.stats;
+  r.start = start;
   const size_t n = members.size();
 
   // Pieces of earlier rounds are dropped, this round's taken, later ones kept.

@@ -58,7 +58,23 @@ struct ExchangeOptions {
   // Copy every piece into its message instead of sending it from the
   // caller's buffers. For measuring what zero-copy saves; results are the same.
   bool copy_sends = false;
+  // ZeroMQ I/O threads of the peer's own context (the data plane does not
+  // share one with the control plane, so a heartbeat never queues behind
+  // megabytes). Two let sends and receives copy in parallel.
+  int io_threads = 2;
+  // Set glibc's mmap and trim thresholds for the process (mallopt) so the
+  // buffers ZeroMQ allocates for received pieces are reused, not mapped
+  // fresh and page-faulted for every piece: see tune_allocator().
+  bool tune_allocator = true;
 };
+
+// ZeroMQ allocates a buffer for every message it receives and the receiver
+// frees it; glibc maps buffers of a megabyte or more fresh and returns them
+// to the kernel on free (or trims them off the heap), so every received
+// piece page-faults in new memory: three times slower here (see
+// exchange/README.md). This keeps allocations up to 32 MiB on the heap and
+// lets up to 128 MiB of freed memory stay there. Process-wide; idempotent.
+void tune_allocator();
 
 struct ExchangeStats {
   uint64_t bytes_sent = 0;      // payload bytes handed to ZeroMQ
@@ -68,6 +84,13 @@ struct ExchangeStats {
   uint64_t stale = 0;            // pieces of an earlier round: dropped
   uint64_t early = 0;            // pieces of a later round: kept for it
   uint64_t refused = 0;          // malformed, from a non-member, duplicates, not in the plan
+  // Where the time went, from the start of exchange(): summing this peer's
+  // shard (in all), the last piece of it summed, the last sum of another
+  // shard in. elapsed - max(reduced_after, gathered_after) is the wait for
+  // ZeroMQ to let go of the buffers.
+  std::chrono::nanoseconds summing{0};
+  std::chrono::nanoseconds reduced_after{0};
+  std::chrono::nanoseconds gathered_after{0};
 };
 
 struct ExchangeOutcome {
@@ -102,10 +125,9 @@ struct ExchangeOutcome {
 
 class ExchangePeer {
  public:
-  // Binds `bind_address` (tcp://HOST:PORT, port may be '*'). `context`
-  // must outlive the peer. Throws with the address and ZeroMQ's reason.
-  ExchangePeer(zmq::context_t& context, uint32_t rank, const std::string& bind_address,
-               ExchangeOptions options = {});
+  // Binds `bind_address` (tcp://HOST:PORT, port may be '*'). Throws with
+  // the address and ZeroMQ's reason.
+  ExchangePeer(uint32_t rank, const std::string& bind_address, ExchangeOptions options = {});
   ~ExchangePeer();
   ExchangePeer(const ExchangePeer&) = delete;
   ExchangePeer& operator=(const ExchangePeer&) = delete;
@@ -153,7 +175,7 @@ class ExchangePeer {
 
   uint32_t rank_;
   ExchangeOptions options_;
-  zmq::context_t& context_;
+  zmq::context_t context_;  // first: destroyed after every socket
   std::vector<std::string> endpoints_;
   // Declared before the sockets: destroyed after them, once ZeroMQ has
   // released every message over the caller's buffers.

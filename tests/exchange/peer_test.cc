@@ -51,22 +51,24 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// `size` peers, each with its own ZeroMQ context (as separate processes
-// would have), bound on ephemeral ports and connected to each other.
+ExchangeOptions options(size_t piece_bytes, bool copy_sends = false) {
+  ExchangeOptions o;
+  o.piece_bytes = piece_bytes;
+  o.copy_sends = copy_sends;
+  return o;
+}
+
+// `size` peers (each with its own ZeroMQ context, as in separate processes),
+// bound on ephemeral ports and connected to each other.
 struct Group {
   explicit Group(size_t size, ExchangeOptions options = {}) {
+    options.io_threads = 1;  // seven peers on two cores
     for (uint32_t r = 0; r < size; ++r) {
-      contexts.push_back(std::make_unique<zmq::context_t>());
-      peers.push_back(
-          std::make_unique<ExchangePeer>(*contexts.back(), r, "tcp://127.0.0.1:*", options));
+      peers.push_back(std::make_unique<ExchangePeer>(r, "tcp://127.0.0.1:*", options));
       endpoints.push_back(peers.back()->endpoint());
     }
     for (auto& p : peers) p->connect(endpoints);
   }
-  ~Group() {
-    peers.clear();  // before their contexts
-  }
-  std::vector<std::unique_ptr<zmq::context_t>> contexts;
   std::vector<std::unique_ptr<ExchangePeer>> peers;
   std::vector<std::string> endpoints;
 };
@@ -137,7 +139,7 @@ class ExchangeShapes : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ExchangeShapes, EveryMemberGetsTheRankOrderSumBitForBit) {
   const Shape s = GetParam();
-  Group group(s.members, ExchangeOptions{s.piece_bytes, false});
+  Group group(s.members, options(s.piece_bytes, false));
   std::vector<uint32_t> members(s.members);
   for (uint32_t r = 0; r < s.members; ++r) members[r] = r;
   const auto c = contributions_for(s.members, s.length, s.length + s.members);
@@ -183,7 +185,7 @@ TEST(Exchange, MatchesTheStarReduceOfTheCoordinatorBitForBit) {
   // gradient and BatchNorm-like statistics in one span, as the caller lays
   // them out.
   constexpr size_t kGradient = 1001, kStatistics = 7;
-  Group group(6, ExchangeOptions{4 * 37, false});
+  Group group(6, options(4 * 37, false));
   const std::vector<uint32_t> members{0, 2, 3, 5};
   auto c = contributions_for(members.size(), kGradient + kStatistics, 77);
   for (auto& v : c) v[0] = -0.0f;  // the zero-filled sum turns an all -0.0 column into +0.0
@@ -215,10 +217,10 @@ TEST(Exchange, MatchesTheStarReduceOfTheCoordinatorBitForBit) {
 TEST(Exchange, ARepeatedRoundGivesTheSameBits) {
   const std::vector<uint32_t> members{0, 1, 2, 3};
   const auto c = contributions_for(4, 100'003, 5);
-  Group group(4, ExchangeOptions{4096, false});
+  Group group(4, options(4096, false));
   const RoundRun first = run_round(group, {1, 0}, members, c, milliseconds(60000));
   const RoundRun again = run_round(group, {2, 0}, members, c, milliseconds(60000));
-  Group fresh(4, ExchangeOptions{4096, false});
+  Group fresh(4, options(4096, false));
   const RoundRun other = run_round(fresh, {1, 0}, members, c, milliseconds(60000));
   for (size_t i = 0; i < members.size(); ++i) {
     ASSERT_TRUE(first.outcomes[i].ok && again.outcomes[i].ok && other.outcomes[i].ok);
@@ -231,8 +233,8 @@ TEST(Exchange, ARepeatedRoundGivesTheSameBits) {
 TEST(Exchange, InPlaceAndCopiedSendsGiveTheSameBits) {
   const std::vector<uint32_t> members{0, 1, 2};
   const auto c = contributions_for(3, 30'011, 6);
-  Group zero_copy(3, ExchangeOptions{4000, false});
-  Group copying(3, ExchangeOptions{4000, true});
+  Group zero_copy(3, options(4000, false));
+  Group copying(3, options(4000, true));
   const RoundRun in_place = run_round(zero_copy, {1, 0}, members, c, milliseconds(60000), true);
   expect_rank_order_sum(in_place, members, c);
   const RoundRun copied = run_round(copying, {1, 0}, members, c, milliseconds(60000));
@@ -290,7 +292,7 @@ TEST(Exchange, ADeadMemberIsNamedByEveryOtherByTheDeadline) {
 TEST(Exchange, AMemberThatStallsAfterContributingIsNamedAsTheMissingOwner) {
   // Ranks 0-2 are peers; rank 3 is played by hand: it sends its contribution
   // pieces, as the wire format says, and then never its sums.
-  Group group(3, ExchangeOptions{4 * 1000, false});  // pieces of 1000 floats, as played below
+  Group group(3, options(4 * 1000, false));  // pieces of 1000 floats, as played below
   zmq::context_t context;
   zmq::socket_t inbox(context, zmq::socket_type::router);  // takes what the others send it
   inbox.set(zmq::sockopt::linger, 0);
@@ -371,7 +373,7 @@ TEST(Exchange, AMemberThatDisagreesOnTheLengthIsNamedAtOnce) {
 }
 
 TEST(Exchange, ALatePieceOfAnEarlierRoundIsNeverSummed) {
-  Group group(2, ExchangeOptions{4 * 100, false});
+  Group group(2, options(4 * 100, false));
   const std::vector<uint32_t> members{0, 1};
   const size_t length = 1001;
   // Round 4: only rank 1 takes part, with huge values; its pieces for rank
@@ -410,10 +412,8 @@ TEST(Exchange, CallerMistakesAreRefusedWithAReason) {
   EXPECT_NE(message({0}, a, shorter, {1, 0}).find("10 floats, result 9"), std::string::npos);
   EXPECT_EQ(message({0}, a, b, {3, 0}), "accepted");
   EXPECT_NE(message({0}, a, b, {2, 5}).find("rounds must increase"), std::string::npos);
-  EXPECT_THROW(ExchangePeer(group.contexts[0].operator*(), 0, "tcp://127.0.0.1:*",
-                            ExchangeOptions{6, false}),
-               std::invalid_argument);
-  EXPECT_THROW(ExchangePeer(*group.contexts[0], 0, "nonsense://x"), std::runtime_error);
+  EXPECT_THROW(ExchangePeer(0, "tcp://127.0.0.1:*", options(6)), std::invalid_argument);
+  EXPECT_THROW(ExchangePeer(0, "nonsense://x"), std::runtime_error);
 }
 
 }  // namespace
