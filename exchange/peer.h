@@ -141,6 +141,10 @@ class ExchangePeer {
   // changes; that drops whatever is queued for the old group.
   void connect(std::vector<std::string> endpoints);
 
+  // Messages over the caller's buffers that ZeroMQ still holds: zero
+  // whenever exchange() has returned.
+  size_t pieces_held() const { return releases_->in_flight(); }
+
   // One round: `result` (same length as `contribution`, may be the same
   // memory) receives the rank-order sum of the members' contributions.
   // `members`: ascending ranks, this peer among them, each with an

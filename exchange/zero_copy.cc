@@ -41,6 +41,11 @@ size_t ReleaseTracker::in_flight(size_t destination) const {
   return held_[destination];
 }
 
+size_t ReleaseTracker::in_flight() const {
+  std::lock_guard lock(mutex_);
+  return total_;
+}
+
 bool ReleaseTracker::wait_all(std::chrono::steady_clock::time_point deadline) const {
   std::unique_lock lock(mutex_);
   return changed_.wait_until(lock, deadline, [this] { return total_ == 0; });

@@ -30,6 +30,7 @@ class ReleaseTracker {
   zmq::message_t wrap(size_t destination, const void* data, size_t bytes);
 
   size_t in_flight(size_t destination) const;
+  size_t in_flight() const;
   // Waits until no message of any destination is held, or `deadline`;
   // true when none is.
   bool wait_all(std::chrono::steady_clock::time_point deadline) const;

@@ -155,6 +155,7 @@ TEST_P(ExchangeShapes, EveryMemberGetsTheRankOrderSumBitForBit) {
     EXPECT_EQ(o.stats.refused, 0u);
     EXPECT_EQ(o.stats.stale, 0u);
   }
+  for (const auto& peer : group.peers) EXPECT_EQ(peer->pieces_held(), 0u);
 }
 
 std::vector<Shape> shapes() {
@@ -339,6 +340,58 @@ TEST(Exchange, AMemberThatStallsAfterContributingIsNamedAsTheMissingOwner) {
     EXPECT_EQ(o.missing_results, std::vector<uint32_t>{3}) << o.error;
     EXPECT_EQ(o.member_samples.back(), 13u) << "rank 3's sample count came with its pieces";
   }
+}
+
+TEST(Exchange, AMemberThatStopsReadingIsNamedAndTheBuffersAreLetGo) {
+  // Rank 1 is played by hand: it sends its contribution to rank 0's shard
+  // and the right sum of its own shard, so rank 0's result is complete, but
+  // reads (almost) nothing: what rank 0 sends it stays queued until the
+  // deadline, when rank 0 closes that socket to get its buffers back.
+  const size_t length = 6'000'000;  // 12 MB each way, more than the kernel buffers
+  Group group(1, options(size_t{1} << 20));
+  zmq::context_t context;
+  zmq::socket_t inbox(context, zmq::socket_type::router);
+  inbox.set(zmq::sockopt::linger, 0);
+  inbox.set(zmq::sockopt::rcvhwm, 1);
+  inbox.set(zmq::sockopt::rcvbuf, 4096);
+  inbox.bind("tcp://127.0.0.1:*");
+  group.peers[0]->connect({group.endpoints[0], inbox.get(zmq::sockopt::last_endpoint)});
+
+  const std::vector<uint32_t> members{0, 1};
+  const auto c = contributions_for(2, length, 13);
+  const auto expected = rank_order_sum(c);
+  const ExchangeRound round{1, 0};
+  const ExchangePlan plan(length, 2, 1 << 18);
+  zmq::socket_t out(context, zmq::socket_type::dealer);
+  out.set(zmq::sockopt::routing_id, std::string("1"));
+  out.set(zmq::sockopt::linger, 0);
+  out.connect(group.endpoints[0]);
+  auto send = [&](PieceKind kind, size_t shard, size_t k, const float* values) {
+    const PieceRange p = plan.piece(shard, k);
+    const ChunkHeader h{kind,    1,
+                        2,       members_digest(members),
+                        round,   length,
+                        1 << 18, p.offset,
+                        p.count, kind == PieceKind::kContribution ? 11u : 21u};
+    out.send(zmq::buffer(encode_header(h)), zmq::send_flags::sndmore);
+    out.send(zmq::buffer(values + p.offset, p.count * sizeof(float)));
+  };
+  for (size_t k = 0; k < plan.pieces(0); ++k) send(PieceKind::kContribution, 0, k, c[1].data());
+  for (size_t k = 0; k < plan.pieces(1); ++k) send(PieceKind::kResult, 1, k, expected.data());
+
+  const milliseconds budget(1000);
+  std::vector<float> result(length);
+  const auto o = group.peers[0]->exchange(round, members, c[0], 10, result, Clock::now() + budget);
+  EXPECT_FALSE(o.ok);
+  EXPECT_TRUE(o.complete) << o.error;
+  EXPECT_TRUE(same_bits(result, expected));
+  EXPECT_EQ(o.samples, 21u);
+  EXPECT_EQ(o.not_reading, std::vector<uint32_t>{1}) << o.error;
+  EXPECT_EQ(o.suspects(), std::vector<uint32_t>{1}) << o.error;
+  EXPECT_NE(o.error.find("rank 1 (tcp://127.0.0.1:"), std::string::npos) << o.error;
+  EXPECT_NE(o.error.find("did not take this peer's pieces"), std::string::npos) << o.error;
+  EXPECT_LT(o.elapsed, budget + milliseconds(1500));
+  EXPECT_EQ(group.peers[0]->pieces_held(), 0u) << "ZeroMQ let go of the caller's buffers";
 }
 
 TEST(Exchange, AMemberThatDisagreesOnTheLengthIsNamedAtOnce) {
