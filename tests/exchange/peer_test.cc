@@ -48,7 +48,8 @@ std::vector<float> rank_order_sum(const std::vector<std::vector<float>>& contrib
 }
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 ExchangeOptions options(size_t piece_bytes, bool copy_sends = false) {
