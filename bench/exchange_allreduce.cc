@@ -57,6 +57,7 @@ struct Args {
   bool profile = false;
   int io_threads = 2;
   bool untuned = false;
+  std::string bind = "tcp://127.0.0.1:*";
 };
 
 constexpr auto kDeadline = std::chrono::seconds(60);
@@ -80,7 +81,7 @@ class Allreduce {
 class Direct : public Allreduce {
  public:
   Direct(int rank, int world, const Args& args)
-      : peer_(static_cast<uint32_t>(rank), "tcp://127.0.0.1:*", options(args)) {
+      : peer_(static_cast<uint32_t>(rank), args.bind, options(args)) {
     for (int r = 0; r < world; ++r) members_.push_back(static_cast<uint32_t>(r));
   }
   static dctrain::ExchangeOptions options(const Args& args) {
@@ -144,12 +145,12 @@ bool receive_until(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
 // the sum back to every rank; sends are zero-copy.
 class Star : public Allreduce {
  public:
-  Star(zmq::context_t& context, int rank, int world)
+  Star(zmq::context_t& context, int rank, int world, const Args& args)
       : context_(context), rank_(rank), world_(world), releases_(static_cast<size_t>(world)) {
     if (rank_ == 0) {
       socket_ = zmq::socket_t(context_, zmq::socket_type::router);
       socket_.set(zmq::sockopt::linger, 0);
-      socket_.bind("tcp://127.0.0.1:*");
+      socket_.bind(args.bind);
     }
   }
   ~Star() override { socket_.close(); }
@@ -238,7 +239,7 @@ class Ring : public Allreduce {
         inbox_(context, zmq::socket_type::router),
         releases_(1) {
     inbox_.set(zmq::sockopt::linger, 0);
-    inbox_.bind("tcp://127.0.0.1:*");
+    inbox_.bind(args.bind);
   }
   ~Ring() override { right_.close(); }
   std::string endpoint() override { return inbox_.get(zmq::sockopt::last_endpoint); }
@@ -353,7 +354,7 @@ int run_rank(int rank, const Args& args, int up, int down) {
   if (args.algorithm == "direct") {
     algorithm = std::make_unique<Direct>(rank, args.world, args);
   } else if (args.algorithm == "star") {
-    algorithm = std::make_unique<Star>(context, rank, args.world);
+    algorithm = std::make_unique<Star>(context, rank, args.world, args);
   } else {
     algorithm = std::make_unique<Ring>(context, rank, args.world, args);
   }
@@ -422,6 +423,9 @@ int main(int argc, char** argv) {
   app.add_flag("--copy", args.copy, "copy pieces into messages instead of zero-copy sends");
   app.add_option("--io-threads", args.io_threads, "ZeroMQ I/O threads per rank")
       ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  app.add_option("--bind", args.bind,
+                 "what every rank binds (ipc://* for Unix sockets; the rank's own host)")
       ->capture_default_str();
   app.add_flag("--untuned", args.untuned,
                "leave glibc's malloc thresholds alone (see dctrain::tune_allocator)");

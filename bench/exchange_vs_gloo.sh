@@ -8,7 +8,8 @@
 # turn so that a busy machine weighs on all of them alike; a run's figure is
 # the median over its iterations of the slowest rank's time. Then, at 17.5
 # MiB and world 4, what the exchange's choices are worth: zero-copy against
-# copied sends, the allocator tuning, ZeroMQ I/O threads, piece sizes.
+# copied sends, the allocator tuning, ZeroMQ I/O threads, piece sizes, and
+# Unix sockets (ipc://) in place of TCP for members that share a host.
 #
 #   bash bench/exchange_vs_gloo.sh [build dir, default build/release] [rounds, default 3] [iterations, default 30]
 #
@@ -61,8 +62,9 @@ done
 
 echo
 echo "the exchange's choices, 17.5 MiB, world 4 (ratio: against the default, same rounds)"
-variants=("" "--copy" "--untuned" "--io-threads 1" "--piece-kib 256" "--piece-kib 4096")
-names=("default" "copied sends" "allocator untuned" "1 I/O thread" "pieces of 256 KiB" "pieces of 4 MiB")
+variants=("" "--copy" "--untuned" "--io-threads 1" "--piece-kib 256" "--piece-kib 4096" "--bind ipc://*")
+names=("default" "copied sends" "allocator untuned" "1 I/O thread" "pieces of 256 KiB" "pieces of 4 MiB"
+  "ipc:// (Unix sockets)")
 declare -a figures
 for ((i = 0; i < rounds; i++)); do
   for v in "${!variants[@]}"; do

@@ -151,8 +151,8 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
     inbox_.bind(bind_address);
   } catch (const zmq::error_t& e) {
     throw std::runtime_error(fmt::format(
-        "exchange: rank {} cannot bind '{}': {} (is the port in use? use tcp://HOST:PORT, or port "
-        "* for any free port)",
+        "exchange: rank {} cannot bind '{}': {} (is the port in use? use tcp://HOST:PORT, port * "
+        "for any free port, or ipc://* on one host)",
         rank_, bind_address, e.what()));
   }
 }
@@ -176,9 +176,10 @@ void ExchangePeer::open_dealer(uint32_t rank) {
   try {
     s.connect(endpoints_[rank]);
   } catch (const zmq::error_t& e) {
-    throw std::invalid_argument(fmt::format(
-        "exchange: rank {} cannot connect to rank {} at '{}': {} (expected tcp://HOST:PORT)", rank_,
-        rank, endpoints_[rank], e.what()));
+    throw std::invalid_argument(
+        fmt::format("exchange: rank {} cannot connect to rank {} at '{}': {} (expected "
+                    "tcp://HOST:PORT or ipc://PATH)",
+                    rank_, rank, endpoints_[rank], e.what()));
   }
   outboxes_[rank] = std::move(s);
 }

@@ -125,8 +125,9 @@ struct ExchangeOutcome {
 
 class ExchangePeer {
  public:
-  // Binds `bind_address` (tcp://HOST:PORT, port may be '*'). Throws with
-  // the address and ZeroMQ's reason.
+  // Binds `bind_address`: tcp://HOST:PORT (port may be '*'), or, when every
+  // member runs on this host, ipc://PATH (ipc://* for a fresh one), which
+  // skips the TCP stack. Throws with the address and ZeroMQ's reason.
   ExchangePeer(uint32_t rank, const std::string& bind_address, ExchangeOptions options = {});
   ~ExchangePeer();
   ExchangePeer(const ExchangePeer&) = delete;

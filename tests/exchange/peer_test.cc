@@ -62,10 +62,11 @@ ExchangeOptions options(size_t piece_bytes, bool copy_sends = false) {
 // `size` peers (each with its own ZeroMQ context, as in separate processes),
 // bound on ephemeral ports and connected to each other.
 struct Group {
-  explicit Group(size_t size, ExchangeOptions options = {}) {
+  explicit Group(size_t size, ExchangeOptions options = {},
+                 const std::string& bind = "tcp://127.0.0.1:*") {
     options.io_threads = 1;  // seven peers on two cores
     for (uint32_t r = 0; r < size; ++r) {
-      peers.push_back(std::make_unique<ExchangePeer>(r, "tcp://127.0.0.1:*", options));
+      peers.push_back(std::make_unique<ExchangePeer>(r, bind, options));
       endpoints.push_back(peers.back()->endpoint());
     }
     for (auto& p : peers) p->connect(endpoints);
@@ -241,6 +242,14 @@ TEST(Exchange, InPlaceAndCopiedSendsGiveTheSameBits) {
   expect_rank_order_sum(in_place, members, c);
   const RoundRun copied = run_round(copying, {1, 0}, members, c, milliseconds(60000));
   expect_rank_order_sum(copied, members, c);
+}
+
+TEST(Exchange, MembersOnOneHostCanUseUnixSockets) {
+  Group group(3, options(4000), "ipc://*");
+  for (const std::string& e : group.endpoints) EXPECT_EQ(e.rfind("ipc://", 0), 0u) << e;
+  const std::vector<uint32_t> members{0, 1, 2};
+  const auto c = contributions_for(3, 30'011, 14);
+  expect_rank_order_sum(run_round(group, {1, 0}, members, c, milliseconds(60000)), members, c);
 }
 
 // Every member but `absent` fails by the deadline naming it.
