@@ -272,8 +272,7 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
                           ExchangeOutcome& out) {
   const size_t from = r.position_of(h.from);
   if (from == r.members.size() || from == r.me) {
-    ++out.stats.refused;
-    return;
+    return refuse(out, fmt::format("a piece from rank {}, not a member", h.from));
   }
   auto conflict = [&](std::string why) {
     if (!r.conflict[from] && r.first_conflict.empty()) {
@@ -299,8 +298,7 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
     if (!k)
       return conflict(fmt::format("[{}, +{}) is no piece of this peer's shard", h.offset, h.count));
     if (r.input_in[*k][from]) {
-      ++out.stats.refused;  // a duplicate: the first copy counts
-      return;
+      return refuse(out, fmt::format("a second copy of rank {}'s piece at {}", h.from, h.offset));
     }
     if (r.member_samples[from] && *r.member_samples[from] != h.samples) {
       return conflict(
@@ -317,8 +315,7 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
   const auto k = r.plan.piece_at(from, h.offset, h.count);
   if (!k) return conflict(fmt::format("[{}, +{}) is no piece of its shard", h.offset, h.count));
   if (r.result_in[from][*k]) {
-    ++out.stats.refused;
-    return;
+    return refuse(out, fmt::format("a second copy of rank {}'s sum at {}", h.from, h.offset));
   }
   if (r.result_samples[from] && *r.result_samples[from] != h.samples) {
     return conflict(fmt::format("reports a total of {} samples, earlier {}", h.samples,
@@ -333,18 +330,22 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
   out.stats.bytes_received += h.count * sizeof(float);
 }
 
+void ExchangePeer::refuse(ExchangeOutcome& out, std::string why) {
+  if (out.stats.refused++ == 0) out.stats.first_refusal = std::move(why);
+}
+
 void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, ExchangeOutcome& out) {
   // ROUTER parts: the sender's routing id, the header, the payload.
   if (parts.size() != 3) {
-    ++out.stats.refused;
-    return;
+    return refuse(out, fmt::format("a message of {} parts, not 3", parts.size()));
   }
   std::string why;
   const auto h =
       parse_header(std::span(static_cast<const std::byte*>(parts[1].data()), parts[1].size()), why);
-  if (!h || parts[0].to_string() != std::to_string(h->from)) {
-    ++out.stats.refused;  // garbage, or a piece that claims another sender than its connection
-    return;
+  if (!h) return refuse(out, "a piece whose header is no header: " + why);
+  if (parts[0].to_string() != std::to_string(h->from)) {
+    return refuse(out, fmt::format("a piece that claims rank {} from connection '{}'", h->from,
+                                   parts[0].to_string()));
   }
   if (h->round < r.id) {
     ++out.stats.stale;
@@ -356,8 +357,8 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
     size_t held = 0;
     for (const Early& e : early_) held += e.payload.size();
     if (held + parts[2].size() > 2 * r.plan.length() * sizeof(float) + (size_t{1} << 20)) {
-      ++out.stats.refused;
-      return;
+      return refuse(out, fmt::format("a piece of a later round ({}) beyond what is kept",
+                                     describe(h->round)));
     }
     ++out.stats.early;
     early_.push_back(Early{*h, std::move(parts[2])});
@@ -371,27 +372,27 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
                                        std::span<const float> contribution, uint64_t samples,
                                        std::span<float> result, Clock::time_point deadline) {
   const auto start = Clock::now();
-  auto refuse = [&](const std::string& what) {
+  auto misuse = [&](const std::string& what) {
     throw std::invalid_argument(
         fmt::format("exchange ({}) on rank {}: {}", describe(round), rank_, what));
   };
   if (any_round_ && round <= last_round_) {
-    refuse(fmt::format("rounds must increase; the last was ({})", describe(last_round_)));
+    misuse(fmt::format("rounds must increase; the last was ({})", describe(last_round_)));
   }
   if (!std::is_sorted(members.begin(), members.end()) ||
       std::adjacent_find(members.begin(), members.end()) != members.end()) {
-    refuse(fmt::format("members [{}] must be ascending ranks, each once", fmt::join(members, ",")));
+    misuse(fmt::format("members [{}] must be ascending ranks, each once", fmt::join(members, ",")));
   }
   if (!std::binary_search(members.begin(), members.end(), rank_)) {
-    refuse(fmt::format("members [{}] do not include this peer", fmt::join(members, ",")));
+    misuse(fmt::format("members [{}] do not include this peer", fmt::join(members, ",")));
   }
   for (uint32_t m : members) {
     if (m != rank_ && (m >= outboxes_.size() || outboxes_[m].handle() == nullptr)) {
-      refuse(fmt::format("member {} has no endpoint (call connect() with every member's)", m));
+      misuse(fmt::format("member {} has no endpoint (call connect() with every member's)", m));
     }
   }
   if (contribution.size() != result.size()) {
-    refuse(
+    misuse(
         fmt::format("contribution has {} floats, result {}", contribution.size(), result.size()));
   }
   last_round_ = round;
@@ -478,6 +479,15 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     for (int i = 0; i < 256 && receive_parts(inbox_, parts, false); ++i) handle(r, parts, out);
   }
   out.complete = r.complete() && !any_conflict();
+  // For the error, if any: what this peer still had on its way out.
+  std::vector<std::string> outgoing;
+  for (uint32_t m : members) {
+    if (m == rank_) continue;
+    const size_t queued = pending_[m].size(), held = releases_->in_flight(m);
+    if (queued + held > 0) {
+      outgoing.push_back(fmt::format("rank {}: {} queued, {} in ZeroMQ", m, queued, held));
+    }
+  }
   // ZeroMQ must let go of the caller's buffers before this returns. Pieces it
   // never took are dropped now; a member still holding pieces at the
   // deadline has its socket closed (ZeroMQ then drops them) and reopened.
@@ -550,6 +560,14 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   }
   for (uint32_t m : out.not_reading) {
     what.push_back(fmt::format("{} did not take this peer's pieces", name(m)));
+  }
+  if (!outgoing.empty()) {
+    what.push_back(fmt::format("pieces of this peer's on their way when it stopped waiting: {}",
+                               fmt::join(outgoing, ", ")));
+  }
+  if (out.stats.refused > 0) {
+    what.push_back(fmt::format("{} pieces refused (the first: {})", out.stats.refused,
+                               out.stats.first_refusal));
   }
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start).count();
   out.error = fmt::format(

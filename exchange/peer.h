@@ -84,6 +84,7 @@ struct ExchangeStats {
   uint64_t stale = 0;            // pieces of an earlier round: dropped
   uint64_t early = 0;            // pieces of a later round: kept for it
   uint64_t refused = 0;          // malformed, from a non-member, duplicates, not in the plan
+  std::string first_refusal;     // why the first refused piece was refused
   // Where the time went, from the start of exchange(): summing this peer's
   // shard (in all), the last piece of it summed, the last sum of another
   // shard in. elapsed - max(reduced_after, gathered_after) is the wait for
@@ -177,6 +178,7 @@ class ExchangePeer {
   void accept(Round& r, const ChunkHeader& header, zmq::message_t&& payload, ExchangeOutcome& out);
   void reduce_piece(Round& r, size_t piece);
   void handle(Round& r, std::vector<zmq::message_t>& parts, ExchangeOutcome& out);
+  static void refuse(ExchangeOutcome& out, std::string why);
 
   uint32_t rank_;
   ExchangeOptions options_;
