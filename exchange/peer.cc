@@ -213,8 +213,8 @@ void ExchangePeer::queue(Round& r, uint32_t to, const ChunkHeader& header, const
   Outgoing o{zmq::message_t(bytes.data(), bytes.size()), zmq::message_t()};
   const size_t payload = header.count * sizeof(float);
   if (payload > 0) {
-    o.payload =
-        options_.copy_sends ? zmq::message_t(data, payload) : releases_->wrap(to, data, payload);
+    o.payload = options_.copy_sends ? releases_->copy(to, data, payload)
+                                    : releases_->wrap(to, data, payload);
   }
   ++r.stats->pieces_sent;
   r.stats->bytes_sent += payload;

@@ -11,7 +11,8 @@
 // member's copy of that piece is in, so the all-gather of early pieces
 // overlaps the reduce-scatter of later ones. Sends are zero-copy: ZeroMQ
 // reads the pieces from the caller's buffers, and exchange() returns only
-// once ZeroMQ holds none of them.
+// once ZeroMQ holds none of them, i.e. every piece is in the kernel's
+// socket buffers (so closing the peer right after loses nothing).
 //
 // Summation order: element i of the result is
 //   ((0.0f + c[m0][i]) + c[m1][i]) + ... + c[mN-1][i]

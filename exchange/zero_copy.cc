@@ -1,6 +1,8 @@
 #include "exchange/zero_copy.h"
 
-#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
 
 namespace dctrain {
 
@@ -13,16 +15,34 @@ ReleaseTracker::~ReleaseTracker() {
   changed_.wait(lock, [this] { return total_ == 0; });
 }
 
+void ReleaseTracker::count_in(size_t destination) {
+  std::lock_guard lock(mutex_);
+  ++held_[destination];
+  ++total_;
+}
+
 zmq::message_t ReleaseTracker::wrap(size_t destination, const void* data, size_t bytes) {
   if (bytes == 0) return zmq::message_t();
-  {
-    std::lock_guard lock(mutex_);
-    ++held_[destination];
-    ++total_;
-  }
+  count_in(destination);
   // ZeroMQ only reads the buffer; its C API takes it as non-const.
   return zmq::message_t(const_cast<void*>(data), bytes, &ReleaseTracker::released,
                         &slots_[destination]);
+}
+
+zmq::message_t ReleaseTracker::copy(size_t destination, const void* data, size_t bytes) {
+  if (bytes == 0) return zmq::message_t();
+  // Owned by the message from here on: ZeroMQ frees it through
+  // released_copy(), also when the message is dropped unsent.
+  void* buffer = std::malloc(bytes);
+  if (buffer == nullptr) throw std::bad_alloc();
+  std::memcpy(buffer, data, bytes);
+  count_in(destination);
+  return zmq::message_t(buffer, bytes, &ReleaseTracker::released_copy, &slots_[destination]);
+}
+
+void ReleaseTracker::released_copy(void* data, void* hint) {
+  std::free(data);
+  released(data, hint);
 }
 
 void ReleaseTracker::released(void* /*data*/, void* hint) {

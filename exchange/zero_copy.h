@@ -28,6 +28,10 @@ class ReleaseTracker {
   // A message over [data, data + bytes) for `destination`; counted until
   // ZeroMQ releases it (or the message is destroyed unsent).
   zmq::message_t wrap(size_t destination, const void* data, size_t bytes);
+  // A message over a copy of [data, data + bytes), counted the same way, so
+  // that waiting for the releases also means "written to the kernel" when
+  // sends are copied (a socket closed before that would drop them).
+  zmq::message_t copy(size_t destination, const void* data, size_t bytes);
 
   size_t in_flight(size_t destination) const;
   size_t in_flight() const;
@@ -44,6 +48,8 @@ class ReleaseTracker {
     size_t destination = 0;
   };
   static void released(void* data, void* hint);
+  static void released_copy(void* data, void* hint);
+  void count_in(size_t destination);
 
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
