@@ -310,9 +310,9 @@ class Ring : public Allreduce {
     const PieceRange p = plan.piece(shard, piece);
     right_.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
     const size_t bytes = p.count * sizeof(float);
-    right_.send(
-        copy_ ? zmq::message_t(base + p.offset, bytes) : releases_.wrap(0, base + p.offset, bytes),
-        zmq::send_flags::none);
+    right_.send(copy_ ? releases_.copy(0, base + p.offset, bytes)
+                      : releases_.wrap(0, base + p.offset, bytes),
+                zmq::send_flags::none);
   }
 
   zmq::context_t& context_;
