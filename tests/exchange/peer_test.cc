@@ -244,6 +244,33 @@ TEST(Exchange, InPlaceAndCopiedSendsGiveTheSameBits) {
   expect_rank_order_sum(copied, members, c);
 }
 
+TEST(Exchange, AMemberThatClosesRightAfterItsRoundLosesNothingForTheOthers) {
+  // exchange() returns once its pieces are in the kernel, copied or not: a
+  // member that finishes first and closes its peer at once (linger 0) must
+  // not take its last sums with it.
+  for (bool copy : {false, true}) {
+    for (int repeat = 0; repeat < 5; ++repeat) {
+      Group group(4, options(4 * 4096, copy));
+      const std::vector<uint32_t> members{0, 1, 2, 3};
+      const auto c = contributions_for(4, 200'003, 15 + repeat);
+      RoundRun run;
+      run.results.assign(4, std::vector<float>(200'003));
+      run.outcomes.resize(4);
+      const auto deadline = Clock::now() + milliseconds(60000);
+      std::vector<std::thread> threads;
+      for (uint32_t i = 0; i < 4; ++i) {
+        threads.emplace_back([&, i] {
+          run.outcomes[i] =
+              group.peers[i]->exchange({1, 0}, members, c[i], 10 + i, run.results[i], deadline);
+          group.peers[i].reset();
+        });
+      }
+      for (auto& t : threads) t.join();
+      expect_rank_order_sum(run, members, c);
+    }
+  }
+}
+
 TEST(Exchange, MembersOnOneHostCanUseUnixSockets) {
   Group group(3, options(4000), "ipc://*");
   for (const std::string& e : group.endpoints) EXPECT_EQ(e.rfind("ipc://", 0), 0u) << e;
