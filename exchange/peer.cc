@@ -425,8 +425,8 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     sum_in_order(own, contribution.size(), result.data());
     r.pieces_reduced = r.inputs.size();
   } else {
-    // Every member's piece k before anyone's piece k + 1, starting with the
-    // next member, so each owner can begin summing early.
+    // Piece k to every other member before piece k + 1 to any, starting
+    // with the next member, so every owner can begin summing early.
     size_t most = 0;
     for (size_t p = 0; p < n; ++p) most = std::max(most, r.plan.pieces(p));
     for (size_t k = 0; k < most; ++k) {

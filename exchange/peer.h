@@ -61,7 +61,8 @@ struct ExchangeOptions {
   bool copy_sends = false;
   // ZeroMQ I/O threads of the peer's own context (the data plane does not
   // share one with the control plane, so a heartbeat never queues behind
-  // megabytes). Two let sends and receives copy in parallel.
+  // megabytes). Two let sends and receives proceed in parallel where cores
+  // are to spare; on the 2 shared cores here one is as fast (README).
   int io_threads = 2;
   // Set glibc's mmap and trim thresholds for the process (mallopt) so the
   // buffers ZeroMQ allocates for received pieces are reused, not mapped
@@ -72,8 +73,8 @@ struct ExchangeOptions {
 // ZeroMQ allocates a buffer for every message it receives and the receiver
 // frees it; glibc maps buffers of a megabyte or more fresh and returns them
 // to the kernel on free (or trims them off the heap), so every received
-// piece page-faults in new memory: three times slower here (see
-// exchange/README.md). This keeps allocations up to 32 MiB on the heap and
+// piece page-faults in new memory: about three times slower at 17.5 MiB
+// among 4 processes here (exchange/README.md). This keeps allocations up to 32 MiB on the heap and
 // lets up to 128 MiB of freed memory stay there. Process-wide; idempotent.
 void tune_allocator();
 
