@@ -1,0 +1,200 @@
+// One peer of the data plane: an allreduce of one float buffer among the
+// members of a round, over ZeroMQ, without a hub.
+//
+// Algorithm (direct reduce-scatter, then direct all-gather): the buffer is
+// cut into one shard per member (ExchangePlan). Every member sends each
+// other member that member's shard of its contribution; the owner of a
+// shard sums the members' pieces in rank order and sends the sum to every
+// other member. Each peer sends and receives (N-1)/N of the buffer in each
+// phase, 2(N-1)/N in all, whatever N. Shards travel as pieces of at most
+// `piece_bytes`, and an owner sums and sends a piece as soon as every
+// member's copy of that piece is in, so the all-gather of early pieces
+// overlaps the reduce-scatter of later ones. Sends are zero-copy: ZeroMQ
+// reads the pieces from the caller's buffers, and exchange() returns only
+// once ZeroMQ holds none of them, i.e. every piece is in the kernel's
+// socket buffers (so closing the peer right after loses nothing).
+//
+// Summation order: element i of the result is
+//   ((0.0f + c[m0][i]) + c[m1][i]) + ... + c[mN-1][i]
+// over the members m0 < m1 < ... in rank order, whoever owns the shard: the
+// same float operations, in the same order, as coordinator/reducer.cc's
+// star reduce (a zero-filled sum to which each contribution is added in rank
+// order). The result is therefore bit-identical on every member, to the star
+// path and from run to run. The exchange only sums: dividing by the
+// completed samples stays with the caller, as does checking that its own
+// contribution is finite.
+//
+// Failures: every round has a deadline. A member that is dead, stalled, or
+// not in the round makes exchange() return a failure on every other member
+// by the deadline, naming it (ExchangeOutcome::suspects()); nothing blocks
+// past the deadline except releasing ZeroMQ's hold on the caller's buffers,
+// which closing the stuck sockets makes prompt. Pieces carry the round
+// (step, attempt): a piece of an earlier round is dropped, one of a later
+// round is kept for it. What to do about a failure (redo the round under the
+// next attempt without the suspect, or skip the step) is the caller's call;
+// note that a round can fail on some members and succeed on others (a
+// member that dies after sending its sum to some of them), so the caller
+// settles a round's outcome with every member before applying it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "exchange/chunk.h"
+#include "exchange/plan.h"
+#include "exchange/zero_copy.h"
+
+namespace dctrain {
+
+struct ExchangeOptions {
+  // The largest piece on the wire (a multiple of 4). Smaller pieces start
+  // the all-gather sooner; larger ones cost fewer messages.
+  size_t piece_bytes = size_t{1} << 20;
+  // Copy every piece into its message instead of sending it from the
+  // caller's buffers. For measuring what zero-copy saves; results are the same.
+  bool copy_sends = false;
+  // ZeroMQ I/O threads of the peer's own context (the data plane does not
+  // share one with the control plane, so a heartbeat never queues behind
+  // megabytes). Two let sends and receives proceed in parallel where cores
+  // are to spare; on the 2 shared cores here one is as fast (README).
+  int io_threads = 2;
+  // Set glibc's mmap and trim thresholds for the process (mallopt) so the
+  // buffers ZeroMQ allocates for received pieces are reused, not mapped
+  // fresh and page-faulted for every piece: see tune_allocator().
+  bool tune_allocator = true;
+};
+
+// ZeroMQ allocates a buffer for every message it receives and the receiver
+// frees it; glibc maps buffers of a megabyte or more fresh and returns them
+// to the kernel on free (or trims them off the heap), so every received
+// piece page-faults in new memory: about three times slower at 17.5 MiB
+// among 4 processes here (exchange/README.md). This keeps allocations up to 32 MiB on the heap and
+// lets up to 128 MiB of freed memory stay there. Process-wide; idempotent.
+void tune_allocator();
+
+struct ExchangeStats {
+  uint64_t bytes_sent = 0;      // payload bytes handed to ZeroMQ
+  uint64_t bytes_received = 0;  // payload bytes of this round's accepted pieces
+  uint64_t pieces_sent = 0;
+  uint64_t pieces_received = 0;  // accepted pieces of this round
+  uint64_t stale = 0;            // pieces of an earlier round: dropped
+  uint64_t early = 0;            // pieces of a later round: kept for it
+  uint64_t refused = 0;          // malformed, from a non-member, duplicates, not in the plan
+  std::string first_refusal;     // why the first refused piece was refused
+  // Where the time went, from the start of exchange(): summing this peer's
+  // shard (in all), the last piece of it summed, the last sum of another
+  // shard in. elapsed - max(reduced_after, gathered_after) is the wait for
+  // ZeroMQ to let go of the buffers.
+  std::chrono::nanoseconds summing{0};
+  std::chrono::nanoseconds reduced_after{0};
+  std::chrono::nanoseconds gathered_after{0};
+};
+
+struct ExchangeOutcome {
+  bool ok = false;
+  // The result holds the full sum. True whenever ok; also when the only
+  // failure was a member that stopped taking this peer's pieces.
+  bool complete = false;
+  uint64_t samples = 0;                  // the members' sample counts, summed
+  std::vector<uint64_t> member_samples;  // each member's, in rank order (as far as known)
+
+  // Members whose contribution pieces to this peer had not all arrived.
+  std::vector<uint32_t> missing_contributions;
+  // Members (as shard owners) whose summed pieces had not all arrived. An
+  // owner that lacks a contribution cannot send its sum, so these may be
+  // innocent when missing_contributions is not empty.
+  std::vector<uint32_t> missing_results;
+  // Members still holding this peer's pieces at the deadline (not reading, or dead).
+  std::vector<uint32_t> not_reading;
+  // Members whose pieces disagreed with this round (other members, length or
+  // piece size): a caller bug, reported at once.
+  std::vector<uint32_t> conflicting;
+
+  std::string error;  // empty when ok; otherwise where, what, and what to do
+  ExchangeStats stats;
+  std::chrono::nanoseconds elapsed{0};
+
+  // The members to blame: those that sent something conflicting; otherwise
+  // those that did not contribute or did not read; failing those, the owners
+  // whose sums are missing.
+  std::vector<uint32_t> suspects() const;
+};
+
+class ExchangePeer {
+ public:
+  // Binds `bind_address`: tcp://HOST:PORT (port may be '*'), or, when every
+  // member runs on this host, ipc://PATH (ipc://* for a fresh one), which
+  // skips the TCP stack. Throws with the address and ZeroMQ's reason.
+  ExchangePeer(uint32_t rank, const std::string& bind_address, ExchangeOptions options = {});
+  ~ExchangePeer();
+  ExchangePeer(const ExchangePeer&) = delete;
+  ExchangePeer& operator=(const ExchangePeer&) = delete;
+
+  uint32_t rank() const { return rank_; }
+  // The bound endpoint with its real port, e.g. tcp://127.0.0.1:41234.
+  std::string endpoint() const;
+
+  // The group: endpoints[r] is rank r's endpoint (empty: no such rank; this
+  // peer's own entry is not used). Call again when a rank's endpoint
+  // changes; that drops whatever is queued for the old group.
+  void connect(std::vector<std::string> endpoints);
+
+  // Messages over the caller's buffers that ZeroMQ still holds: zero
+  // whenever exchange() has returned.
+  size_t pieces_held() const { return releases_->in_flight(); }
+
+  // One round: `result` (same length as `contribution`, may be the same
+  // memory) receives the rank-order sum of the members' contributions.
+  // `members`: ascending ranks, this peer among them, each with an
+  // endpoint. Rounds must increase from call to call. Every member must
+  // call with the same round, members and length. Throws
+  // std::invalid_argument on arguments that break these rules; a failure of
+  // the round itself comes back in the outcome. When the round fails,
+  // `result` is unspecified, and so is `contribution` if it is the same memory.
+  ExchangeOutcome exchange(const ExchangeRound& round, std::span<const uint32_t> members,
+                           std::span<const float> contribution, uint64_t samples,
+                           std::span<float> result, std::chrono::steady_clock::time_point deadline);
+
+ private:
+  struct Outgoing {
+    zmq::message_t header;
+    zmq::message_t payload;
+  };
+  // A piece of a later round, read while an earlier one ran.
+  struct Early {
+    ChunkHeader header;
+    zmq::message_t payload;
+  };
+  struct Round;
+
+  void open_dealer(uint32_t rank);
+  void reset_dealer(uint32_t rank);
+  void queue(Round& r, uint32_t to, const ChunkHeader& header, const float* data);
+  bool flush(uint32_t to);
+  void accept(Round& r, const ChunkHeader& header, zmq::message_t&& payload, ExchangeOutcome& out);
+  void reduce_piece(Round& r, size_t piece);
+  void handle(Round& r, std::vector<zmq::message_t>& parts, ExchangeOutcome& out);
+  static void refuse(ExchangeOutcome& out, std::string why);
+
+  uint32_t rank_;
+  ExchangeOptions options_;
+  zmq::context_t context_;  // first: destroyed after every socket
+  std::vector<std::string> endpoints_;
+  // Declared before the sockets: destroyed after them, once ZeroMQ has
+  // released every message over the caller's buffers.
+  std::unique_ptr<ReleaseTracker> releases_;
+  zmq::socket_t inbox_;                  // ROUTER: every piece sent to this peer
+  std::vector<zmq::socket_t> outboxes_;  // DEALER per rank (empty for this peer and absent ranks)
+  std::vector<std::deque<Outgoing>> pending_;  // per rank: not yet taken by ZeroMQ
+  std::vector<Early> early_;
+  ExchangeRound last_round_{};
+  bool any_round_ = false;
+};
+
+}  // namespace dctrain

@@ -1,0 +1,510 @@
+// The allreduce among peers as threads of one process over tcp://127.0.0.1
+// (ephemeral ports): the result on every member is bit for bit the rank-order
+// sum, and the star reduce's (coordinator/reducer.cc), for 1 to 7 members
+// and lengths that fit neither the member count nor the piece size; a round
+// repeated gives the same bits; a member that never sends, dies, stalls
+// after contributing or disagrees makes every other member fail by the
+// deadline naming it; a late piece of an earlier round is never summed.
+#include "exchange/peer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "comm/framing.h"
+#include "coordinator/reducer.h"
+
+namespace dctrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Floats over 24 binary orders of magnitude, both signs and some -0.0, so
+// that summing in another order changes bits.
+std::vector<float> values(uint64_t seed, size_t n) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t bits = rng();
+    v[i] = (bits % 17 == 0) ? -0.0f : std::ldexp(mantissa(rng), exponent(rng));
+    if (bits & 2) v[i] = -v[i];
+  }
+  return v;
+}
+
+// The reference: a zero-filled sum, each contribution added in rank order.
+std::vector<float> rank_order_sum(const std::vector<std::vector<float>>& contributions) {
+  std::vector<float> sum(contributions.empty() ? 0 : contributions[0].size(), 0.0f);
+  for (const auto& c : contributions) {
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += c[i];
+  }
+  return sum;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+ExchangeOptions options(size_t piece_bytes, bool copy_sends = false) {
+  ExchangeOptions o;
+  o.piece_bytes = piece_bytes;
+  o.copy_sends = copy_sends;
+  return o;
+}
+
+// `size` peers (each with its own ZeroMQ context, as in separate processes),
+// bound on ephemeral ports and connected to each other.
+struct Group {
+  explicit Group(size_t size, ExchangeOptions options = {},
+                 const std::string& bind = "tcp://127.0.0.1:*") {
+    options.io_threads = 1;  // seven peers on two cores
+    for (uint32_t r = 0; r < size; ++r) {
+      peers.push_back(std::make_unique<ExchangePeer>(r, bind, options));
+      endpoints.push_back(peers.back()->endpoint());
+    }
+    for (auto& p : peers) p->connect(endpoints);
+  }
+  std::vector<std::unique_ptr<ExchangePeer>> peers;
+  std::vector<std::string> endpoints;
+};
+
+struct RoundRun {
+  std::vector<std::vector<float>> results;  // per member
+  std::vector<ExchangeOutcome> outcomes;
+};
+
+// One round on `members` of `group`, each in its own thread, member i
+// contributing contributions[i] with samples 10 + rank; the members in
+// `absent` do not call exchange() (their entries stay empty).
+RoundRun run_round(Group& group, const ExchangeRound& round, const std::vector<uint32_t>& members,
+                   const std::vector<std::vector<float>>& contributions, milliseconds budget,
+                   bool in_place = false, const std::vector<uint32_t>& absent = {}) {
+  RoundRun run;
+  run.results.resize(members.size());
+  run.outcomes.resize(members.size());
+  const auto deadline = Clock::now() + budget;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (std::find(absent.begin(), absent.end(), members[i]) != absent.end()) continue;
+    threads.emplace_back([&, i] {
+      run.results[i] =
+          in_place ? contributions[i] : std::vector<float>(contributions[i].size(), 12345.0f);
+      const std::span<const float> in = in_place ? std::span<const float>(run.results[i])
+                                                 : std::span<const float>(contributions[i]);
+      run.outcomes[i] = group.peers[members[i]]->exchange(round, members, in, 10 + members[i],
+                                                          run.results[i], deadline);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return run;
+}
+
+std::vector<std::vector<float>> contributions_for(size_t members, size_t length, uint64_t seed) {
+  std::vector<std::vector<float>> c;
+  for (size_t i = 0; i < members; ++i) c.push_back(values(seed * 1000 + i, length));
+  return c;
+}
+
+void expect_rank_order_sum(const RoundRun& run, const std::vector<uint32_t>& members,
+                           const std::vector<std::vector<float>>& contributions) {
+  const auto expected = rank_order_sum(contributions);
+  uint64_t samples = 0;
+  for (uint32_t m : members) samples += 10 + m;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const ExchangeOutcome& o = run.outcomes[i];
+    ASSERT_TRUE(o.ok) << "rank " << members[i] << ": " << o.error;
+    EXPECT_TRUE(o.complete);
+    EXPECT_TRUE(o.error.empty());
+    EXPECT_TRUE(o.suspects().empty());
+    EXPECT_EQ(o.samples, samples);
+    ASSERT_EQ(o.member_samples.size(), members.size());
+    for (size_t m = 0; m < members.size(); ++m) EXPECT_EQ(o.member_samples[m], 10 + members[m]);
+    EXPECT_TRUE(same_bits(run.results[i], expected))
+        << "rank " << members[i] << " differs from the rank-order sum";
+  }
+}
+
+struct Shape {
+  size_t members;
+  size_t length;
+  size_t piece_bytes;
+};
+
+class ExchangeShapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(ExchangeShapes, EveryMemberGetsTheRankOrderSumBitForBit) {
+  const Shape s = GetParam();
+  Group group(s.members, options(s.piece_bytes, false));
+  std::vector<uint32_t> members(s.members);
+  for (uint32_t r = 0; r < s.members; ++r) members[r] = r;
+  const auto c = contributions_for(s.members, s.length, s.length + s.members);
+  const RoundRun run = run_round(group, {1, 0}, members, c, milliseconds(60000));
+  expect_rank_order_sum(run, members, c);
+  // Each member sends (N-1)/N of the buffer per phase, give or take a float
+  // per shard: 2(N-1)/N in all.
+  for (const ExchangeOutcome& o : run.outcomes) {
+    const double share = 2.0 * (s.members - 1) / s.members * s.length * sizeof(float);
+    EXPECT_NEAR(static_cast<double>(o.stats.bytes_sent), share, 2.0 * s.members * sizeof(float));
+    EXPECT_NEAR(static_cast<double>(o.stats.bytes_received), share,
+                2.0 * s.members * sizeof(float));
+    EXPECT_EQ(o.stats.refused, 0u);
+    EXPECT_EQ(o.stats.stale, 0u);
+  }
+  for (const auto& peer : group.peers) EXPECT_EQ(peer->pieces_held(), 0u);
+}
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> out;
+  for (size_t n : {1u, 2u, 3u, 4u, 7u}) {
+    // Shorter than the member count, odd, and pieces of 7 floats that fit
+    // neither the shards nor the length.
+    for (size_t length : {size_t{0}, size_t{1}, n - 1, size_t{13}, size_t{10007}}) {
+      if (length == n - 1 && n <= 2) continue;  // already 0 or 1
+      out.push_back({n, length, 28});
+    }
+    // About 4 MB in pieces of 1 MiB and in pieces of an odd number of floats.
+    out.push_back({n, 1'000'003, size_t{1} << 20});
+    out.push_back({n, 1'000'003, 4 * 65537});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Members, ExchangeShapes, ::testing::ValuesIn(shapes()),
+                         [](const ::testing::TestParamInfo<Shape>& p) {
+                           return "n" + std::to_string(p.param.members) + "_len" +
+                                  std::to_string(p.param.length) + "_piece" +
+                                  std::to_string(p.param.piece_bytes);
+                         });
+
+TEST(Exchange, MatchesTheStarReduceOfTheCoordinatorBitForBit) {
+  // Members 0, 2, 3, 5 of six peers (1 and 4 sit out), contributing a
+  // gradient and BatchNorm-like statistics in one span, as the caller lays
+  // them out.
+  constexpr size_t kGradient = 1001, kStatistics = 7;
+  Group group(6, options(4 * 37, false));
+  const std::vector<uint32_t> members{0, 2, 3, 5};
+  auto c = contributions_for(members.size(), kGradient + kStatistics, 77);
+  for (auto& v : c) v[0] = -0.0f;  // the zero-filled sum turns an all -0.0 column into +0.0
+  const RoundRun run = run_round(group, {9, 0}, members, c, milliseconds(60000));
+
+  Reducer star(kGradient, kStatistics);
+  star.begin(std::vector<uint32_t>(members.rbegin(), members.rend()));
+  // Contributions reach the coordinator in any order; here the reverse.
+  for (size_t i = members.size(); i-- > 0;) {
+    Message m;
+    add_tensor(m, "gradient", std::span<const float>(c[i]).first(kGradient));
+    add_tensor(m, "statistics", std::span<const float>(c[i]).last(kStatistics));
+    star.add(members[i], std::move(m));
+  }
+  ASSERT_TRUE(star.complete());
+  std::vector<float> expected(star.gradient().begin(), star.gradient().end());
+  expected.insert(expected.end(), star.statistics().begin(), star.statistics().end());
+  EXPECT_FALSE(std::signbit(expected[0]));
+  for (size_t i = 0; i < members.size(); ++i) {
+    ASSERT_TRUE(run.outcomes[i].ok) << run.outcomes[i].error;
+    EXPECT_TRUE(same_bits(run.results[i], expected)) << "rank " << members[i];
+  }
+  // The check has teeth: the same values summed in another order differ.
+  auto reversed = c;
+  std::reverse(reversed.begin(), reversed.end());
+  EXPECT_FALSE(same_bits(rank_order_sum(reversed), expected));
+}
+
+TEST(Exchange, ARepeatedRoundGivesTheSameBits) {
+  const std::vector<uint32_t> members{0, 1, 2, 3};
+  const auto c = contributions_for(4, 100'003, 5);
+  Group group(4, options(4096, false));
+  const RoundRun first = run_round(group, {1, 0}, members, c, milliseconds(60000));
+  const RoundRun again = run_round(group, {2, 0}, members, c, milliseconds(60000));
+  Group fresh(4, options(4096, false));
+  const RoundRun other = run_round(fresh, {1, 0}, members, c, milliseconds(60000));
+  for (size_t i = 0; i < members.size(); ++i) {
+    ASSERT_TRUE(first.outcomes[i].ok && again.outcomes[i].ok && other.outcomes[i].ok);
+    EXPECT_TRUE(same_bits(first.results[i], again.results[i]));
+    EXPECT_TRUE(same_bits(first.results[i], other.results[i]));
+    EXPECT_TRUE(same_bits(first.results[i], first.results[0]));
+  }
+}
+
+TEST(Exchange, InPlaceAndCopiedSendsGiveTheSameBits) {
+  const std::vector<uint32_t> members{0, 1, 2};
+  const auto c = contributions_for(3, 30'011, 6);
+  Group zero_copy(3, options(4000, false));
+  Group copying(3, options(4000, true));
+  const RoundRun in_place = run_round(zero_copy, {1, 0}, members, c, milliseconds(60000), true);
+  expect_rank_order_sum(in_place, members, c);
+  const RoundRun copied = run_round(copying, {1, 0}, members, c, milliseconds(60000));
+  expect_rank_order_sum(copied, members, c);
+}
+
+TEST(Exchange, AMemberThatClosesRightAfterItsRoundLosesNothingForTheOthers) {
+  // exchange() returns once its pieces are in the kernel, copied or not: a
+  // member that finishes first and closes its peer at once (linger 0) must
+  // not take its last sums with it.
+  for (bool copy : {false, true}) {
+    for (int repeat = 0; repeat < 5; ++repeat) {
+      Group group(4, options(4 * 4096, copy));
+      const std::vector<uint32_t> members{0, 1, 2, 3};
+      const auto c = contributions_for(4, 200'003, 15 + repeat);
+      RoundRun run;
+      run.results.assign(4, std::vector<float>(200'003));
+      run.outcomes.resize(4);
+      const auto deadline = Clock::now() + milliseconds(60000);
+      std::vector<std::thread> threads;
+      for (uint32_t i = 0; i < 4; ++i) {
+        threads.emplace_back([&, i] {
+          run.outcomes[i] =
+              group.peers[i]->exchange({1, 0}, members, c[i], 10 + i, run.results[i], deadline);
+          group.peers[i].reset();
+        });
+      }
+      for (auto& t : threads) t.join();
+      expect_rank_order_sum(run, members, c);
+    }
+  }
+}
+
+TEST(Exchange, MembersOnOneHostCanUseUnixSockets) {
+  Group group(3, options(4000), "ipc://*");
+  for (const std::string& e : group.endpoints) EXPECT_EQ(e.rfind("ipc://", 0), 0u) << e;
+  const std::vector<uint32_t> members{0, 1, 2};
+  const auto c = contributions_for(3, 30'011, 14);
+  expect_rank_order_sum(run_round(group, {1, 0}, members, c, milliseconds(60000)), members, c);
+}
+
+// Every member but `absent` fails by the deadline naming it.
+void expect_all_blame(const RoundRun& run, const std::vector<uint32_t>& members, uint32_t absent,
+                      milliseconds budget) {
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == absent) continue;
+    const ExchangeOutcome& o = run.outcomes[i];
+    EXPECT_FALSE(o.ok) << "rank " << members[i];
+    EXPECT_FALSE(o.complete) << "rank " << members[i];
+    EXPECT_EQ(o.suspects(), std::vector<uint32_t>{absent}) << o.error;
+    EXPECT_NE(o.error.find("rank " + std::to_string(absent) + " ("), std::string::npos) << o.error;
+    EXPECT_NE(o.error.find("deadline"), std::string::npos) << o.error;
+    // By the deadline, give or take a loaded machine's scheduling.
+    EXPECT_LT(o.elapsed, budget + milliseconds(1500)) << "rank " << members[i];
+  }
+}
+
+TEST(Exchange, AMemberThatNeverSendsIsNamedByEveryOtherByTheDeadline) {
+  Group group(4);
+  const std::vector<uint32_t> all{0, 1, 2, 3}, others{0, 1, 3};
+  const auto c = contributions_for(4, 50'001, 8);
+  const milliseconds budget(800);
+  // Rank 2 is connected, and a member of the round, but does not take part.
+  const RoundRun failed = run_round(group, {1, 0}, all, c, budget, false, {2});
+  expect_all_blame(failed, all, 2, budget);
+  for (uint32_t i : others) {
+    EXPECT_EQ(failed.outcomes[i].missing_contributions, std::vector<uint32_t>{2})
+        << failed.outcomes[i].error;
+  }
+  // The caller redoes the round without rank 2: the sum of the other three.
+  const std::vector<std::vector<float>> rest{c[0], c[1], c[3]};
+  const RoundRun redo = run_round(group, {1, 1}, others, rest, milliseconds(60000));
+  expect_rank_order_sum(redo, others, rest);
+}
+
+TEST(Exchange, ADeadMemberIsNamedByEveryOtherByTheDeadline) {
+  Group group(4);
+  const std::vector<uint32_t> all{0, 1, 2, 3}, others{0, 1, 3};
+  const auto c = contributions_for(4, 50'001, 9);
+  group.peers[2].reset();  // its socket is gone: connections to it are refused
+  const milliseconds budget(800);
+  const RoundRun failed = run_round(group, {1, 0}, all, c, budget, false, {2});
+  expect_all_blame(failed, all, 2, budget);
+  // Pieces queued for the dead member were dropped, so the survivors go on.
+  const std::vector<std::vector<float>> rest{c[0], c[1], c[3]};
+  const RoundRun redo = run_round(group, {1, 1}, others, rest, milliseconds(60000));
+  expect_rank_order_sum(redo, others, rest);
+}
+
+TEST(Exchange, AMemberThatStallsAfterContributingIsNamedAsTheMissingOwner) {
+  // Ranks 0-2 are peers; rank 3 is played by hand: it sends its contribution
+  // pieces, as the wire format says, and then never its sums.
+  Group group(3, options(4 * 1000, false));  // pieces of 1000 floats, as played below
+  zmq::context_t context;
+  zmq::socket_t inbox(context, zmq::socket_type::router);  // takes what the others send it
+  inbox.set(zmq::sockopt::linger, 0);
+  inbox.bind("tcp://127.0.0.1:*");
+  std::vector<std::string> endpoints = group.endpoints;
+  endpoints.push_back(inbox.get(zmq::sockopt::last_endpoint));
+  for (auto& p : group.peers) p->connect(endpoints);
+
+  const std::vector<uint32_t> members{0, 1, 2, 3};
+  const size_t length = 20'003;
+  const auto c = contributions_for(4, length, 10);
+  const ExchangeRound round{4, 0};
+  const ExchangePlan plan(length, 4, 1000);
+  std::vector<zmq::socket_t> outboxes;
+  for (uint32_t to = 0; to < 3; ++to) {
+    zmq::socket_t s(context, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::routing_id, std::string("3"));
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(endpoints[to]);
+    for (size_t k = 0; k < plan.pieces(to); ++k) {
+      const PieceRange p = plan.piece(to, k);
+      const ChunkHeader h{PieceKind::kContribution,
+                          3,
+                          4,
+                          members_digest(members),
+                          round,
+                          length,
+                          1000,
+                          p.offset,
+                          p.count,
+                          13};
+      const auto bytes = encode_header(h);
+      s.send(zmq::buffer(bytes), zmq::send_flags::sndmore);
+      s.send(zmq::buffer(c[3].data() + p.offset, p.count * sizeof(float)));
+    }
+    outboxes.push_back(std::move(s));
+  }
+  const milliseconds budget(800);
+  const RoundRun run = run_round(group, round, members, c, budget, false, {3});
+  expect_all_blame(run, members, 3, budget);
+  for (uint32_t i = 0; i < 3; ++i) {
+    const ExchangeOutcome& o = run.outcomes[i];
+    EXPECT_TRUE(o.missing_contributions.empty()) << o.error;
+    EXPECT_EQ(o.missing_results, std::vector<uint32_t>{3}) << o.error;
+    EXPECT_EQ(o.member_samples.back(), 13u) << "rank 3's sample count came with its pieces";
+  }
+}
+
+TEST(Exchange, AMemberThatStopsReadingIsNamedAndTheBuffersAreLetGo) {
+  // Rank 1 is played by hand: it sends its contribution to rank 0's shard
+  // and the right sum of its own shard, so rank 0's result is complete, but
+  // reads (almost) nothing: what rank 0 sends it stays queued until the
+  // deadline, when rank 0 closes that socket to get its buffers back.
+  const size_t length = 6'000'000;  // 12 MB each way, more than the kernel buffers
+  Group group(1, options(size_t{1} << 20));
+  zmq::context_t context;
+  zmq::socket_t inbox(context, zmq::socket_type::router);
+  inbox.set(zmq::sockopt::linger, 0);
+  inbox.set(zmq::sockopt::rcvhwm, 1);
+  inbox.set(zmq::sockopt::rcvbuf, 4096);
+  inbox.bind("tcp://127.0.0.1:*");
+  group.peers[0]->connect({group.endpoints[0], inbox.get(zmq::sockopt::last_endpoint)});
+
+  const std::vector<uint32_t> members{0, 1};
+  const auto c = contributions_for(2, length, 13);
+  const auto expected = rank_order_sum(c);
+  const ExchangeRound round{1, 0};
+  const ExchangePlan plan(length, 2, 1 << 18);
+  zmq::socket_t out(context, zmq::socket_type::dealer);
+  out.set(zmq::sockopt::routing_id, std::string("1"));
+  out.set(zmq::sockopt::linger, 0);
+  out.connect(group.endpoints[0]);
+  auto send = [&](PieceKind kind, size_t shard, size_t k, const float* values) {
+    const PieceRange p = plan.piece(shard, k);
+    const ChunkHeader h{kind,    1,
+                        2,       members_digest(members),
+                        round,   length,
+                        1 << 18, p.offset,
+                        p.count, kind == PieceKind::kContribution ? 11u : 21u};
+    out.send(zmq::buffer(encode_header(h)), zmq::send_flags::sndmore);
+    out.send(zmq::buffer(values + p.offset, p.count * sizeof(float)));
+  };
+  for (size_t k = 0; k < plan.pieces(0); ++k) send(PieceKind::kContribution, 0, k, c[1].data());
+  for (size_t k = 0; k < plan.pieces(1); ++k) send(PieceKind::kResult, 1, k, expected.data());
+
+  const milliseconds budget(1000);
+  std::vector<float> result(length);
+  const auto o = group.peers[0]->exchange(round, members, c[0], 10, result, Clock::now() + budget);
+  EXPECT_FALSE(o.ok);
+  EXPECT_TRUE(o.complete) << o.error;
+  EXPECT_TRUE(same_bits(result, expected));
+  EXPECT_EQ(o.samples, 21u);
+  EXPECT_EQ(o.not_reading, std::vector<uint32_t>{1}) << o.error;
+  EXPECT_EQ(o.suspects(), std::vector<uint32_t>{1}) << o.error;
+  EXPECT_NE(o.error.find("rank 1 (tcp://127.0.0.1:"), std::string::npos) << o.error;
+  EXPECT_NE(o.error.find("did not take this peer's pieces"), std::string::npos) << o.error;
+  EXPECT_LT(o.elapsed, budget + milliseconds(1500));
+  EXPECT_EQ(group.peers[0]->pieces_held(), 0u) << "ZeroMQ let go of the caller's buffers";
+}
+
+TEST(Exchange, AMemberThatDisagreesOnTheLengthIsNamedAtOnce) {
+  Group group(3);
+  const std::vector<uint32_t> members{0, 1, 2};
+  const auto c = contributions_for(3, 5000, 11);
+  const std::vector<float> shorter(4000, 1.0f);
+  RoundRun run;
+  run.results.resize(3);
+  run.outcomes.resize(3);
+  const milliseconds budget(20000);
+  const auto deadline = Clock::now() + budget;
+  std::vector<std::thread> threads;
+  for (uint32_t i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      const std::span<const float> in = i == 1 ? std::span<const float>(shorter) : c[i];
+      run.results[i].assign(in.size(), 0.0f);
+      run.outcomes[i] = group.peers[i]->exchange({1, 0}, members, in, 10, run.results[i], deadline);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t i : {0u, 2u}) {
+    const ExchangeOutcome& o = run.outcomes[i];
+    EXPECT_FALSE(o.ok);
+    EXPECT_EQ(o.conflicting, std::vector<uint32_t>{1}) << o.error;
+    EXPECT_EQ(o.suspects(), std::vector<uint32_t>{1}) << o.error;
+    EXPECT_NE(o.error.find("exchanges 4000 floats"), std::string::npos) << o.error;
+    EXPECT_LT(o.elapsed, budget / 2) << "a conflict is reported at once, not at the deadline";
+    EXPECT_NE(o.error.find("on a conflicting piece"), std::string::npos) << o.error;
+  }
+  EXPECT_FALSE(run.outcomes[1].ok);
+}
+
+TEST(Exchange, ALatePieceOfAnEarlierRoundIsNeverSummed) {
+  Group group(2, options(4 * 100, false));
+  const std::vector<uint32_t> members{0, 1};
+  const size_t length = 1001;
+  // Round 4: only rank 1 takes part, with huge values; its pieces for rank
+  // 0's shard reach rank 0 and wait there, unread. Rank 1 fails naming 0.
+  const std::vector<float> huge(length, 1e30f);
+  std::vector<float> lost(length);
+  const auto failed =
+      group.peers[1]->exchange({4, 0}, members, huge, 99, lost, Clock::now() + milliseconds(500));
+  EXPECT_FALSE(failed.ok);
+  EXPECT_EQ(failed.suspects(), std::vector<uint32_t>{0}) << failed.error;
+  // Round 5: both take part. Rank 0 reads round 4's pieces first.
+  const auto c = contributions_for(2, length, 12);
+  const RoundRun run = run_round(group, {5, 0}, members, c, milliseconds(60000));
+  expect_rank_order_sum(run, members, c);
+  const ExchangePlan plan(length, 2, 100);
+  EXPECT_EQ(run.outcomes[0].stats.stale, plan.pieces(0)) << "every piece of round 4 dropped";
+  EXPECT_EQ(run.outcomes[1].stats.stale, 0u);
+}
+
+TEST(Exchange, CallerMistakesAreRefusedWithAReason) {
+  Group group(2);
+  std::vector<float> a(10), b(10), shorter(9);
+  const auto later = Clock::now() + milliseconds(1000);
+  auto message = [&](const std::vector<uint32_t>& members, std::span<const float> in,
+                     std::span<float> out, ExchangeRound round) {
+    try {
+      (void)group.peers[0]->exchange(round, members, in, 1, out, later);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message({1}, a, b, {1, 0}).find("do not include this peer"), std::string::npos);
+  EXPECT_NE(message({1, 0}, a, b, {1, 0}).find("ascending"), std::string::npos);
+  EXPECT_NE(message({0, 2}, a, b, {1, 0}).find("no endpoint"), std::string::npos);
+  EXPECT_NE(message({0}, a, shorter, {1, 0}).find("10 floats, result 9"), std::string::npos);
+  EXPECT_EQ(message({0}, a, b, {3, 0}), "accepted");
+  EXPECT_NE(message({0}, a, b, {2, 5}).find("rounds must increase"), std::string::npos);
+  EXPECT_THROW(ExchangePeer(0, "tcp://127.0.0.1:*", options(6)), std::invalid_argument);
+  EXPECT_THROW(ExchangePeer(0, "nonsense://x"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace dctrain
