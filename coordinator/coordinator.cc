@@ -91,6 +91,8 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
   metrics_.totals().set_step_seconds_at_tau(0.0);
   metrics_.totals().set_microbatches_planned_at_tau(0);
   metrics_.totals().set_microbatches_dropped_at_tau(0);
+  if (setup_.resume) resume_evaluations(now);
+  publish_live(now);
 }
 
 double Coordinator::epochs() const {
@@ -483,17 +485,22 @@ void Coordinator::close_step(double now) {
   // The coordinator's own work between steps: on its clock, never on the
   // workers' (the next step's clock starts when its plans go out).
   const uint64_t every = config_.eval().every_steps();
-  if (evaluator_ != nullptr &&
-      ((every > 0 && t.steps() % every == 0) || (every == 0 && epoch_ended))) {
-    record.set_eval_seconds(evaluate(now));
-  }
+  const bool eval_due = evaluator_ != nullptr &&
+                        ((every > 0 && t.steps() % every == 0) || (every == 0 && epoch_ended));
+  const bool in_background = setup_.evaluation_thread != nullptr;
+  if (in_background) collect_evaluation(false, now);  // may reach the target
+  if (eval_due && !in_background) record.set_eval_seconds(evaluate(now));
   const uint64_t checkpoint_every = config_.checkpoint().every_steps();
   const std::optional<std::string> stop = stop_reached(now);
   if (checkpoint_every > 0 && t.steps() % checkpoint_every == 0 && !stop) {
     record.set_checkpoint_seconds(checkpoint(now));
   }
+  // After the checkpoint, so that it never waits for this evaluation.
+  if (eval_due && in_background) record.set_eval_seconds(request_evaluation(now));
   metrics_.record_step(record);
+  live_metrics_.step_recorded(record);
   observe_threshold(closed, now);
+  publish_live(now);
   if (stop) {
     finish(*stop, 0, now);
     return;
@@ -760,36 +767,22 @@ void Coordinator::observe_threshold(const ClosedStep& closed, double now) {
 }
 
 double Coordinator::evaluate(double now) {
+  // In the step loop, on the replica itself: the steps wait for it.
   const double begin = clock_();
-  const Evaluation e = evaluator_->evaluate(replica_.model());
-  const double took = clock_() - begin;
-  v1::RunTotals& t = metrics_.totals();
-  t.set_has_eval(true);
-  t.set_last_eval_loss(e.loss);
-  t.set_last_eval_accuracy(e.accuracy);
-  t.set_last_eval_step(t.steps());
-  v1::EvalRecord r;
-  r.set_step(static_cast<uint32_t>(t.steps()));
-  r.set_epochs(epochs());
-  r.set_wall_seconds(wall(now) + took);
-  r.set_eval_loss(e.loss);
-  r.set_eval_accuracy(e.accuracy);
-  r.set_samples(static_cast<uint32_t>(e.samples));
-  r.set_seconds(took);
-  metrics_.record_eval(r);
-  log_->info("eval after step {}: loss {:.4f}, accuracy {:.2f}% on {} held-out samples ({:.1f} s)",
-             t.steps(), e.loss, 100.0 * e.accuracy, e.samples, took);
-  const double target = config_.stop().target_accuracy();
-  if (target > 0.0 && e.accuracy >= target && !t.reached_target()) {
-    t.set_reached_target(true);
-    t.set_time_to_target_seconds(wall(now) + took);
-  }
-  return took;
+  EvaluationResult result;
+  result.request = {metrics_.totals().steps(), wall(now), epochs()};
+  result.evaluation = evaluator_->evaluate(replica_.model());
+  result.seconds = clock_() - begin;
+  record_evaluation(result, now + result.seconds);
+  return result.seconds;
 }
 
 double Coordinator::checkpoint(double now) {
   if (setup_.run_dir.empty()) return 0.0;
   const double begin = clock_();
+  // An evaluation of an earlier step still running: its result goes into
+  // the totals the checkpoint saves (a resumed run could not redo it).
+  if (setup_.evaluation_thread != nullptr) collect_evaluation(true, now);
   v1::CheckpointHeader header;
   *header.mutable_config() = config_;
   header.set_next_step(step_);
@@ -825,6 +818,9 @@ std::optional<std::string> Coordinator::stop_reached(double now) const {
 
 void Coordinator::finish(const std::string& reason, int exit_code, double now) {
   v1::RunTotals& t = metrics_.totals();
+  // The evaluation still running completes, and is recorded, before the
+  // summary.
+  if (setup_.evaluation_thread != nullptr) collect_evaluation(true, now);
   if (exit_code == 0 && evaluator_ != nullptr &&
       (!t.has_eval() || t.last_eval_step() != t.steps())) {
     evaluate(now);
@@ -858,6 +854,7 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
   } else {
     log_->error("run failed after {} steps: {}", t.steps(), reason);
   }
+  publish_live(now);
 }
 
 void Coordinator::stop(const std::string& reason, int exit_code, double now) {
@@ -869,6 +866,17 @@ void Coordinator::stop(const std::string& reason, int exit_code, double now) {
 void Coordinator::tick(double now) {
   if (phase_ == Phase::kFinished) return;
   const v1::LivenessConfig& live = config_.liveness();
+  if (setup_.evaluation_thread != nullptr && collect_evaluation(false, now)) {
+    publish_live(now);
+    // A step in flight closes first; with none (all workers gone), a
+    // target reached ends the run now.
+    if (phase_ == Phase::kWaiting && metrics_.totals().reached_target()) {
+      if (const auto stop = stop_reached(now)) {
+        finish(*stop, 0, now);
+        return;
+      }
+    }
+  }
 
   if (now - last_heartbeat_ >= live.heartbeat_seconds()) {
     last_heartbeat_ = now;

@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "comm/message.h"
+#include "coordinator/evaluation_thread.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/ledger.h"
+#include "coordinator/live_metrics.h"
 #include "coordinator/membership.h"
 #include "coordinator/planner.h"
 #include "coordinator/reducer.h"
@@ -49,6 +51,12 @@ struct CoordinatorSetup {
   std::optional<v1::CheckpointHeader> resume;
   // This process's BLAS (common/blas_runtime.h), for summary.json's "blas".
   std::optional<v1::BlasInfo> blas;
+  // Evaluation off the step loop (coordinator/evaluation_thread.h), on a
+  // snapshot of the replica; null: evaluations run in the step loop.
+  EvaluationThread* evaluation_thread = nullptr;
+  // Live metrics: called on the step loop's thread with a fresh snapshot
+  // after every step and evaluation (coordinator/metrics_server.h).
+  std::function<void(std::shared_ptr<const LiveSnapshot>)> publish_metrics{};
 };
 
 class Coordinator {
@@ -120,6 +128,19 @@ class Coordinator {
   // Each returns the seconds it took on the coordinator's clock.
   double evaluate(double now);
   double checkpoint(double now);
+  // Evaluation off the step loop (coordinator_observe.cc). Starts one on
+  // a snapshot of the replica, after waiting for the previous one if it
+  // still runs; returns the seconds the step loop spent.
+  double request_evaluation(double now);
+  // Records a finished evaluation, if any (true then); `wait`: waits for a
+  // running one.
+  bool collect_evaluation(bool wait, double now);
+  void record_evaluation(const EvaluationResult& result, double now);
+  // Resuming: adopts an evaluation recorded after the checkpoint was
+  // written, or evaluates the restored replica if one was due at its step.
+  void resume_evaluations(double now);
+  // Hands a snapshot of the live metrics to setup_.publish_metrics.
+  void publish_live(double now);
   std::optional<std::string> stop_reached(double now) const;
   void finish(const std::string& reason, int exit_code, double now);
   void progress(double now);
@@ -162,6 +183,8 @@ class Coordinator {
   std::map<uint32_t, Planned> planned_;
   double last_loss_ = 0.0;
   double recent_step_seconds_ = 0.0;
+  LiveMetrics live_metrics_;
+  uint64_t evaluations_ = 0;  // finished since this process started
 };
 
 }  // namespace dctrain

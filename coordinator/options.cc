@@ -31,6 +31,14 @@ void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
   app.add_option("--threads", options.threads, "Compute threads for evaluation")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  app.add_option("--metrics-port", options.metrics_port,
+                 "Serve live metrics (Prometheus text) at http://ADDRESS:PORT/metrics; 0: a free "
+                 "port, written to RUN_DIR/metrics_endpoint; absent: no server")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-address", options.metrics_address,
+                 "Numeric address the metrics server listens on (0.0.0.0 or :: for every "
+                 "interface)")
+      ->capture_default_str();
   add_blas_options(app, options.blas_info);
 }
 

@@ -19,6 +19,8 @@ struct CoordinatorOptions {
   int threads = 1;                      // compute threads of the coordinator's replica (evaluation)
   std::string log_level = "info";
   bool blas_info = false;  // log the BLAS core and an sgemm figure, then exit
+  int metrics_port = -1;   // Prometheus metrics over HTTP; -1: off, 0: a free port
+  std::string metrics_address = "127.0.0.1";
 };
 
 // Registers every flag, bound to `options`, with its default shown by --help.

@@ -18,7 +18,9 @@
 #include "common/stop_signals.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/evaluation_thread.h"
 #include "coordinator/evaluator.h"
+#include "coordinator/metrics_server.h"
 #include "coordinator/run_metrics.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"
@@ -122,9 +124,31 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     log->info("listening on {}; waiting for {} workers (dctrain-worker --connect {})", endpoint,
               config.workers(), endpoint);
 
+    // Evaluation off the step loop: a second model of the same architecture
+    // holds the snapshot (with its own compute threads).
+    std::optional<EvaluationThread> evaluation_thread;
+    if (!config.eval().in_step_loop()) {
+      evaluation_thread.emplace(evaluator,
+                                make_model(model_spec(config, train->shape(), options.threads)));
+    }
+    std::unique_ptr<MetricsServer> metrics_server;
+    if (options.metrics_port >= 0) {
+      metrics_server = std::make_unique<MetricsServer>(
+          options.metrics_address, static_cast<uint16_t>(options.metrics_port), log);
+      write_file_atomically(run_dir / "metrics_endpoint", metrics_server->url() + "\n");
+      log->info("metrics: Prometheus text at {} (try: curl -s {})", metrics_server->url(),
+                metrics_server->url());
+    }
+
     const Clock::time_point t0 = Clock::now();
     auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
     CoordinatorSetup setup{config, train_size, run_dir, resume, to_proto(blas)};
+    if (evaluation_thread) setup.evaluation_thread = &*evaluation_thread;
+    if (metrics_server) {
+      setup.publish_metrics = [server = metrics_server.get()](auto snapshot) {
+        server->publish(std::move(snapshot));
+      };
+    }
     Coordinator coordinator(std::move(setup), replica, &evaluator, transport, log, now);
     Received received;
     while (!coordinator.finished()) {

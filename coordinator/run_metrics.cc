@@ -127,6 +127,9 @@ v1::RunSummary RunMetrics::summary(const v1::RunConfig& config, double wall_seco
       number_or_null(t.reached_target() ? std::optional(t.time_to_target_seconds()) : none);
   const double target = config.stop().target_accuracy();
   *s.mutable_target_accuracy() = number_or_null(target > 0 ? std::optional(target) : none);
+  *s.mutable_target_step() = number_or_null(
+      t.reached_target() ? std::optional(static_cast<double>(t.target_step())) : none);
+  s.set_evaluations_waited(static_cast<uint32_t>(t.evaluations_waited()));
   s.set_checksum_mismatches(count(t.checksum_mismatches()));
   s.set_workers_released(count(t.workers_released()));
   s.set_epochs_audited(count(t.epochs_completed()));

@@ -76,6 +76,7 @@ int main(int argc, char** argv) try {
   std::string config, out_dir = "runs/latest", data_dir, tau, log_level = "info", resume;
   int threads = 1;
   int64_t steps = 0;
+  int metrics_port = -1;
   dctrain::add_common_options(app, "dctrain-launch", log_level);
   app.add_option("--workers", workers, "Worker processes to start")
       ->check(CLI::Range(1, 256))
@@ -93,6 +94,10 @@ int main(int argc, char** argv) try {
   app.add_option("--tau", tau, "Override the config's threshold: seconds, 'inf' or 'auto'");
   app.add_option("--steps", steps, "Override the config's max steps (0: keep)")
       ->capture_default_str();
+  app.add_option("--metrics-port", metrics_port,
+                 "The coordinator's live metrics port (0: a free one, in RUN_DIR/metrics_endpoint; "
+                 "absent: none)")
+      ->check(CLI::Range(0, 65535));
   app.footer(
       "Environment:\n"
       "  OPENBLAS_CORETYPE   passed on to the coordinator and the workers, like the rest of the\n"
@@ -128,6 +133,9 @@ int main(int argc, char** argv) try {
   if (!data_dir.empty()) coordinator.insert(coordinator.end(), {"--data-dir", data_dir});
   if (!tau.empty()) coordinator.insert(coordinator.end(), {"--tau", tau});
   if (steps > 0) coordinator.insert(coordinator.end(), {"--steps", std::to_string(steps)});
+  if (metrics_port >= 0) {
+    coordinator.insert(coordinator.end(), {"--metrics-port", std::to_string(metrics_port)});
+  }
 
   std::vector<Child> children;
   children.push_back(spawn("coordinator", coordinator));

@@ -51,7 +51,7 @@ phase() {
 packages=(
   build-essential cmake ninja-build pkg-config
   libzmq3-dev cppzmq-dev libopenblas-dev libprotobuf-dev protobuf-compiler
-  libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev
+  libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev libmicrohttpd-dev
   libgtest-dev libgmock-dev
   gnuplot-nox iproute2
 )
