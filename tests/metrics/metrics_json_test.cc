@@ -248,7 +248,7 @@ TEST(MetricsJson, WhatIsWrittenReadsBackUnchanged) {
         expected.mutable_target_accuracy(), expected.mutable_predicted_at_step(),
         expected.mutable_predicted_tau(), expected.mutable_predicted_speedup(),
         expected.mutable_predicted_drop_rate(), expected.mutable_predicted_step_seconds(),
-        expected.mutable_predicted_baseline_step_seconds()}) {
+        expected.mutable_predicted_baseline_step_seconds(), expected.mutable_target_step()}) {
     v->set_null_value(google::protobuf::NULL_VALUE);
   }
   EXPECT_TRUE(MessageDifferencer::Equals(parse_summary(text, "summary.json"), expected)) << text;
