@@ -80,7 +80,6 @@ void Coordinator::record_evaluation(const EvaluationResult& result, double now) 
     log_->info("target accuracy {:.2f}% reached by the model after step {} (wall {:.1f} s)",
                100.0 * target, at.step, at.wall_seconds);
   }
-  publish_live(now);
 }
 
 void Coordinator::resume_evaluations(double now) {

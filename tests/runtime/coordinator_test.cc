@@ -4,10 +4,15 @@
 #include "coordinator/coordinator.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/base_sink.h>
 
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "common/version.h"
 #include "metrics/metrics_json.h"
@@ -59,6 +64,8 @@ class CoordinatorTest : public ::testing::Test {
     replica = std::make_unique<Replica>(testing::softmax_for(config), config.optimizer());
     CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
                            std::nullopt};
+    setup.evaluation_thread = evaluation_thread;
+    setup.publish_metrics = publish_metrics;
     coordinator = std::make_unique<Coordinator>(setup, *replica, evaluator, outbox, log.logger,
                                                 [this] { return now; });
     for (const char* name : {"a", "b", "c"}) workers.emplace(name, FakeWorker(name, *train));
@@ -158,6 +165,9 @@ class CoordinatorTest : public ::testing::Test {
   RecordingOutbox outbox;
   CapturedLog log;
   Evaluator* evaluator = nullptr;  // none unless a test sets one before start()
+  // Evaluation off the step loop and live metrics, when a test sets them.
+  EvaluationThread* evaluation_thread = nullptr;
+  std::function<void(std::shared_ptr<const LiveSnapshot>)> publish_metrics;
   std::unique_ptr<Coordinator> coordinator;
   std::map<std::string, FakeWorker> workers;
   std::map<uint64_t, std::vector<v1::Plan>> plans;
@@ -734,6 +744,234 @@ TEST_F(CoordinatorTest, ScheduleSizedInEpochsSpansThemWhateverRequeueAdds) {
     settled += r.samples();
   }
   EXPECT_EQ(settled, 480u);
+}
+
+// An evaluation off the step loop that the test holds: the first `held`
+// calls block inside evaluate() until the test lets each go; each call
+// returns the next accuracy of the list (the last one repeats).
+class HeldEvaluator : public Evaluator {
+ public:
+  HeldEvaluator(std::vector<double> accuracies, int held)
+      : accuracies_(std::move(accuracies)), held_(held) {}
+  Evaluation evaluate(Model&) override {
+    std::unique_lock lock(mutex_);
+    const int call = calls_++;
+    inside_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return call >= held_ || call < released_; });
+    inside_ = false;
+    const double a = accuracies_[std::min<size_t>(call, accuracies_.size() - 1)];
+    return Evaluation{1.0 - a, a, 100};
+  }
+  void release_one() {
+    std::lock_guard lock(mutex_);
+    ++released_;
+    changed_.notify_all();
+  }
+  // Lets every call go when it goes out of scope, so that a test that fails
+  // with an evaluation held still ends.
+  struct ReleaseAll {
+    HeldEvaluator& held;
+    ~ReleaseAll() {
+      std::lock_guard lock(held.mutex_);
+      held.released_ = 1 << 30;
+      held.changed_.notify_all();
+    }
+  };
+  // Waits (at most 30 s) until an evaluation is inside evaluate().
+  bool wait_inside() {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, std::chrono::seconds(30), [&] { return inside_; });
+  }
+  bool inside() {
+    std::lock_guard lock(mutex_);
+    return inside_;
+  }
+  int calls() {
+    std::lock_guard lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  std::vector<double> accuracies_;
+  int held_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int calls_ = 0, released_ = 0;
+  bool inside_ = false;
+};
+
+// A log sink that raises a flag once a message containing `part` is logged
+// (the captured log's text cannot be read while another thread logs).
+class FlagSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit FlagSink(std::string part) : part_(std::move(part)) {}
+  std::atomic<bool> seen{false};
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (std::string_view(msg.payload.data(), msg.payload.size()).find(part_) !=
+        std::string_view::npos)
+      seen = true;
+  }
+  void flush_() override {}
+
+ private:
+  std::string part_;
+};
+
+TEST_F(CoordinatorTest, BackgroundEvaluationLetsStepsGoOnAndTheTargetCountsFromItsStep) {
+  // The evaluation of step 4 is held until step 6 has closed: steps 5 and 6
+  // run while it does. Its accuracy reaches the target: the run stops when
+  // the result arrives (at the close of step 7), and the time to target is
+  // step 4's wall time, not the result's.
+  config.mutable_eval()->set_every_steps(4);
+  config.mutable_stop()->set_max_steps(20);
+  config.mutable_stop()->set_target_accuracy(0.9);
+  HeldEvaluator held({0.95, 0.97}, 1);
+  evaluator = &held;
+  v1::RunConfig finalized = config;  // the model's shape as start() will make it
+  finalize_run_config(finalized);
+  EvaluationThread thread(held, testing::softmax_for(finalized));
+  const HeldEvaluator::ReleaseAll unblock{held};  // first to go: the thread can then join
+  evaluation_thread = &thread;
+  std::map<uint64_t, bool> evaluating_at;  // steps done -> evaluation 4 running at its close
+  uint64_t last_steps = 0;
+  publish_metrics = [&](std::shared_ptr<const LiveSnapshot> s) {
+    if (s->steps <= last_steps) return;
+    last_steps = s->steps;
+    now += 1.0;  // one second per step on the coordinator's clock
+    if (s->steps == 4) {
+      ASSERT_TRUE(held.wait_inside());
+    }
+    evaluating_at[s->steps] = held.inside();
+    if (s->steps == 6) {
+      held.release_one();
+      evaluation_thread->wait_idle();
+    }
+  };
+  start();
+  join_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->exit_code(), 0);
+  EXPECT_TRUE(evaluating_at[4] && evaluating_at[5] && evaluating_at[6])
+      << "steps 5 and 6 closed while step 4 was evaluated";
+  EXPECT_FALSE(evaluating_at[7]);
+  const MetricsRecords m = metrics();
+  ASSERT_EQ(m.steps.size(), 7u) << "stopped at the close of the step in flight";
+  ASSERT_EQ(m.evals.size(), 2u);
+  EXPECT_EQ(m.evals[0].step(), 4u);
+  EXPECT_EQ(m.evals[0].eval_accuracy(), 0.95);
+  EXPECT_EQ(m.evals[0].wall_seconds(), m.steps[3].wall_seconds()) << "its step's time";
+  EXPECT_EQ(m.evals[0].finished_wall_seconds(), m.steps[6].wall_seconds());
+  EXPECT_GT(m.steps[6].wall_seconds(), m.steps[3].wall_seconds());
+  EXPECT_EQ(m.evals[1].step(), 7u) << "the final model, evaluated before the summary";
+  for (const v1::StepRecord& r : m.steps) EXPECT_EQ(r.eval_seconds(), 0.0) << r.step();
+  const v1::RunSummary summary = parse_summary(run_file("summary.json"), "summary.json");
+  EXPECT_EQ(optional_number(summary.time_to_target_seconds()), m.steps[3].wall_seconds());
+  EXPECT_EQ(optional_number(summary.target_step()), 4.0);
+  EXPECT_EQ(optional_number(summary.final_eval_step()), 7.0);
+  EXPECT_EQ(optional_number(summary.final_eval_accuracy()), 0.97);
+  EXPECT_NE(summary.stop_reason().find("target accuracy"), std::string::npos);
+  EXPECT_TRUE(log.contains("3 more steps done meanwhile")) << log.text.str();
+  EXPECT_TRUE(log.contains("reached by the model after step 4")) << log.text.str();
+}
+
+TEST_F(CoordinatorTest, EvaluationStillRunningMakesTheNextOneWaitAndNoneIsSkipped) {
+  // Evaluations every 2 steps; the first is held until the coordinator says
+  // that the next one waits for it: then every evaluation asked for exists.
+  config.mutable_eval()->set_every_steps(2);
+  config.mutable_stop()->set_max_steps(6);
+  HeldEvaluator held({0.5}, 1);
+  evaluator = &held;
+  v1::RunConfig finalized = config;  // the model's shape as start() will make it
+  finalize_run_config(finalized);
+  EvaluationThread thread(held, testing::softmax_for(finalized));
+  const HeldEvaluator::ReleaseAll unblock{held};
+  evaluation_thread = &thread;
+  auto flag = std::make_shared<FlagSink>("waits for the one of step 2");
+  log.logger->sinks().push_back(flag);
+  start();
+  std::jthread releaser([&] {
+    for (int i = 0; i < 3000 && !flag->seen; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    held.release_one();  // also after a timeout, so a failure cannot hang
+  });
+  join_all();
+  pump();
+  releaser.join();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_TRUE(flag->seen) << log.text.str();
+  std::vector<uint32_t> evaluated;
+  for (const v1::EvalRecord& r : metrics().evals) evaluated.push_back(r.step());
+  EXPECT_EQ(evaluated, (std::vector<uint32_t>{2, 4, 6}));
+  EXPECT_EQ(held.calls(), 3);
+  EXPECT_GE(coordinator->totals().evaluations_waited(), 1u);
+  const v1::RunSummary summary = parse_summary(run_file("summary.json"), "summary.json");
+  EXPECT_GE(summary.evaluations_waited(), 1u);
+}
+
+TEST_F(CoordinatorTest, LiveMetricsAgreeWithTheRecordsOfEachStep) {
+  // Every snapshot, as published, against metrics.jsonl as it stands then.
+  config.mutable_step()->set_tau(0.5);
+  config.mutable_eval()->set_every_steps(2);
+  SlowEvaluator slow(now, 0.0);
+  evaluator = &slow;
+  int checked = 0;
+  std::shared_ptr<const LiveSnapshot> last;
+  publish_metrics = [&](std::shared_ptr<const LiveSnapshot> s) {
+    last = s;
+    const MetricsRecords m = metrics();
+    ASSERT_EQ(m.steps.size(), s->steps);
+    uint64_t samples = 0, micro_batches = 0;
+    std::map<std::string, uint64_t> steps_in;
+    for (const v1::StepRecord& r : m.steps) {
+      samples += r.samples();
+      micro_batches += r.completed();
+      for (const v1::WorkerStep& w : r.workers()) steps_in[w.name()] += w.contributed();
+    }
+    EXPECT_EQ(s->samples, samples);
+    EXPECT_EQ(s->microbatches_completed, micro_batches);
+    uint64_t histogram_micro_batches = 0;
+    for (const WorkerLiveMetrics& w : s->workers) {
+      EXPECT_EQ(w.step_compute.count, steps_in[w.name]) << w.name;
+      histogram_micro_batches += w.micro_batch_compute.count;
+    }
+    EXPECT_EQ(histogram_micro_batches, micro_batches);
+    if (!m.steps.empty()) {
+      EXPECT_EQ(s->loss, m.steps.back().loss());
+    }
+    EXPECT_EQ(s->has_eval, !m.evals.empty());
+    if (!m.evals.empty()) {
+      EXPECT_EQ(s->eval_accuracy, m.evals.back().eval_accuracy());
+      EXPECT_EQ(s->eval_step, m.evals.back().step());
+    }
+    ++checked;
+  };
+  start();
+  join_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_GE(checked, 4);
+  ASSERT_TRUE(last);
+  EXPECT_TRUE(last->finished);
+  EXPECT_EQ(last->steps, 4u);
+  EXPECT_EQ(last->tau, 0.5);
+  EXPECT_EQ(last->workers_alive, 3u);
+  ASSERT_EQ(last->workers.size(), 3u);
+  const std::string text = prometheus_text(*last);
+  EXPECT_NE(text.find("# TYPE dctrain_steps_total counter\ndctrain_steps_total 4\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("dctrain_tau_seconds 0.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("dctrain_eval_accuracy_ratio 0.5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("dctrain_worker_step_compute_seconds_bucket{worker=\"a\",rank=\"0\","
+                      "le=\"+Inf\"} 4\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE dctrain_worker_micro_batch_compute_seconds histogram\n"),
+            std::string::npos);
 }
 
 // The micro-batch that crosses tau: its whole injected delay by default, cut
