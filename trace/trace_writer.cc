@@ -49,6 +49,11 @@ std::string json_number(double value) {
   return fmt::format("{}", value);
 }
 
+std::string json_micros(double us) {
+  if (!std::isfinite(us)) return "null";
+  return fmt::format("{:.3f}", us);
+}
+
 TraceWriter::TraceWriter(std::filesystem::path path) : path_(std::move(path)) {
   file_.reset(std::fopen(path_.c_str(), "w+"));
   if (!file_) {
@@ -74,7 +79,7 @@ void TraceWriter::thread_name(int pid, int tid, std::string_view name) {
 void TraceWriter::complete(int pid, int tid, std::string_view name, double ts_us, double dur_us,
                            const TraceArgList& args) {
   begin_event("X", pid, tid, name, ts_us);
-  pending_ += ",\"dur\":" + json_number(std::max(0.0, dur_us));
+  pending_ += ",\"dur\":" + json_micros(std::max(0.0, dur_us));
   end_event(args);
 }
 
@@ -99,7 +104,7 @@ void TraceWriter::begin_event(std::string_view phase, int pid, int tid, std::str
   // The first event follows the head; every later one a comma.
   if (events_ > 0) pending_ += ",";
   pending_ += fmt::format("\n{{\"ph\":\"{}\",\"name\":{},\"pid\":{},\"tid\":{},\"ts\":{}", phase,
-                          json_string(name), pid, tid, json_number(ts_us));
+                          json_string(name), pid, tid, json_micros(ts_us));
   ++events_;
 }
 

@@ -7,7 +7,7 @@
 //   ...
 //   ],"otherData":{...}}
 //
-// Times are microseconds. flush() writes the events given since the last
+// Times are microseconds, written to the nanosecond. flush() writes the events given since the last
 // flush over the old closing part and then a new closing part, so the file
 // on disk is a whole JSON document after every flush: a run that ends, is
 // stopped by a signal or is killed between two flushes leaves a file that
@@ -81,5 +81,7 @@ class TraceWriter {
 std::string json_string(std::string_view text);
 // `value` as a JSON number, or null when it is not finite.
 std::string json_number(double value);
+// Microseconds to the nanosecond (the precision of the clocks), or null.
+std::string json_micros(double us);
 
 }  // namespace dctrain
