@@ -59,6 +59,7 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
       metrics_(setup_.run_dir,
                setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step()) : std::nullopt),
       threshold_(config_.step(), config_.seed()),
+      timeline_(setup_.run_dir, config_.trace(), clock_(), log_),
       needs_data_root_(needs_data_root(config_)) {
   const double now = clock_();
   created_ = run_started_ = waiting_since_ = now;
@@ -285,6 +286,7 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   }
   member->last_heard = now;
   const uint32_t rank = member->rank;
+  timeline_.contribution(rank, peer, message.envelope, now);
   if (message.envelope.has_contribution()) {
     worker_summary_.contribution_arrived(peer, step, message.envelope.contribution(), now);
   }
@@ -425,9 +427,11 @@ void Coordinator::start_step(double now) {
       out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
     }
     expected.push_back(plan.rank);
+    timeline_.plan(step_, body, clock_());
     send(membership_.at(plan.rank).name, std::move(m));
   }
   reducer_.begin(expected);
+  timeline_.span("plan", now, clock_());
   if (phase_ != Phase::kStepping && step_ == (setup_.resume ? setup_.resume->next_step() : 0)) {
     run_started_ = now;
     last_progress_ = now;
@@ -441,6 +445,7 @@ void Coordinator::start_step(double now) {
 }
 
 void Coordinator::close_step(double now) {
+  timeline_.span("step", step_started_, now);
   ClosedStep closed = settle_step();
   v1::StepRecord& record = closed.record;
   record.set_step_seconds(now - step_started_);
@@ -599,6 +604,7 @@ void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples)
   }
   reducer_.finish(divisor, static_cast<double>(record.samples()));
   record.set_reduce_seconds(clock_() - reduce_begin);
+  timeline_.span("reduce", reduce_begin, reduce_begin + record.reduce_seconds());
 
   const v1::RunTotals& t = metrics_.totals();
   record.set_lr(
@@ -617,10 +623,12 @@ void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples)
   for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(update));
 
   const double apply_begin = clock_();
+  timeline_.span("send update", reduce_begin + record.reduce_seconds(), apply_begin);
   if (record.applied())
     replica_.apply_update(reducer_.gradient(), reducer_.statistics(), record.lr());
   start_checksum_ = replica_.parameter_checksum();
   record.set_apply_seconds(clock_() - apply_begin);
+  timeline_.span("apply", apply_begin, apply_begin + record.apply_seconds());
 }
 
 void Coordinator::count_step(const v1::StepRecord& record) {
@@ -773,6 +781,7 @@ double Coordinator::evaluate(double now) {
   result.request = {metrics_.totals().steps(), wall(now), epochs()};
   result.evaluation = evaluator_->evaluate(replica_.model());
   result.seconds = clock_() - begin;
+  timeline_.span("evaluation", begin, begin + result.seconds);
   record_evaluation(result, now + result.seconds);
   return result.seconds;
 }
@@ -796,7 +805,9 @@ double Coordinator::checkpoint(double now) {
   } catch (const std::exception& e) {
     log_->error("checkpoint at step {} failed: {}", step_, e.what());
   }
-  return clock_() - begin;
+  const double end = clock_();
+  timeline_.span("checkpoint", begin, end);
+  return end - begin;
 }
 
 std::optional<std::string> Coordinator::stop_reached(double now) const {
@@ -855,6 +866,7 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
     log_->error("run failed after {} steps: {}", t.steps(), reason);
   }
   publish_live(now);
+  timeline_.close();
 }
 
 void Coordinator::stop(const std::string& reason, int exit_code, double now) {

@@ -37,6 +37,7 @@
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
 #include "runtime/replica.h"
+#include "trace/timeline.h"
 
 namespace dctrain {
 
@@ -162,6 +163,7 @@ class Coordinator {
   RunMetrics metrics_;
   Threshold threshold_;
   WorkerSummary worker_summary_;
+  Timeline timeline_;  // trace.json (trace/timeline.h)
 
   bool needs_data_root_ = false;
   Phase phase_ = Phase::kJoining;

@@ -208,6 +208,7 @@ void apply_defaults(v1::RunConfig& c) {
 
   DCTRAIN_DEFAULT(*c.mutable_eval(), batch, 256u);
   DCTRAIN_DEFAULT(c, progress_seconds, 5.0);
+  if (!c.trace().has_window_steps()) c.mutable_trace()->set_window_steps(20);
 }
 
 #undef DCTRAIN_DEFAULT

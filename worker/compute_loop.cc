@@ -1,6 +1,7 @@
 #include "worker/compute_loop.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
@@ -20,6 +21,7 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   v1::Contribution& c = *out.envelope.mutable_contribution();
   c.set_parameter_checksum(replica_.parameter_checksum());
 
+  trace_.begin_step(step, plan, received);
   model.gradients().zero();
   if (replica_.buffer_count() > 0) model.statistics().zero();
   const double start = clock_.now();
@@ -28,6 +30,7 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   for (const v1::MicroBatch& mb : plan.micro_batches()) {
     if (since(start) >= plan.tau()) {
       c.add_dropped(mb.id());
+      trace_.instant("dropped micro-batch", clock_.now(), {{"micro_batch", mb.id()}});
       continue;
     }
     const double begin = clock_.now();
@@ -37,11 +40,15 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
     const double computed = since(begin);
     double delay = delays_.delay_after(computed);
     if (delays_.caps_at_tau()) delay = std::min(delay, std::max(0.0, plan.tau() - since(start)));
+    const double delay_begin = clock_.now();
     if (delay > 0.0) clock_.sleep(delay);
     v1::MicroBatchTime& t = *c.add_completed();
     t.set_id(mb.id());
     t.set_compute_seconds(since(begin));
     t.set_delay_seconds(delay);
+    trace_.span("micro-batch", begin, begin + t.compute_seconds(),
+                {{"micro_batch", mb.id()}, {"samples", r.samples}, {"delay_seconds", delay}});
+    if (delay > 0.0) trace_.span("injected delay", delay_begin, begin + t.compute_seconds());
     loss_sum += r.loss_sum;
     loss_terms += r.loss_terms;
     samples += r.samples;
@@ -56,11 +63,21 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   add_tensor(out, "gradient", model.gradients().flat());
   if (replica_.buffer_count() > 0) add_tensor(out, "statistics", model.statistics().flat());
   c.set_overhead_seconds(std::max(0.0, since(received) - compute));
+  trace_.span("compute", start, start + compute,
+              {{"completed", c.completed_size()}, {"dropped", c.dropped_size()}});
+  if (std::isfinite(plan.tau())) trace_.instant("tau", start + plan.tau(), {{"tau", plan.tau()}});
+  trace_.span("pack contribution", start + compute, clock_.now());
+  trace_.report_into(c, clock_.now());
   return out;
 }
 
 void ComputeLoop::apply(const Message& update) {
-  if (!update.envelope.update().applied()) return;
+  const double begin = clock_.now();
+  if (!update.envelope.update().applied()) {
+    if (update.envelope.step() == trace_.step())
+      trace_.span("apply", begin, begin, {{"applied", 0}});
+    return;
+  }
   Model& model = replica_.model();
   // The gradient arena is free between steps: the update lands there.
   std::span<float> gradient = model.gradients().flat();
@@ -68,6 +85,8 @@ void ComputeLoop::apply(const Message& update) {
   statistics_.resize(replica_.buffer_count());
   if (!statistics_.empty()) copy_tensor(update, 1, statistics_);
   replica_.apply_update(gradient, statistics_, update.envelope.update().learning_rate());
+  if (update.envelope.step() == trace_.step())
+    trace_.span("apply", begin, clock_.now(), {{"applied", 1}});
 }
 
 }  // namespace dctrain

@@ -16,6 +16,7 @@
 #include "comm/message.h"
 #include "data/dataset.h"
 #include "runtime/replica.h"
+#include "trace/recorder.h"
 #include "worker/delay_model.h"
 #include "worker/worker_clock.h"
 
@@ -33,6 +34,10 @@ class ComputeLoop {
   // Applies a validated update (tensor 0: gradient, 1: statistics if any).
   void apply(const Message& update);
 
+  // The timeline's events of traced steps (trace/recorder.h), carried by
+  // the next contribution.
+  TraceRecorder& trace() { return trace_; }
+
  private:
   Replica& replica_;
   const Dataset& train_;
@@ -42,6 +47,7 @@ class ComputeLoop {
   Batch batch_;
   std::vector<uint64_t> ids_;
   std::vector<float> statistics_;
+  TraceRecorder trace_;
 };
 
 }  // namespace dctrain

@@ -10,6 +10,7 @@
 #include "comm/validation.h"
 #include "common/cli.h"
 #include "common/version.h"
+#include "trace/recorder.h"
 #include "worker/exit_codes.h"
 
 namespace dctrain {
@@ -100,7 +101,9 @@ void WorkerSession::on_compute(ComputeOutput output, double now) {
     finish(status->exit_code);
     return;
   }
-  coordinator_.send(std::get<Message>(std::move(output)));
+  Message& message = std::get<Message>(output);
+  stamp_trace_sent(message.envelope, now);  // the timeline's round trip (trace/recorder.h)
+  coordinator_.send(std::move(message));
   last_sent_ = now;
 }
 

@@ -4,6 +4,7 @@
 // speedup against worker count.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "common/threshold_model.h"
 #include "metrics/metrics_json.h"
 #include "tools/experiment/sweep.h"
+#include "tools/report/document.h"
 #include "tools/report/prediction.h"
 #include "tools/report/tables.h"
 #include "tools/runs/run_folder.h"
@@ -428,6 +430,32 @@ TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
   EXPECT_NE(markdown_tables(report).find("| tau = 1 s, requeue |"), std::string::npos);
   EXPECT_NE(markdown_tables(report).find("\n\nPredicted speedup with the best tau: 1.00x at 4"),
             std::string::npos);
+}
+
+// A run folder with a trace.json gets a link to it in both documents; one
+// without gets none.
+TEST(Document, LinksTheTimelineOfEachRunThatHasOne) {
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("dctrain-report-trace-{}", ::getpid());
+  fs::remove_all(dir);
+  std::vector<RunFolder> runs;
+  runs.push_back(fake_run("inf", true, 1, 0.8, 100, std::nullopt));
+  runs.push_back(fake_run("p90", true, 1, 0.8, 120, std::nullopt, 0.2));
+  runs[0].dir = dir / "traced run";
+  runs[1].dir = dir / "untraced";
+  fs::create_directories(runs[0].dir);
+  fs::create_directories(runs[1].dir);
+  std::ofstream(runs[0].dir / "trace.json") << "{\"traceEvents\":[]}";
+  const Report report = build_report(std::move(runs), std::nullopt);
+  const std::string md = report_markdown(report, {});
+  const std::string trace = fs::absolute(dir / "traced run" / "trace.json").string();
+  EXPECT_NE(md.find("[traced run](<" + trace + ">)"), std::string::npos) << md;
+  EXPECT_EQ(md.find("untraced/trace.json"), std::string::npos) << md;
+  const std::string html = report_html(report, {}, dir);
+  EXPECT_NE(html.find(">traced run</a>"), std::string::npos) << html;
+  EXPECT_NE(html.find("traced%20run/trace.json\">"), std::string::npos) << html;
+  EXPECT_EQ(html.find("untraced/trace.json"), std::string::npos) << html;
+  fs::remove_all(dir);
 }
 
 }  // namespace

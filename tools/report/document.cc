@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <fstream>
 #include <iterator>
 
@@ -72,6 +73,38 @@ constexpr const char* kPredictionNote =
     "baseline's recorded steps replayed under the case's tau with the same workers (each keeps its "
     "rank, so a straggler stays one).";
 
+constexpr const char* kTimelineNote =
+    "Timelines (trace.json: open in https://ui.perfetto.dev or chrome://tracing):";
+
+// The runs of `e` that recorded a timeline: folder name and trace.json's
+// absolute path (the report may be opened from anywhere).
+std::vector<std::pair<std::string, std::string>> timelines(const Experiment& e) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const RunFolder& run : e.runs) {
+    const fs::path trace = run.dir / "trace.json";
+    std::error_code error;
+    if (fs::is_regular_file(trace, error)) {
+      out.emplace_back(run.dir.filename().string(), fs::absolute(trace).string());
+    }
+  }
+  return out;
+}
+
+// A path as a file: URL (unreserved characters and '/' kept, the rest
+// percent-encoded).
+std::string file_url(const std::string& path) {
+  std::string out = "file://";
+  for (const char ch : path) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || ch == '/' || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+      out += ch;
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string report_markdown(const Report& report, const std::vector<Plot>& plots) {
@@ -84,6 +117,12 @@ std::string report_markdown(const Report& report, const std::vector<Plot>& plots
     out += "Run folders:";
     for (const RunFolder& run : e.runs) out += " `" + run.dir.string() + "`";
     out += "\n\n";
+    const auto traces = timelines(e);
+    if (!traces.empty()) {
+      out += kTimelineNote;
+      for (const auto& [name, path] : traces) out += fmt::format(" [{}](<{}>)", name, path);
+      out += "\n\n";
+    }
     for (const Plot& p : plots) {
       if (p.section == e.slug) out += fmt::format("![{}]({})\n\n", p.title, p.image.string());
     }
@@ -135,6 +174,14 @@ std::string report_html(const Report& report, const std::vector<Plot>& plots,
     for (const RunFolder& run : e.runs)
       out += " <code>" + html_escape(run.dir.string()) + "</code>";
     out += "</p>\n";
+    const auto traces = timelines(e);
+    if (!traces.empty()) {
+      out += "<p>" + html_escape(kTimelineNote);
+      for (const auto& [name, path] : traces) {
+        out += " <a href=\"" + html_escape(file_url(path)) + "\">" + html_escape(name) + "</a>";
+      }
+      out += "</p>\n";
+    }
     for (const Plot& p : plots) {
       if (p.section == e.slug) out += image(p);
     }
