@@ -18,6 +18,20 @@ if(DCTRAIN_SANITIZE)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
+# Every library gets libFuzzer's coverage instrumentation and the sanitizers;
+# only the fuzz targets link libFuzzer's main (fuzz/CMakeLists.txt).
+if(DCTRAIN_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "DCTRAIN_FUZZ needs clang (libFuzzer): configure with the `fuzz` preset "
+                        "(clang++-14, installed by tools/setup.sh --fuzz)")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+  # The code's GCC pragmas name warnings clang does not know.
+  target_compile_options(dctrain_options INTERFACE -Wno-unknown-warning-option)
+endif()
+
 # Helper: a project library in folder DIR with public headers under the
 # repository root (so includes read "model/param_table.h").
 function(dctrain_library name)

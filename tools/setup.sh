@@ -7,20 +7,23 @@
 #   tools/setup.sh --preset NAME   another CMake preset (e.g. debug-asan)
 #   tools/setup.sh --deps-only     install packages, build nothing
 #   tools/setup.sh --browser       also install Chromium, for the report's browser test
+#   tools/setup.sh --fuzz          also install clang-14 and libFuzzer, for tools/fuzz.sh
 #   tools/setup.sh --log FILE      apt-get and build output to FILE, one line per phase here
 set -euo pipefail
 
 preset=release
 build=1
 browser=0
+fuzz=0
 log=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset="$2"; shift 2 ;;
     --deps-only) build=0; shift ;;
     --browser) browser=1; shift ;;
+    --fuzz) fuzz=1; shift ;;
     --log) log="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,6 +61,8 @@ packages=(
 # Headless Chromium opens the report in report_in_browser_test (label
 # browser), which is skipped where it is absent.
 [ "$browser" -eq 0 ] || packages+=(chromium)
+# The fuzz preset's compiler and libFuzzer's runtime (tools/fuzz.sh).
+[ "$fuzz" -eq 0 ] || packages+=(clang-14 libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,63 @@
+// What the fuzz targets share: a logger that formats every message (so the
+// log lines run too) and drops it, a scratch folder per process, and the
+// small run the message-handler targets drive (the unit tests' run: softmax
+// regression on 8x8 synthetic images, 3 workers).
+#pragma once
+
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "runtime/run_config.h"
+
+namespace dctrain::fuzz {
+
+inline std::shared_ptr<spdlog::logger> quiet_logger() {
+  auto logger =
+      std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>());
+  logger->set_level(spdlog::level::debug);
+  return logger;
+}
+
+// A fresh folder for this process (libFuzzer's -jobs run several at once).
+inline std::filesystem::path scratch_dir(const std::string& target) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("dctrain-fuzz-" + target + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The run the coordinator and session targets (and their seeds) use: no
+// checkpoints (each would fsync), no evaluation, 4 steps.
+inline constexpr char kRunConfig[] = R"(
+name: "fuzz"
+seed: 5
+workers: 3
+model { name: "mlp" image_channels: 1 image_height: 8 image_width: 8 }
+dataset { kind: "synthetic" synthetic_samples: 600 train_limit: 240 }
+optimizer { kind: "sgd" lr: 0.1 momentum: 0.9 }
+step { global_batch: 24 micro_batch: 4 tau: inf }
+liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_timeout_seconds: 120 }
+checkpoint { every_steps: 0 }
+stop { max_steps: 4 }
+)";
+
+inline v1::RunConfig run_config() {
+  v1::RunConfig config = parse_run_config(kRunConfig, "fuzz run");
+  finalize_run_config(config);
+  return config;
+}
+
+// The names of the four peers a script speaks as (the run has three
+// workers; the fourth is one too many).
+inline std::string peer_name(uint8_t peer) {
+  static constexpr const char* kNames[] = {"a", "b", "c", "d"};
+  return kNames[peer % 4];
+}
+
+}  // namespace dctrain::fuzz

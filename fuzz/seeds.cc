@@ -1,0 +1,212 @@
+// dctrain-fuzz-seeds OUT_DIR: writes the fuzz targets' seed corpora, made
+// of real messages and files rather than committed binaries. It runs the
+// fuzz run (fuzz/harness.h) for real in this process, as
+// tests/runtime/coordinator_test.cc does: a coordinator with a recording
+// outbox and three workers running the real session and trainer, messages
+// passed between them until the run finishes. From that run:
+//   coordinator/   the script of everything the workers sent it (hellos,
+//                  readies, contributions with their gradient frames), and
+//                  each step's prefix of it
+//   session/       the script of everything worker 'a' was sent (welcome,
+//                  plans, updates, bye), and a heartbeat / rejoin / refusal
+//   envelope/      every kind of message, one per file
+//   metrics_json/  the run's metrics.jsonl and summary.json
+//   checkpoint/    the run's checkpoint (as is, and for checksum fix-up)
+//   text_format/   the repository's run configs and the run's config.cfg
+//   sweep/         the repository's sweeps
+#include <fmt/format.h>
+
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "common/files.h"
+#include "coordinator/checkpoint.h"
+#include "coordinator/coordinator.h"
+#include "fuzz/frames.h"
+#include "fuzz/harness.h"
+#include "runtime/setup.h"
+#include "tests/runtime/fake_cluster.h"
+
+namespace dctrain::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Corpus {
+ public:
+  explicit Corpus(fs::path root) : root_(std::move(root)) {}
+  void add(const std::string& target, const std::string& bytes) {
+    const fs::path dir = root_ / target;
+    fs::create_directories(dir);
+    const size_t n = counts_[target]++;
+    std::ofstream out(dir / fmt::format("seed-{:03}", n), std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error(fmt::format("cannot write a seed under '{}'", dir.string()));
+  }
+  size_t total() const {
+    size_t n = 0;
+    for (const auto& [target, count] : counts_) n += count;
+    return n;
+  }
+
+ private:
+  fs::path root_;
+  std::map<std::string, size_t> counts_;
+};
+
+// One message in the `parts` scheme (the envelope target's input).
+std::string as_parts(const Message& message) {
+  std::string out;
+  write_parts(out, encode(testing::copy_of(message)));
+  return out;
+}
+
+void add_script_action(std::string& script, const std::string& peer, const Message& message,
+                       double advance) {
+  const std::vector<zmq::message_t> parts = encode(testing::copy_of(message));
+  const uint8_t index = peer == "a" ? 0 : peer == "b" ? 1 : peer == "c" ? 2 : 3;
+  write_action(script, Kind::kMessage, index, advance, &parts);
+}
+
+// The real run. Returns the coordinator's and worker a's scripts.
+struct Recorded {
+  std::string coordinator_script;
+  std::vector<std::string> coordinator_prefixes;  // up to the end of each step
+  std::string session_script;
+  std::set<v1::Envelope::BodyCase> kinds;
+};
+
+Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
+  v1::RunConfig config = run_config();
+  config.mutable_checkpoint()->set_every_steps(2);  // so the run writes a real checkpoint
+  const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, "");
+  const uint64_t train_size = train_samples(config, *train);
+  resolve_step_budget(config, train_size);
+  Replica replica(testing::softmax_for(config), config.optimizer());
+  testing::RecordingOutbox outbox;
+  double now = 0.0;
+  CoordinatorSetup setup{config, train_size, run_dir, std::nullopt, std::nullopt};
+  Coordinator coordinator(setup, replica, nullptr, outbox, quiet_logger(), [&now] { return now; });
+  std::map<std::string, testing::FakeWorker> workers;
+  for (const char* name : {"a", "b", "c"}) workers.emplace(name, testing::FakeWorker(name, *train));
+
+  Recorded r;
+  write_action(r.session_script, Kind::kEvent, static_cast<uint8_t>(ConnectionEvent::kConnected),
+               0.0);
+  const auto to_coordinator = [&](const std::string& peer, const Message& m) {
+    if (r.kinds.insert(m.envelope.body_case()).second) corpus.add("envelope", as_parts(m));
+    add_script_action(r.coordinator_script, peer, m, 0.01);
+    now += 0.01;
+    coordinator.handle(testing::as_received(peer, testing::copy_of(m)), now);
+  };
+  for (const char* name : {"a", "b", "c"}) to_coordinator(name, workers.at(name).hello());
+  uint64_t last_step = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (auto& [name, worker] : workers) {
+      std::deque<Message>& queue = outbox.inbox[name];
+      while (!queue.empty()) {
+        Message m = std::move(queue.front());
+        queue.pop_front();
+        moved = true;
+        if (r.kinds.insert(m.envelope.body_case()).second) corpus.add("envelope", as_parts(m));
+        if (name == "a") add_script_action(r.session_script, "coordinator", m, 0.01);
+        if (m.envelope.step() != last_step) {
+          r.coordinator_prefixes.push_back(r.coordinator_script);
+          last_step = m.envelope.step();
+        }
+        for (const Message& answer : worker.deliver(m)) to_coordinator(name, answer);
+      }
+    }
+    write_action(r.coordinator_script, Kind::kTick, 0, 0.01);
+    now += 0.01;
+    coordinator.tick(now);
+  }
+  if (!coordinator.finished() || coordinator.exit_code() != 0) {
+    throw std::runtime_error(
+        fmt::format("the seed run did not finish cleanly: {}", coordinator.stop_reason()));
+  }
+  return r;
+}
+
+Message from_coordinator() {
+  Message m;
+  m.envelope = make_envelope(1, "coordinator");
+  return m;
+}
+
+void add_files(Corpus& corpus, const std::string& target, const fs::path& dir,
+               const std::string& extension) {
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == extension) files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (const fs::path& f : files) corpus.add(target, read_text_file(f));
+}
+
+void write_seeds(const fs::path& out) {
+  Corpus corpus(out);
+  const fs::path run_dir = scratch_dir("seeds");
+  const Recorded r = record_run(corpus, run_dir);
+  corpus.add("coordinator", r.coordinator_script);
+  for (const std::string& prefix : r.coordinator_prefixes) corpus.add("coordinator", prefix);
+  corpus.add("session", r.session_script);
+
+  // The session's other answers: a heartbeat, a request to rejoin, a refusal.
+  Message heartbeat = from_coordinator();
+  heartbeat.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
+  Message rejoin = from_coordinator();
+  rejoin.envelope.mutable_error()->set_message("unknown worker: say hello to rejoin");
+  rejoin.envelope.mutable_error()->set_rejoin(true);
+  Message refusal = from_coordinator();
+  refusal.envelope.mutable_refusal()->set_reason("the run already has its 3 workers");
+  for (const Message* m : {&heartbeat, &rejoin, &refusal}) {
+    std::string script;
+    write_action(script, Kind::kEvent, static_cast<uint8_t>(ConnectionEvent::kConnected), 0.0);
+    write_action(script, Kind::kTick, 0, 0.3);
+    const std::vector<zmq::message_t> parts = encode(testing::copy_of(*m));
+    write_action(script, Kind::kMessage, 0, 0.1, &parts);
+    write_action(script, Kind::kTick, 0, 1.0);
+    corpus.add("session", script);
+    corpus.add("envelope", as_parts(*m));
+  }
+
+  corpus.add("metrics_json", read_text_file(run_dir / "metrics.jsonl"));
+  corpus.add("metrics_json", read_text_file(run_dir / "summary.json"));
+  const std::string checkpoint = read_text_file(checkpoint_path(run_dir));
+  corpus.add("checkpoint", std::string(1, '\0') + checkpoint);
+  // Odd first byte: the harness appends the checksum to the rest.
+  corpus.add("checkpoint", std::string(1, '\1') + checkpoint.substr(0, checkpoint.size() - 8));
+
+  corpus.add("text_format", kRunConfig);
+  corpus.add("text_format", read_text_file(run_dir / "config.cfg"));
+  const fs::path experiments = fs::path(DCTRAIN_SOURCE_DIR) / "experiments";
+  add_files(corpus, "text_format", experiments, ".cfg");
+  add_files(corpus, "sweep", experiments, ".sweep");
+  fs::remove_all(run_dir);
+  std::cout << fmt::format("dctrain-fuzz-seeds: wrote {} seeds under {}\n", corpus.total(),
+                           out.string());
+}
+
+}  // namespace
+}  // namespace dctrain::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2 || std::string(argv[1]).starts_with("-")) {
+    std::cerr << "usage: dctrain-fuzz-seeds OUT_DIR\n"
+                 "writes the fuzz targets' seed corpora (one folder per target) under OUT_DIR\n";
+    return 2;
+  }
+  try {
+    dctrain::fuzz::write_seeds(argv[1]);
+  } catch (const std::exception& e) {
+    std::cerr << "dctrain-fuzz-seeds: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
