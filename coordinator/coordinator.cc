@@ -59,7 +59,10 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
       metrics_(setup_.run_dir,
                setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step()) : std::nullopt),
       threshold_(config_.step(), config_.seed()),
+      guard_(config_.guard()),
+      peer_log_(config_.guard(), log_),
       needs_data_root_(needs_data_root(config_)) {
+  reducer_.set_holding(guard_.norm_guard());
   const double now = clock_();
   created_ = run_started_ = waiting_since_ = now;
   if (setup_.resume) {
@@ -129,18 +132,19 @@ void Coordinator::dispatch(Received received, double now) {
   const std::string peer = received.peer;
   Message message;
   if (const auto problem = decode(std::move(received.parts), message)) {
-    log_->warn("dropped a message from peer '{}': {}", peer, *problem);
+    bad_message(peer, fmt::format("dropped a message from peer '{}': {}", peer, *problem), now);
     return;
   }
   if (const auto problem = version_problem(message.envelope)) {
-    log_->warn("refused peer '{}': {}", peer, *problem);
-    refuse(peer, *problem);
+    refuse_hello(peer, fmt::format("refused peer '{}': {}", peer, *problem), *problem, now);
     return;
   }
   if (message.envelope.sender() != peer) {
-    log_->warn(
-        "dropped a {} from peer '{}' that signs as '{}': the sender must be the worker's name",
-        body_name(message.envelope), peer, message.envelope.sender());
+    bad_message(peer,
+                fmt::format("dropped a {} from peer '{}' that signs as '{}': the sender must be "
+                            "the worker's name",
+                            body_name(message.envelope), peer, message.envelope.sender()),
+                now);
     return;
   }
   switch (message.envelope.body_case()) {
@@ -168,8 +172,10 @@ void Coordinator::dispatch(Received received, double now) {
       if (Member* m = membership_.live_member(peer)) m->last_heard = now;
       return;
     default:
-      log_->warn("dropped a {} from peer '{}': workers do not send that",
-                 body_name(message.envelope), peer);
+      bad_message(peer,
+                  fmt::format("dropped a {} from peer '{}': workers do not send that",
+                              body_name(message.envelope), peer),
+                  now);
       return;
   }
 }
@@ -181,7 +187,10 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     return;
   }
   if (hello.worker_name() != from.peer) {
-    log_->warn("dropped a hello from peer '{}' naming itself '{}'", from.peer, hello.worker_name());
+    bad_message(from.peer,
+                fmt::format("dropped a hello from peer '{}' naming itself '{}'", from.peer,
+                            hello.worker_name()),
+                now);
     return;
   }
   if (needs_data_root_ && !hello.has_data_dir()) {
@@ -189,8 +198,7 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
         "this run trains on '{}' data: start the worker with --data-dir pointing at a data root "
         "that holds it",
         word(config_.dataset().kind()));
-    log_->warn("refused worker '{}': {}", from.peer, reason);
-    refuse(from.peer, reason);
+    refuse_hello(from.peer, fmt::format("refused worker '{}': {}", from.peer, reason), reason, now);
     return;
   }
   if (Member* existing = membership_.live_member(from.peer)) {
@@ -205,8 +213,7 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     const std::string reason =
         fmt::format("the run already has its {} workers, all alive; raise 'workers' to add more",
                     config_.workers());
-    log_->warn("refused worker '{}': {}", from.peer, reason);
-    refuse(from.peer, reason);
+    refuse_hello(from.peer, fmt::format("refused worker '{}': {}", from.peer, reason), reason, now);
     return;
   }
   log_->info(
@@ -344,6 +351,7 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
     }
   }
   if (problem) {
+    if (!tensors_finite(message)) guard_.nonfinite_contribution();
     log_->error("rejected worker '{}' (rank {})'s contribution for step {}: {}", peer, rank, step,
                 *problem);
     abandon(rank, "its contribution was rejected");
@@ -439,8 +447,11 @@ void Coordinator::start_step(double now) {
 }
 
 void Coordinator::close_step(double now) {
+  const GuardedStep guarded = guard_step();
   ClosedStep closed = settle_step();
   v1::StepRecord& record = closed.record;
+  record.set_discarded(guarded.discarded);
+  record.set_refused_norm(guarded.refused_norm);
   record.set_step_seconds(now - step_started_);
   uint64_t planned_samples = 0;
   for (const auto& [rank, p] : planned_) planned_samples += p.samples;
@@ -494,6 +505,10 @@ void Coordinator::close_step(double now) {
   }
   metrics_.record_step(record);
   observe_threshold(closed, now);
+  if (const auto failure = guard_.step_closed(guarded.discarded, record.applied())) {
+    finish(*failure, 1, now);
+    return;
+  }
   if (stop) {
     finish(*stop, 0, now);
     return;
@@ -515,6 +530,7 @@ ClosedStep Coordinator::settle_step() {
     w.set_missed(p.missed);
     closed.planned[rank] = p.micro_batches.size();
     w.set_checksum_ok(!p.resync);
+    w.set_refused(p.refused);
     planned += p.micro_batches.size();
     if (p.contribution) {
       const v1::Contribution& c = *p.contribution;
