@@ -51,8 +51,7 @@ bool send_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
 }  // namespace
 
 RouterTransport::RouterTransport(zmq::context_t& context, const std::string& address,
-                                 std::shared_ptr<spdlog::logger> log,
-                                 const TransportLimits& limits)
+                                 std::shared_ptr<spdlog::logger> log, const TransportLimits& limits)
     : socket_(context, zmq::socket_type::router),
       monitor_(context, zmq::socket_type::pair),
       log_(std::move(log)) {
@@ -164,9 +163,10 @@ void RouterTransport::send(const std::string& peer, Message message) {
   SendFailures& f = it->second;
   ++f.since;
   if (first || now - f.logged >= kPeriod) {
-    log_->warn("could not send to '{}' (gone, or its queue of unread messages is full); {} "
-               "message{} dropped",
-               peer, f.since, f.since == 1 ? "" : "s");
+    log_->warn(
+        "could not send to '{}' (gone, or its queue of unread messages is full); {} "
+        "message{} dropped",
+        peer, f.since, f.since == 1 ? "" : "s");
     f.logged = now;
     f.since = 0;
   }
