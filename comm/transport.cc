@@ -51,7 +51,7 @@ bool send_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
 }  // namespace
 
 RouterTransport::RouterTransport(zmq::context_t& context, const std::string& address,
-                                 std::shared_ptr<spdlog::logger> log)
+                                 std::shared_ptr<spdlog::logger> log, const TransportLimits& limits)
     : socket_(context, zmq::socket_type::router),
       monitor_(context, zmq::socket_type::pair),
       log_(std::move(log)) {
@@ -65,8 +65,20 @@ RouterTransport::RouterTransport(zmq::context_t& context, const std::string& add
   monitor_.connect(monitor);
   socket_.set(zmq::sockopt::router_mandatory, 1);
   socket_.set(zmq::sockopt::linger, 0);
-  // A reconnecting worker takes over its name from the dead connection.
-  socket_.set(zmq::sockopt::router_handover, 1);
+  // A name belongs to its connection while that connection is open: a
+  // second connection with the name of a connected worker is held by
+  // ZeroMQ, unheard, and can neither take the worker's place nor receive
+  // its messages. A restarted worker gets its name back once the old
+  // connection has closed (at once after a crash; after the heartbeat
+  // timeout below for a host that vanished).
+  socket_.set(zmq::sockopt::router_handover, 0);
+  if (limits.max_frame_bytes > 0) socket_.set(zmq::sockopt::maxmsgsize, limits.max_frame_bytes);
+  if (limits.max_queued_messages > 0) socket_.set(zmq::sockopt::sndhwm, limits.max_queued_messages);
+  if (limits.heartbeat.count() > 0 && limits.heartbeat_timeout.count() > 0) {
+    socket_.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(limits.heartbeat.count()));
+    socket_.set(zmq::sockopt::heartbeat_timeout,
+                static_cast<int>(limits.heartbeat_timeout.count()));
+  }
   try {
     socket_.bind(address);
   } catch (const zmq::error_t& e) {
@@ -99,9 +111,26 @@ size_t RouterTransport::connections() {
     std::memcpy(&event, parts[0].data(), sizeof event);
     std::memcpy(&fd, static_cast<const char*>(parts[0].data()) + sizeof event, sizeof fd);
     if (event == ZMQ_EVENT_ACCEPTED) open_.insert(fd);
-    if (event == ZMQ_EVENT_DISCONNECTED) open_.erase(fd);
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      open_.erase(fd);
+      for (auto it = peer_connection_.begin(); it != peer_connection_.end();) {
+        if (it->second == fd) {
+          disconnected_.push_back(it->first);
+          it = peer_connection_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
   }
   return open_.size();
+}
+
+std::vector<std::string> RouterTransport::take_disconnected() {
+  connections();
+  std::vector<std::string> out;
+  out.swap(disconnected_);
+  return out;
 }
 
 bool RouterTransport::receive(Received& out, std::chrono::milliseconds timeout) {
@@ -111,6 +140,13 @@ bool RouterTransport::receive(Received& out, std::chrono::milliseconds timeout) 
   std::vector<zmq::message_t> parts;
   if (!receive_parts(socket_, parts, false) || parts.empty()) return false;
   out.peer = parts.front().to_string();
+  if (parts.size() > 1) {
+    // The connection the message came on (ZMQ_SRCFD, on a frame the peer
+    // sent; the identity frame is the ROUTER's own), so that a closed
+    // connection names its peer.
+    const int fd = zmq_msg_get(parts.back().handle(), ZMQ_SRCFD);
+    if (fd >= 0 && open_.contains(fd)) peer_connection_[out.peer] = fd;
+  }
   out.parts.clear();
   for (size_t i = 1; i < parts.size(); ++i) out.parts.push_back(std::move(parts[i]));
   return true;
@@ -118,8 +154,27 @@ bool RouterTransport::receive(Received& out, std::chrono::milliseconds timeout) 
 
 void RouterTransport::send(const std::string& peer, Message message) {
   std::vector<zmq::message_t> parts = encode(std::move(message));
-  if (!send_parts(socket_, parts, &peer)) {
-    log_->warn("could not send to '{}' (gone or not reading); message dropped", peer);
+  if (send_parts(socket_, parts, &peer)) return;
+  ++dropped_sends_;
+  // A peer that stopped reading fails every send: one line per period.
+  constexpr auto kPeriod = std::chrono::seconds(10);
+  const auto now = std::chrono::steady_clock::now();
+  auto [it, first] = send_failures_.try_emplace(peer);
+  SendFailures& f = it->second;
+  ++f.since;
+  if (first || now - f.logged >= kPeriod) {
+    log_->warn(
+        "could not send to '{}' (gone, or its queue of unread messages is full); {} "
+        "message{} dropped",
+        peer, f.since, f.since == 1 ? "" : "s");
+    f.logged = now;
+    f.since = 0;
+  }
+  // Forget peers that stopped failing, so the table stays small.
+  if (send_failures_.size() > 1024) {
+    for (auto i = send_failures_.begin(); i != send_failures_.end();) {
+      i = now - i->second.logged >= kPeriod ? send_failures_.erase(i) : std::next(i);
+    }
   }
 }
 
@@ -130,6 +185,10 @@ DealerTransport::DealerTransport(zmq::context_t& context, const std::string& add
       log_(std::move(log)) {
   socket_.set(zmq::sockopt::routing_id, identity);
   socket_.set(zmq::sockopt::linger, 2000);
+  // Before the welcome the model's size is unknown, and ZeroMQ applies a
+  // limit set later only to later connections: the bound is the largest
+  // frame the protocol ever sends (tensor frames are at most 16 MiB).
+  socket_.set(zmq::sockopt::maxmsgsize, max_frame_bytes(kMaxFrameFloats, 0));
   // Retry a refused or unreachable address after 0.1, 0.2, 0.4, ... s, at
   // most every second.
   socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);

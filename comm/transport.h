@@ -6,14 +6,17 @@
 #include <spdlog/logger.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "comm/link.h"
 #include "comm/message.h"
+#include "comm/transport_limits.h"
 
 namespace dctrain {
 
@@ -21,8 +24,9 @@ class RouterTransport : public Outbox {
  public:
   // Binds `address` (tcp://HOST:PORT, port may be '*'). Throws with the
   // address and ZeroMQ's reason when it cannot.
+  // `limits` hold for every connection (comm/transport_limits.h).
   RouterTransport(zmq::context_t& context, const std::string& address,
-                  std::shared_ptr<spdlog::logger> log);
+                  std::shared_ptr<spdlog::logger> log, const TransportLimits& limits = {});
 
   // The bound endpoint with the real port, e.g. tcp://127.0.0.1:41234.
   std::string endpoint() const;
@@ -38,6 +42,13 @@ class RouterTransport : public Outbox {
   // Connections open now (workers, and anything else that connected).
   size_t connections();
 
+  // Peers whose connection closed since the last call (the socket monitor
+  // saw it), each named once: a peer is known by the connection its last
+  // message came on.
+  std::vector<std::string> take_disconnected();
+  // Messages dropped because their peer was gone or its queue was full.
+  uint64_t dropped_sends() const { return dropped_sends_; }
+
   ~RouterTransport();
   RouterTransport(const RouterTransport&) = delete;
   RouterTransport& operator=(const RouterTransport&) = delete;
@@ -47,6 +58,15 @@ class RouterTransport : public Outbox {
   zmq::socket_t monitor_;
   std::set<int> open_;  // file descriptors of open connections
   std::shared_ptr<spdlog::logger> log_;
+  std::map<std::string, int> peer_connection_;  // peer -> fd its last message came on
+  std::vector<std::string> disconnected_;
+  uint64_t dropped_sends_ = 0;
+  // Failed sends are logged once per peer per period, with the count since.
+  struct SendFailures {
+    std::chrono::steady_clock::time_point logged;
+    uint64_t since = 0;
+  };
+  std::map<std::string, SendFailures> send_failures_;
 };
 
 // The worker's link to the coordinator. Connection events are read from

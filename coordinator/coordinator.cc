@@ -60,7 +60,10 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
                setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step()) : std::nullopt),
       threshold_(config_.step(), config_.seed()),
       timeline_(setup_.run_dir, config_.trace(), clock_(), log_),
+      guard_(config_.guard()),
+      peer_log_(config_.guard(), log_),
       needs_data_root_(needs_data_root(config_)) {
+  reducer_.set_holding(guard_.norm_guard());
   const double now = clock_();
   created_ = run_started_ = waiting_since_ = now;
   if (setup_.resume) {
@@ -132,18 +135,19 @@ void Coordinator::dispatch(Received received, double now) {
   const std::string peer = received.peer;
   Message message;
   if (const auto problem = decode(std::move(received.parts), message)) {
-    log_->warn("dropped a message from peer '{}': {}", peer, *problem);
+    bad_message(peer, fmt::format("dropped a message from peer '{}': {}", peer, *problem), now);
     return;
   }
   if (const auto problem = version_problem(message.envelope)) {
-    log_->warn("refused peer '{}': {}", peer, *problem);
-    refuse(peer, *problem);
+    refuse_hello(peer, fmt::format("refused peer '{}': {}", peer, *problem), *problem, now);
     return;
   }
   if (message.envelope.sender() != peer) {
-    log_->warn(
-        "dropped a {} from peer '{}' that signs as '{}': the sender must be the worker's name",
-        body_name(message.envelope), peer, message.envelope.sender());
+    bad_message(peer,
+                fmt::format("dropped a {} from peer '{}' that signs as '{}': the sender must be "
+                            "the worker's name",
+                            body_name(message.envelope), peer, message.envelope.sender()),
+                now);
     return;
   }
   switch (message.envelope.body_case()) {
@@ -171,8 +175,10 @@ void Coordinator::dispatch(Received received, double now) {
       if (Member* m = membership_.live_member(peer)) m->last_heard = now;
       return;
     default:
-      log_->warn("dropped a {} from peer '{}': workers do not send that",
-                 body_name(message.envelope), peer);
+      bad_message(peer,
+                  fmt::format("dropped a {} from peer '{}': workers do not send that",
+                              body_name(message.envelope), peer),
+                  now);
       return;
   }
 }
@@ -184,7 +190,10 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     return;
   }
   if (hello.worker_name() != from.peer) {
-    log_->warn("dropped a hello from peer '{}' naming itself '{}'", from.peer, hello.worker_name());
+    bad_message(from.peer,
+                fmt::format("dropped a hello from peer '{}' naming itself '{}'", from.peer,
+                            hello.worker_name()),
+                now);
     return;
   }
   if (needs_data_root_ && !hello.has_data_dir()) {
@@ -192,8 +201,7 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
         "this run trains on '{}' data: start the worker with --data-dir pointing at a data root "
         "that holds it",
         word(config_.dataset().kind()));
-    log_->warn("refused worker '{}': {}", from.peer, reason);
-    refuse(from.peer, reason);
+    refuse_hello(from.peer, fmt::format("refused worker '{}': {}", from.peer, reason), reason, now);
     return;
   }
   if (Member* existing = membership_.live_member(from.peer)) {
@@ -208,8 +216,7 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     const std::string reason =
         fmt::format("the run already has its {} workers, all alive; raise 'workers' to add more",
                     config_.workers());
-    log_->warn("refused worker '{}': {}", from.peer, reason);
-    refuse(from.peer, reason);
+    refuse_hello(from.peer, fmt::format("refused worker '{}': {}", from.peer, reason), reason, now);
     return;
   }
   log_->info(
@@ -348,6 +355,7 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
     }
   }
   if (problem) {
+    if (!tensors_finite(message)) guard_.nonfinite_contribution();
     log_->error("rejected worker '{}' (rank {})'s contribution for step {}: {}", peer, rank, step,
                 *problem);
     abandon(rank, "its contribution was rejected");
@@ -446,8 +454,11 @@ void Coordinator::start_step(double now) {
 
 void Coordinator::close_step(double now) {
   timeline_.span("step", step_started_, now);
+  const GuardedStep guarded = guard_step();
   ClosedStep closed = settle_step();
   v1::StepRecord& record = closed.record;
+  record.set_discarded(guarded.discarded);
+  record.set_refused_norm(guarded.refused_norm);
   record.set_step_seconds(now - step_started_);
   uint64_t planned_samples = 0;
   for (const auto& [rank, p] : planned_) planned_samples += p.samples;
@@ -506,6 +517,10 @@ void Coordinator::close_step(double now) {
   live_metrics_.step_recorded(record);
   observe_threshold(closed, now);
   publish_live(now);
+  if (const auto failure = guard_.step_closed(guarded.discarded, record.applied())) {
+    finish(*failure, 1, now);
+    return;
+  }
   if (stop) {
     finish(*stop, 0, now);
     return;
@@ -527,6 +542,7 @@ ClosedStep Coordinator::settle_step() {
     w.set_missed(p.missed);
     closed.planned[rank] = p.micro_batches.size();
     w.set_checksum_ok(!p.resync);
+    w.set_refused(p.refused);
     planned += p.micro_batches.size();
     if (p.contribution) {
       const v1::Contribution& c = *p.contribution;

@@ -28,10 +28,12 @@
 #include "coordinator/ledger.h"
 #include "coordinator/live_metrics.h"
 #include "coordinator/membership.h"
+#include "coordinator/peer_limits.h"
 #include "coordinator/planner.h"
 #include "coordinator/reducer.h"
 #include "coordinator/run_metrics.h"
 #include "coordinator/threshold.h"
+#include "coordinator/update_guard.h"
 #include "coordinator/worker_summary.h"
 #include "model/lr_schedule.h"
 #include "proto/checkpoint.pb.h"
@@ -68,6 +70,10 @@ class Coordinator {
 
   void handle(Received message, double now);
   void tick(double now);
+  // The connection `peer`'s messages came on closed (the transport's socket
+  // monitor saw it): a worker is declared dead at once, its slot free for a
+  // replacement at the next step (coordinator_guard.cc).
+  void on_disconnected(const std::string& peer, double now);
 
   // Ends the run now (e.g. on Ctrl-C): workers get a bye, the summary is
   // written; exit_code() becomes `exit_code`.
@@ -96,6 +102,7 @@ class Coordinator {
     std::optional<v1::Contribution> contribution;
     bool missed = false;  // out of the step: missed the deadline, died, left, or was rejected
     bool resync = false;  // its replica differed from the coordinator's: resend the state
+    std::string refused;  // left out by the guard: "norm" or "update" (named as a cause)
   };
 
   void dispatch(Received message, double now);
@@ -121,6 +128,16 @@ class Coordinator {
   ClosedStep settle_step();
   // The reduce, the update to every live replica and the coordinator's own.
   void reduce_and_apply(ClosedStep& closed, uint64_t planned_samples);
+  // The guard before the step settles (coordinator_guard.cc): the norm
+  // guard, then the reduced update's check; a refused contribution or a
+  // discarded step has its micro-batches requeued.
+  GuardedStep guard_step();
+  void leave_out(uint32_t rank, const std::string& refused);
+  // A bad message: counted, and logged within the peer's bounds.
+  void bad_message(const std::string& peer, const std::string& line, double now);
+  // A hello refused with `reason`: answered within the bounds on refused peers.
+  void refuse_hello(const std::string& peer, const std::string& line, const std::string& reason,
+                    double now);
   void count_step(const v1::StepRecord& record);
   // Consecutive misses per worker; releases those past the limit.
   void track_misses(const v1::StepRecord& record);
@@ -164,6 +181,8 @@ class Coordinator {
   Threshold threshold_;
   WorkerSummary worker_summary_;
   Timeline timeline_;  // trace.json (trace/timeline.h)
+  UpdateGuard guard_;
+  PeerLog peer_log_;
 
   bool needs_data_root_ = false;
   Phase phase_ = Phase::kJoining;

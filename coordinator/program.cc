@@ -21,6 +21,7 @@
 #include "coordinator/evaluation_thread.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/metrics_server.h"
+#include "coordinator/peer_limits.h"
 #include "coordinator/run_metrics.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"
@@ -118,7 +119,7 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
                                config.seed());
 
     zmq::context_t context(1);
-    RouterTransport transport(context, options.bind, log);
+    RouterTransport transport(context, options.bind, log, transport_limits(config, replica));
     const std::string endpoint = transport.endpoint();
     write_file_atomically(run_dir / "endpoint", endpoint + "\n");
     log->info("listening on {}; waiting for {} workers (dctrain-worker --connect {})", endpoint,
@@ -158,6 +159,9 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
         while (transport.receive(received, std::chrono::milliseconds(0))) {
           coordinator.handle(std::move(received), now());
         }
+      }
+      for (const std::string& peer : transport.take_disconnected()) {
+        coordinator.on_disconnected(peer, now());
       }
       coordinator.tick(now());
       if (const int signal_number = signals.take()) {

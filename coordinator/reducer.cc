@@ -15,6 +15,8 @@ void Reducer::begin(std::vector<uint32_t> ranks) {
   next_ = 0;
   waiting_.clear();
   settled_.clear();
+  added_.clear();
+  released_ = false;
   std::fill(gradient_.begin(), gradient_.end(), 0.0f);
   std::fill(statistics_.begin(), statistics_.end(), 0.0f);
 }
@@ -31,6 +33,7 @@ bool Reducer::has(uint32_t rank) const {
 void Reducer::add(uint32_t rank, Message contribution) {
   if (!expects(rank)) return;
   settled_[rank] = true;
+  if (holding_) added_[rank].norm = tensor_norm(contribution, 0);
   waiting_.emplace(rank, std::move(contribution));
   advance();
 }
@@ -46,18 +49,42 @@ bool Reducer::complete() const {
 }
 
 void Reducer::advance() {
+  if (holding_ && !released_) return;
   while (next_ < ranks_.size()) {
     const uint32_t rank = ranks_[next_];
     auto s = settled_.find(rank);
     if (s == settled_.end()) return;
     if (s->second) {
       auto w = waiting_.find(rank);
-      add_tensor_into(w->second, 0, gradient_);
-      if (!statistics_.empty()) add_tensor_into(w->second, 1, statistics_);
+      AddedContribution& a = added_[rank];
+      const AddedContribution g = add_and_measure(w->second, 0, gradient_);
+      a.overflows = g.overflows;
+      a.sum_overflowed = g.sum_overflowed;
+      if (!statistics_.empty()) {
+        const AddedContribution b = add_and_measure(w->second, 1, statistics_);
+        a.overflows = a.overflows || b.overflows;
+        a.sum_overflowed = a.sum_overflowed || b.sum_overflowed;
+      }
       waiting_.erase(w);
     }
     ++next_;
   }
+}
+
+void Reducer::release(const std::set<uint32_t>& refused) {
+  for (uint32_t rank : refused) {
+    auto s = settled_.find(rank);
+    if (s == settled_.end() || !s->second) continue;
+    s->second = false;
+    waiting_.erase(rank);
+  }
+  released_ = true;
+  advance();
+}
+
+void Reducer::clear() {
+  std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+  std::fill(statistics_.begin(), statistics_.end(), 0.0f);
 }
 
 void Reducer::finish(double gradient_divisor, double statistics_divisor) {

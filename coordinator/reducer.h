@@ -6,10 +6,12 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <vector>
 
 #include "comm/message.h"
+#include "coordinator/update_guard.h"
 
 namespace dctrain {
 
@@ -33,6 +35,16 @@ class Reducer {
   std::span<float> gradient() { return gradient_; }
   std::span<float> statistics() { return statistics_; }
 
+  // What adding each contribution of the step showed, by rank
+  // (coordinator/update_guard.h); with holding on, each norm on arrival.
+  const std::map<uint32_t, AddedContribution>& added() const { return added_; }
+  // Holding (for the norm guard, from now on): contributions wait unsummed
+  // until release(), which sums them but `refused`, in rank order.
+  void set_holding(bool holding) { holding_ = holding; }
+  void release(const std::set<uint32_t>& refused);
+  // Zeroes both sums (a step whose update is discarded).
+  void clear();
+
  private:
   void advance();
 
@@ -41,6 +53,9 @@ class Reducer {
   size_t next_ = 0;              // ranks_[next_] is the next to add
   std::map<uint32_t, Message> waiting_;
   std::map<uint32_t, bool> settled_;  // rank -> contributed (true) or forgotten (false)
+  std::map<uint32_t, AddedContribution> added_;
+  bool holding_ = false;
+  bool released_ = false;  // holding: this step's contributions were released
 };
 
 }  // namespace dctrain

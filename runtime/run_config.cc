@@ -209,6 +209,11 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(*c.mutable_eval(), batch, 256u);
   DCTRAIN_DEFAULT(c, progress_seconds, 5.0);
   if (!c.trace().has_window_steps()) c.mutable_trace()->set_window_steps(20);
+
+  v1::GuardConfig& g = *c.mutable_guard();
+  if (!g.has_max_bad_steps_in_a_row()) g.set_max_bad_steps_in_a_row(3);
+  DCTRAIN_DEFAULT(g, max_refused_peers, 64u);
+  DCTRAIN_DEFAULT(g, peer_log_seconds, 10.0);
 }
 
 #undef DCTRAIN_DEFAULT
@@ -375,6 +380,14 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   }
   if (l.grace_seconds() <= 0.0 || l.join_timeout_seconds() <= 0.0) {
     problem("liveness.grace_seconds and liveness.join_timeout_seconds must be > 0");
+  }
+  const v1::GuardConfig& guard = c.guard();
+  if (guard.norm_multiple() != 0.0 && !(guard.norm_multiple() > 1.0)) {
+    problem("guard.norm_multiple is {}; use a multiple of the median > 1 (e.g. 10), or 0 for off",
+            guard.norm_multiple());
+  }
+  if (guard.peer_log_seconds() < 0.0) {
+    problem("guard.peer_log_seconds is {}; use seconds >= 0 (0: 10)", guard.peer_log_seconds());
   }
   const v1::StopConfig& stop = c.stop();
   if (stop.target_accuracy() < 0.0 || stop.target_accuracy() > 1.0) {

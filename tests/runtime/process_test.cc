@@ -263,13 +263,15 @@ TEST(Processes, WorkerKilledMidStepIsNamedNothingIsLostAndItsRestartRejoins) {
   ASSERT_TRUE(eventually([&] { return cluster.records().steps.size() >= 3; }, 40s))
       << cluster.log();
   cluster.worker("w2").kill(SIGKILL);
-  const std::regex silent("worker 'w2' \\(rank \\d\\) silent for");
-  ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), silent); }, 20s))
+  // Its connection closes with it: it is declared dead at once, not after
+  // liveness.silence_seconds.
+  const std::regex dead("worker 'w2' \\(rank \\d\\): its connection closed; declared dead now");
+  ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), dead); }, 20s))
       << cluster.log();
-  EXPECT_TRUE(
-      std::regex_search(cluster.log(), std::regex("worker 'w2' \\(rank \\d\\) is out of step \\d+ "
-                                                  "because it died; its \\d+ micro-batches \\(\\d+ "
-                                                  "samples\\) are requeued")))
+  EXPECT_TRUE(std::regex_search(
+      cluster.log(), std::regex("worker 'w2' \\(rank \\d\\) is out of step \\d+ because it died "
+                                "\\(its connection closed\\); its \\d+ micro-batches \\(\\d+ "
+                                "samples\\) are requeued")))
       << cluster.log();
   const size_t steps_without = cluster.records().steps.size();
   cluster.start_worker("w2");

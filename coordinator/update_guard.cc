@@ -1,0 +1,169 @@
+#include "coordinator/update_guard.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "comm/framing.h"
+
+namespace dctrain {
+
+namespace {
+
+// The bits of kOverflowMagnitude with the sign cleared; NaN and infinity have
+// larger ones, so one unsigned maximum over |x|'s bits checks all three.
+constexpr uint32_t kOverflowBits = 0x5f800000u;
+
+uint32_t magnitude_bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits & 0x7fffffffu;
+}
+
+// Frames are not guaranteed float-aligned: they are read through memcpy in
+// blocks, as comm/framing.cc does.
+constexpr size_t kBlock = 1024;
+
+}  // namespace
+
+AddedContribution add_and_measure(const Message& message, size_t index, std::span<float> sum) {
+  uint32_t own = 0, summed = 0;
+  size_t frame = first_frame_of(message.envelope, index);
+  for (size_t begin = 0; begin < sum.size(); begin += kMaxFrameFloats, ++frame) {
+    const zmq::message_t& f = message.frames[frame];
+    const size_t n = f.size() / sizeof(float);
+    const auto* bytes = static_cast<const unsigned char*>(f.data());
+    float* a = sum.data() + begin;
+    float block[kBlock];
+    for (size_t i = 0; i < n; i += kBlock) {
+      const size_t m = std::min(kBlock, n - i);
+      std::memcpy(block, bytes + i * sizeof(float), m * sizeof(float));
+      for (size_t j = 0; j < m; ++j) {
+        a[i + j] += block[j];
+        own = std::max(own, magnitude_bits(block[j]));
+        summed = std::max(summed, magnitude_bits(a[i + j]));
+      }
+    }
+  }
+  AddedContribution out;
+  out.overflows = own >= kOverflowBits;
+  out.sum_overflowed = summed >= kOverflowBits;
+  return out;
+}
+
+double tensor_norm(const Message& message, size_t index) {
+  const uint64_t count = message.envelope.tensors(static_cast<int>(index)).count();
+  double total = 0.0;
+  size_t frame = first_frame_of(message.envelope, index);
+  for (uint64_t begin = 0; begin < count; begin += kMaxFrameFloats, ++frame) {
+    const zmq::message_t& f = message.frames[frame];
+    const size_t n = f.size() / sizeof(float);
+    const auto* bytes = static_cast<const unsigned char*>(f.data());
+    float block[kBlock];
+    for (size_t i = 0; i < n; i += kBlock) {
+      const size_t m = std::min(kBlock, n - i);
+      std::memcpy(block, bytes + i * sizeof(float), m * sizeof(float));
+      // Four partial sums: the additions of one are independent of the
+      // others', which keeps the loop from waiting on one chain.
+      double part[4] = {0.0, 0.0, 0.0, 0.0};
+      for (size_t j = 0; j < m; ++j) {
+        const auto v = static_cast<double>(block[j]);
+        part[j % 4] += v * v;
+      }
+      total += (part[0] + part[1]) + (part[2] + part[3]);
+    }
+  }
+  return std::sqrt(total);
+}
+
+bool usable(std::span<const float> values) {
+  uint32_t most = 0;
+  for (float v : values) most = std::max(most, magnitude_bits(v));
+  return most < kOverflowBits;
+}
+
+bool tensors_finite(const Message& message) {
+  for (const zmq::message_t& f : message.frames) {
+    const size_t n = f.size() / sizeof(float);
+    const auto* bytes = static_cast<const unsigned char*>(f.data());
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, bytes + i * sizeof(float), sizeof bits);
+      if ((bits & 0x7f800000u) == 0x7f800000u) return false;
+    }
+  }
+  return true;
+}
+
+UpdateGuard::UpdateGuard(const v1::GuardConfig& config) : config_(config) {}
+
+std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double>& norms) const {
+  std::vector<Refused> out;
+  if (!norm_guard() || norms.size() < 3) return out;
+  const double multiple = config_.norm_multiple();
+  for (const auto& [rank, norm] : norms) {
+    std::vector<double> others;
+    for (const auto& [r, n] : norms) {
+      if (r != rank) others.push_back(n);
+    }
+    // The median of the others: the lower middle one for an even count, so
+    // one poisoned peer among few cannot lift it.
+    const size_t middle = (others.size() - 1) / 2;
+    std::nth_element(others.begin(), others.begin() + static_cast<ptrdiff_t>(middle), others.end());
+    const double median = others[middle];
+    if (!(norm <= multiple * median)) {
+      out.push_back({rank, fmt::format("its gradient norm {:.4g} is more than {:g} times the "
+                                       "median {:.4g} of the step's other contributions "
+                                       "(guard.norm_multiple)",
+                                       norm, multiple, median)});
+    }
+  }
+  return out;
+}
+
+std::optional<Discard> UpdateGuard::judge(
+    std::span<const float> gradient, std::span<const float> statistics,
+    const std::map<uint32_t, AddedContribution>& added) const {
+  const bool gradient_ok = usable(gradient);
+  const bool statistics_ok = usable(statistics);
+  if (gradient_ok && statistics_ok) return std::nullopt;
+  Discard d;
+  d.why = fmt::format("the reduced {} holds NaN, infinite or overflowing values (|x| >= 2^64)",
+                      gradient_ok ? "batch statistics" : "gradient");
+  for (const auto& [rank, a] : added) {
+    if (a.overflows) d.culprits.push_back(rank);
+  }
+  if (d.culprits.empty()) {
+    // Each was below the bound alone: name the one whose addition made the
+    // running sum overflow (added in rank order, so the first such rank).
+    for (const auto& [rank, a] : added) {
+      if (a.sum_overflowed) {
+        d.culprits.push_back(rank);
+        break;
+      }
+    }
+  }
+  return d;
+}
+
+std::optional<std::string> UpdateGuard::step_closed(bool discarded, bool applied) {
+  const bool bad = discarded || (!applied && nonfinite_this_step_ > 0);
+  nonfinite_this_step_ = 0;
+  if (!bad) {
+    if (applied) bad_in_a_row_ = 0;
+    return std::nullopt;
+  }
+  ++bad_in_a_row_;
+  const uint32_t limit = config_.max_bad_steps_in_a_row();
+  if (limit == 0 || bad_in_a_row_ < limit) return std::nullopt;
+  return fmt::format(
+      "{} steps in a row had no usable update (a reduced update with NaN, infinite or "
+      "overflowing values, or contributions holding NaN or infinity): the model has diverged or "
+      "a peer sends poisoned gradients; see the log for the contributions named, lower the "
+      "learning rate, turn on guard.norm_multiple, or raise guard.max_bad_steps_in_a_row",
+      bad_in_a_row_);
+}
+
+}  // namespace dctrain

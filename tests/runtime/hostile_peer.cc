@@ -1,0 +1,180 @@
+// A peer that speaks dctrain's protocol over a plain DEALER, for the guard's
+// process tests: what someone who can reach the coordinator's port (CURVE
+// off) can do with the repository's own schema.
+//
+//   hostile_peer --connect ENDPOINT --name NAME [--poison-step K] [--value V]
+//                [--answer-seconds S]
+//
+// It says hello as NAME (claiming a data root). Once welcomed it says Ready
+// and answers every plan with a well-formed contribution: at step K it
+// claims every planned micro-batch completed with a gradient full of V
+// (default 1e30: finite, so validation takes it); at every other step it
+// reports every micro-batch dropped (contributing nothing, as a worker past
+// tau does). It heartbeats, and ends on the coordinator's bye (exit 0).
+// Exits 3 when refused, and 4 when nothing answers its hello within
+// --answer-seconds (e.g. because NAME is held by a connected worker).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "comm/envelope.h"
+#include "comm/framing.h"
+#include "proto/wire.pb.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void send(zmq::socket_t& socket, dctrain::Message message) {
+  std::vector<zmq::message_t> parts = dctrain::encode(std::move(message));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    (void)socket.send(parts[i],
+                      i + 1 < parts.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+bool receive(zmq::socket_t& socket, dctrain::Message& out, std::chrono::milliseconds timeout) {
+  zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, timeout) == 0) return false;
+  std::vector<zmq::message_t> parts;
+  zmq::message_t part;
+  do {
+    if (!socket.recv(part, zmq::recv_flags::none)) return false;
+    const bool more = part.more();
+    parts.push_back(std::move(part));
+    if (!more) break;
+  } while (true);
+  return !dctrain::decode(std::move(parts), out).has_value();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string endpoint, name = "hostile";
+  int64_t poison_step = -1;
+  float value = 1e30f;
+  double answer_seconds = 30.0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], arg = argv[i + 1];
+    if (flag == "--connect") {
+      endpoint = arg;
+    } else if (flag == "--name") {
+      name = arg;
+    } else if (flag == "--poison-step") {
+      poison_step = std::stoll(arg);
+    } else if (flag == "--value") {
+      value = std::stof(arg);
+    } else if (flag == "--answer-seconds") {
+      answer_seconds = std::stod(arg);
+    } else {
+      std::fprintf(stderr, "hostile_peer: unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  if (endpoint.empty()) {
+    std::fprintf(stderr, "hostile_peer: --connect ENDPOINT is required\n");
+    return 2;
+  }
+
+  zmq::context_t context(1);
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::routing_id, name);
+  socket.set(zmq::sockopt::linger, 1000);
+  socket.connect(endpoint);
+
+  dctrain::Message hello;
+  hello.envelope = dctrain::make_envelope(0, name);
+  hello.envelope.mutable_hello()->set_worker_name(name);
+  hello.envelope.mutable_hello()->set_threads(1);
+  hello.envelope.mutable_hello()->set_has_data_dir(true);
+  send(socket, std::move(hello));
+
+  uint64_t parameters = 0, buffers = 0;
+  bool answered = false;
+  const auto started = Clock::now();
+  auto last_sent = Clock::now();
+  for (;;) {
+    dctrain::Message m;
+    if (!receive(socket, m, std::chrono::milliseconds(200))) {
+      if (!answered && Clock::now() - started > std::chrono::duration<double>(answer_seconds)) {
+        std::printf("hostile_peer '%s': no answer to the hello within %.0f s\n", name.c_str(),
+                    answer_seconds);
+        return 4;
+      }
+      if (answered && Clock::now() - last_sent > std::chrono::milliseconds(300)) {
+        dctrain::Message hb;
+        hb.envelope = dctrain::make_envelope(0, name);
+        hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
+        send(socket, std::move(hb));
+        last_sent = Clock::now();
+      }
+      continue;
+    }
+    answered = true;
+    const dctrain::v1::Envelope& e = m.envelope;
+    switch (e.body_case()) {
+      case dctrain::v1::Envelope::kRefusal:
+        std::printf("hostile_peer '%s': refused: %s\n", name.c_str(), e.refusal().reason().c_str());
+        return 3;
+      case dctrain::v1::Envelope::kBye:
+        std::printf("hostile_peer '%s': bye: %s\n", name.c_str(), e.bye().reason().c_str());
+        return 0;
+      case dctrain::v1::Envelope::kWelcome: {
+        for (const auto& t : e.tensors()) {
+          if (t.name() == "parameters") parameters = t.count();
+          if (t.name() == "buffers") buffers = t.count();
+        }
+        std::printf("hostile_peer '%s': welcomed as rank %u (%llu parameters)\n", name.c_str(),
+                    e.welcome().rank(), static_cast<unsigned long long>(parameters));
+        dctrain::Message ready;
+        ready.envelope = dctrain::make_envelope(e.step(), name);
+        ready.envelope.mutable_ready();
+        send(socket, std::move(ready));
+        break;
+      }
+      case dctrain::v1::Envelope::kPlan: {
+        const bool poison = static_cast<int64_t>(e.step()) == poison_step;
+        dctrain::Message c;
+        c.envelope = dctrain::make_envelope(e.step(), name);
+        dctrain::v1::Contribution& body = *c.envelope.mutable_contribution();
+        uint64_t samples = 0;
+        for (const auto& mb : e.plan().micro_batches()) {
+          if (poison) {
+            dctrain::v1::MicroBatchTime& t = *body.add_completed();
+            t.set_id(mb.id());
+            t.set_compute_seconds(0.001);
+            samples += static_cast<uint64_t>(mb.samples_size());
+          } else {
+            body.add_dropped(mb.id());
+          }
+        }
+        body.set_samples(samples);
+        body.set_loss_terms(samples);
+        body.set_loss_sum(poison ? 2.3 * static_cast<double>(samples) : 0.0);
+        body.set_compute_seconds(0.001);
+        body.set_parameter_checksum(e.plan().parameter_checksum());
+        std::vector<float> gradient(parameters, poison ? value : 0.0f);
+        dctrain::add_tensor(c, "gradient", gradient);
+        if (buffers > 0) {
+          std::vector<float> statistics(buffers, 0.0f);
+          dctrain::add_tensor(c, "statistics", statistics);
+        }
+        if (poison) {
+          std::printf("hostile_peer '%s': step %llu: sending a gradient full of %g\n", name.c_str(),
+                      static_cast<unsigned long long>(e.step()), static_cast<double>(value));
+        }
+        send(socket, std::move(c));
+        last_sent = Clock::now();
+        break;
+      }
+      default:
+        break;
+    }
+    std::fflush(stdout);
+  }
+}
