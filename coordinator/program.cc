@@ -133,6 +133,7 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
                                 make_model(model_spec(config, train->shape(), options.threads)));
     }
     std::unique_ptr<MetricsServer> metrics_server;
+    fs::remove(run_dir / "metrics_endpoint", ec);  // a resumed run's is stale
     if (options.metrics_port >= 0) {
       metrics_server = std::make_unique<MetricsServer>(
           options.metrics_address, static_cast<uint16_t>(options.metrics_port), log);
