@@ -12,7 +12,7 @@
 //   envelope/      every kind of message, one per file
 //   metrics_json/  the run's metrics.jsonl and summary.json
 //   checkpoint/    the run's checkpoint (as is, and for checksum fix-up)
-//   text_format/   the repository's run configs and the run's config.cfg
+//   text_format/   the repository's run configs and the run's, as config.cfg
 //   sweep/         the repository's sweeps
 #include <fmt/format.h>
 
@@ -184,7 +184,7 @@ void write_seeds(const fs::path& out) {
   corpus.add("checkpoint", std::string(1, '\1') + checkpoint.substr(0, checkpoint.size() - 8));
 
   corpus.add("text_format", kRunConfig);
-  corpus.add("text_format", read_text_file(run_dir / "config.cfg"));
+  corpus.add("text_format", to_text(run_config()));  // as config.cfg is written
   const fs::path experiments = fs::path(DCTRAIN_SOURCE_DIR) / "experiments";
   add_files(corpus, "text_format", experiments, ".cfg");
   add_files(corpus, "sweep", experiments, ".sweep");

@@ -7,7 +7,9 @@
 #include <google/protobuf/text_format.h>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "proto/config.pb.h"
@@ -33,6 +35,53 @@ class ErrorList : public pb::io::ErrorCollector {
   std::string origin_;
   std::string text_;
 };
+
+// The line and column (from 1) of the first byte of `text` that is not
+// part of well-formed UTF-8, or nothing. Protobuf's text parser takes any
+// bytes into a string field, but a proto3 string must be UTF-8: such a
+// config would fail later, far from its cause.
+std::optional<std::pair<size_t, size_t>> first_non_utf8(const std::string& text) {
+  size_t line = 1, column = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    size_t length = 0;
+    uint32_t code = 0;
+    if (byte < 0x80) {
+      length = 1;
+      code = byte;
+    } else if (byte >= 0xc2 && byte <= 0xdf) {
+      length = 2;
+      code = byte & 0x1fu;
+    } else if (byte >= 0xe0 && byte <= 0xef) {
+      length = 3;
+      code = byte & 0x0fu;
+    } else if (byte >= 0xf0 && byte <= 0xf4) {
+      length = 4;
+      code = byte & 0x07u;
+    } else {
+      return std::make_pair(line, column);
+    }
+    if (i + length > text.size()) return std::make_pair(line, column);
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0u) != 0x80u) return std::make_pair(line, column);
+      code = (code << 6) | (next & 0x3fu);
+    }
+    // Overlong forms, UTF-16 surrogates and values past U+10FFFF.
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < least[length] || (code >= 0xd800 && code <= 0xdfff) || code > 0x10ffff) {
+      return std::make_pair(line, column);
+    }
+    if (byte == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    i += length;
+  }
+  return std::nullopt;
+}
 
 bool has_words(const pb::EnumDescriptor& type) {
   for (int i = 0; i < type.value_count(); ++i) {
@@ -233,6 +282,10 @@ void register_word_printers(const pb::Descriptor& type, pb::TextFormat::Printer&
 
 void parse_text_format(const std::string& text, const std::string& origin, pb::Message& message,
                        const std::string& hint) {
+  if (const auto at = first_non_utf8(text)) {
+    throw std::runtime_error(fmt::format("{}:{}:{}: not UTF-8 text: save the file as UTF-8\n({})",
+                                         origin, at->first, at->second, hint));
+  }
   const WordSchema schema(*message.GetDescriptor());
   const std::unique_ptr<pb::Message> words = schema.make();
   pb::TextFormat::Parser parser;

@@ -53,6 +53,25 @@ TEST(RunConfig, ParseErrorNamesFileLineAndField) {
   }
 }
 
+// Found by fuzz/text_format_fuzz.cc: a byte that is not UTF-8 inside a
+// string was taken by the text parser, then failed the binary round trip
+// with a std::logic_error blaming the word schema. It is a parse error at
+// its line and column, and a UTF-8 name still reads.
+TEST(RunConfig, TextThatIsNotUtf8IsAParseErrorAtItsPosition) {
+  for (const std::string& bad :
+       {std::string("workers: 2\nname: \"m\xff\"\n"), std::string("workers: 2\nname: \"m\xc3\"\n"),
+        std::string("workers: 2\nname: \"m\xed\xa0\x80\"\n")}) {
+    try {
+      parse_run_config(bad, "latin1.cfg");
+      FAIL() << "a config that is not UTF-8 must not parse";
+    } catch (const std::runtime_error& e) {
+      EXPECT_TRUE(mentions(e.what(), "latin1.cfg:2:9: not UTF-8 text")) << e.what();
+    }
+  }
+  EXPECT_EQ(parse_run_config("name: \"r\xc3\xa9sum\xc3\xa9 \xf0\x9f\x9a\x80\"", "utf8.cfg").name(),
+            "r\xc3\xa9sum\xc3\xa9 \xf0\x9f\x9a\x80");
+}
+
 TEST(RunConfig, KindsReadAndPrintTheWordsUsersWrite) {
   v1::RunConfig c = parse_run_config(R"(
 model { name: "bert-tiny" }
