@@ -361,7 +361,7 @@ std::string table_notes(const Report& report) {
       "orphaned, over those planned. ± is the standard deviation over seeds; with the speedup, "
       "Welch's t-test of the case's seeds against the baseline's on the same basis (p < 0.05: "
       "significant). Second table (several seeds): mean and 95% interval (t distribution) over "
-      "seeds of the time to target (clock from the run's start), the accuracy of the last "
+      "seeds of the time to target (clock from the process's start), the accuracy of the last "
       "evaluation at the earliest final evaluation among the experiment's runs (equal wall time), "
       "and steady-state samples/s (the steps after the first quarter, evaluations left out), each "
       "with Welch's p against the baseline.\n";
