@@ -91,7 +91,8 @@ ThresholdCandidate evaluate_threshold(const std::vector<RecordedStep>& steps,
 }
 
 ThresholdEstimate estimate_threshold(const std::vector<RecordedStep>& steps,
-                                     double overhead_seconds, int grid_points) {
+                                     double overhead_seconds, int grid_points,
+                                     double max_drop_rate) {
   ThresholdEstimate e;
   e.tau = kInf;
   e.overhead_seconds = overhead_seconds;
@@ -109,7 +110,10 @@ ThresholdEstimate estimate_threshold(const std::vector<RecordedStep>& steps,
   speedups.reserve(static_cast<size_t>(grid_points));
   for (double tau : tau_grid(span, grid_points)) {
     e.grid.push_back(evaluate_threshold(steps, overhead_seconds, tau));
-    speedups.push_back(e.grid.back().speedup);
+    // A candidate over the bound is out of the running: it cannot be the
+    // best (best_candidate takes positive speedups only).
+    const bool allowed = e.grid.back().drop_rate <= max_drop_rate;
+    speedups.push_back(allowed ? e.grid.back().speedup : 0.0);
   }
   const std::optional<size_t> best = best_candidate(speedups);
   if (!best) return e;

@@ -121,9 +121,13 @@ ThresholdCandidate evaluate_threshold(const std::vector<RecordedStep>& steps,
 // The rule over `grid_points` (>= 2) candidates evenly spaced (tau_grid)
 // from the smallest first micro-batch time to the largest worker step time;
 // among candidates tied at the best speedup it takes best_candidate's.
-// Empty `steps`: tau = inf and nothing else.
+// Only candidates whose drop rate is at most `max_drop_rate` may be taken
+// (the grid still lists every one): a larger drop rate shrinks the
+// effective batch, which changes the optimisation, whatever it saves in
+// time. Empty `steps`: tau = inf and nothing else.
 ThresholdEstimate estimate_threshold(const std::vector<RecordedStep>& steps,
-                                     double overhead_seconds, int grid_points);
+                                     double overhead_seconds, int grid_points,
+                                     double max_drop_rate = 1.0);
 
 // E[max of n independent draws] from the empirical distribution of `values`
 // (non-empty): sum over sorted v_(i) of v_(i) ((i/k)^n - ((i-1)/k)^n), k

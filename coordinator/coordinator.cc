@@ -62,6 +62,7 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
       timeline_(setup_.run_dir, config_.trace(), clock_(), log_),
       guard_(config_.guard()),
       peer_log_(config_.guard(), log_),
+      speed_planner_(config_.step().rebalance()),
       needs_data_root_(needs_data_root(config_)) {
   reducer_.set_holding(guard_.norm_guard());
   const double now = clock_();
@@ -212,6 +213,7 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     membership_.mark_dead(existing->rank);
   }
   const std::optional<uint32_t> rank = membership_.admit(from.peer, hello.threads(), now);
+  if (rank) speed_planner_.forget(*rank);  // a new worker: the old one's speed is not its own
   if (!rank) {
     const std::string reason =
         fmt::format("the run already has its {} workers, all alive; raise 'workers' to add more",
@@ -375,6 +377,51 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   p.contribution = c;
   last_contribution_ = now;
   reducer_.add(rank, std::move(message));
+  if (config_.step().policy() == v1::POLICY_BACKUP) cut_backup_workers();
+}
+
+void Coordinator::cut_backup_workers() {
+  size_t arrived = 0;
+  for (const auto& [rank, p] : planned_) arrived += p.contribution ? 1 : 0;
+  const size_t workers = planned_.size();
+  const size_t backups = config_.step().backup_workers();
+  if (workers <= backups || arrived < workers - backups) return;
+  for (auto& [rank, p] : planned_) {
+    if (!reducer_.expects(rank) || reducer_.has(rank)) continue;
+    p.missed = true;
+    p.cut = true;
+    reducer_.forget(rank);
+    ledger_.orphan_worker(rank);
+    log_->debug(
+        "worker '{}' (rank {}) cut from step {} as a backup: {} of {} contributed; its {} "
+        "micro-batches are {}",
+        membership_.at(rank).name, rank, step_, arrived, workers, p.micro_batches.size(),
+        config_.step().requeue() ? "requeued" : "lost");
+  }
+}
+
+void Coordinator::log_standby(const StepShares& shares) {
+  for (uint32_t rank : shares.entered_standby) {
+    const Member& m = membership_.at(rank);
+    const std::optional<double> own = speed_planner_.estimate(rank);
+    log_->warn(
+        "worker '{}' (rank {}) kept as a standby from step {}: its share would be below one "
+        "micro-batch ({} per micro-batch); it gets an empty plan, and one micro-batch every "
+        "{} steps to measure it again",
+        m.name, rank, step_, own ? fmt::format("{:.4g} s", *own) : std::string("no estimate"),
+        config_.step().rebalance().probe_every_steps());
+  }
+  for (uint32_t rank : shares.left_standby) {
+    log_->info("worker '{}' (rank {}) is no longer a standby from step {}: it has a share again",
+               membership_.at(rank).name, rank, step_);
+  }
+  if (shares.changed) {
+    std::string text;
+    for (const WorkerShare& s : shares.workers) {
+      text += fmt::format("{}rank {}: {}", text.empty() ? "" : ", ", s.rank, s.micro_batches);
+    }
+    log_->info("step {}: micro-batch shares by measured speed: {}", step_, text);
+  }
 }
 
 // ------------------------------------------------------------------- steps
@@ -406,14 +453,18 @@ void Coordinator::start_step(double now) {
   }
   std::vector<WorkerPlan> plans;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    plans = plan_step(ledger_, ranks, step_, config_.step().global_batch(),
-                      config_.step().micro_batch());
+    PolicyPlans planned =
+        plan_for_policy(config_.step().policy(), speed_planner_, ledger_, ranks, step_,
+                        config_.step().global_batch(), config_.step().micro_batch());
+    plans = std::move(planned.plans);
+    shares_ = std::move(planned.shares);
     uint64_t total = 0;
     for (const WorkerPlan& p : plans) total += p.micro_batches.size();
     if (total > 0 || !ledger_.epoch_complete()) break;
     ledger_.start_next_epoch();
     epoch_samples_ = 0;
   }
+  if (shares_) log_standby(*shares_);
   planned_.clear();
   std::vector<uint32_t> expected;
   const double tau = threshold_.tau();
@@ -460,6 +511,9 @@ void Coordinator::close_step(double now) {
   record.set_discarded(guarded.discarded);
   record.set_refused_norm(guarded.refused_norm);
   record.set_step_seconds(now - step_started_);
+  record_shares(shares_, record, closed.planned);
+  record.set_policy(word(config_.step().policy()));
+  observe_step(speed_planner_, record);
   uint64_t planned_samples = 0;
   for (const auto& [rank, p] : planned_) planned_samples += p.samples;
   reduce_and_apply(closed, planned_samples);
@@ -540,6 +594,7 @@ ClosedStep Coordinator::settle_step() {
     w.set_rank(rank);
     w.set_name(membership_.at(rank).name);
     w.set_missed(p.missed);
+    w.set_cut(p.cut);
     closed.planned[rank] = p.micro_batches.size();
     w.set_checksum_ok(!p.resync);
     w.set_refused(p.refused);
@@ -683,7 +738,8 @@ void Coordinator::track_misses(const v1::StepRecord& record) {
   for (const v1::WorkerStep& w : record.workers()) {
     Member& m = membership_.at(w.rank());
     if (!m.live || m.name != w.name()) continue;
-    const bool missed_deadline = w.missed() && w.checksum_ok();
+    // A backup worker cut from the step did not miss a deadline.
+    const bool missed_deadline = w.missed() && w.checksum_ok() && !w.cut();
     m.missed_in_a_row = missed_deadline ? m.missed_in_a_row + 1 : 0;
     if (limit > 0 && m.missed_in_a_row >= limit) release(w.rank(), m.missed_in_a_row);
   }
@@ -869,6 +925,7 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
     try {
       v1::RunSummary summary = metrics_.summary(config_, wall(now), epochs(), reason);
       if (setup_.blas) *summary.mutable_blas() = *setup_.blas;
+      if (!setup_.resume) summary.set_startup_seconds(run_started_ - created_);
       worker_summary_.add_to(summary);
       write_summary(setup_.run_dir / "summary.json", summary);
     } catch (const std::exception& e) {

@@ -32,6 +32,7 @@
 #include "coordinator/planner.h"
 #include "coordinator/reducer.h"
 #include "coordinator/run_metrics.h"
+#include "coordinator/speed_planner.h"
 #include "coordinator/threshold.h"
 #include "coordinator/update_guard.h"
 #include "coordinator/worker_summary.h"
@@ -103,6 +104,7 @@ class Coordinator {
     bool missed = false;  // out of the step: missed the deadline, died, left, or was rejected
     bool resync = false;  // its replica differed from the coordinator's: resend the state
     std::string refused;  // left out by the guard: "norm" or "update" (named as a cause)
+    bool cut = false;     // policy "backup": the step closed without it
   };
 
   void dispatch(Received message, double now);
@@ -116,6 +118,11 @@ class Coordinator {
   void ask_to_rejoin(const std::string& peer, const std::string& why);
   // Drops a worker from the current step: its micro-batches are requeued.
   void abandon(uint32_t rank, const std::string& why);
+  // Policy "backup": once N - b contributions are in, the others are cut
+  // from the step (their micro-batches requeued).
+  void cut_backup_workers();
+  // Logs the workers that became or stopped being standbys (rebalance).
+  void log_standby(const StepShares& shares);
   // Releases a worker that missed too many deadlines in a row: its slot is
   // freed (a restarted worker may take it) and it is told to leave.
   void release(uint32_t rank, uint32_t missed);
@@ -183,6 +190,8 @@ class Coordinator {
   Timeline timeline_;  // trace.json (trace/timeline.h)
   UpdateGuard guard_;
   PeerLog peer_log_;
+  SpeedPlanner speed_planner_;
+  std::optional<StepShares> shares_;  // the open step's, when speed-aware
 
   bool needs_data_root_ = false;
   Phase phase_ = Phase::kJoining;

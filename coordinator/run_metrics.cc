@@ -144,6 +144,7 @@ v1::RunSummary RunMetrics::summary(const v1::RunConfig& config, double wall_seco
   // The threshold in force at the end (a fixed one: the config's).
   *s.mutable_tau() = tau_value(t.tau() != 0.0 ? t.tau() : config.step().tau());
   s.set_tau_policy(word(config.step().tau_policy()));
+  s.set_policy(word(config.step().policy()));
   s.set_tau_changes(count(t.tau_changes()));
   s.set_steps_at_final_tau(count(t.steps_at_tau()));
   s.set_mean_step_seconds_at_final_tau(ratio(t.step_seconds_at_tau(), t.steps_at_tau()));

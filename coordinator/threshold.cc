@@ -100,7 +100,8 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
   d.step = step_number;
   d.why = why;
   d.old_tau = tau_;
-  d.estimate = estimate_threshold(steps, overhead, static_cast<int>(config_.grid_points()));
+  d.estimate = estimate_threshold(steps, overhead, static_cast<int>(config_.grid_points()),
+                                  config_.has_max_drop_rate() ? config_.max_drop_rate() : 1.0);
   d.in_force = evaluate_threshold(steps, overhead, tau_);
   const double next = d.estimate.tau;
   const bool differs = std::isinf(next) != std::isinf(tau_) ||

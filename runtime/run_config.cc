@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "runtime/step_policy.h"
 #include "runtime/text_format.h"
 
 namespace dctrain {
@@ -184,14 +185,16 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(s, tau_policy, v1::TAU_POLICY_FIXED);
   if (s.tau_policy() == v1::TAU_POLICY_AUTO) {
     v1::AutoTauConfig& a = *s.mutable_auto_tau();
-    DCTRAIN_DEFAULT(a, warmup_steps, 10u);
+    DCTRAIN_DEFAULT(a, warmup_steps, 5u);
     DCTRAIN_DEFAULT(a, window_steps, 50u);
     DCTRAIN_DEFAULT(a, grid_points, 200u);
     if (!a.has_reestimate_every_steps()) a.set_reestimate_every_steps(10);
     if (!a.has_min_change()) a.set_min_change(0.05);
     if (!a.has_min_gain()) a.set_min_gain(0.01);
-    if (!a.has_skip_steps()) a.set_skip_steps(5);
+    if (!a.has_skip_steps()) a.set_skip_steps(2);
+    if (!a.has_max_drop_rate()) a.set_max_drop_rate(0.1);
   }
+  finalize_policy(s);
 
   v1::DelayConfig& delay = *c.mutable_delay();
   DCTRAIN_DEFAULT(delay, kind, v1::DELAY_NONE);
@@ -342,6 +345,8 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
         word(s.tau_policy()));
   }
   kind("step.normalize", s.normalize());
+  kind("step.policy", s.policy());
+  for (const std::string& p : policy_problems(s, c.workers())) problems.push_back(p);
 
   const v1::DelayConfig& delay = c.delay();
   kind("delay.kind", delay.kind());
@@ -437,11 +442,22 @@ void apply_tau_option(const std::string& text, v1::StepConfig& step) {
   if (text == "auto") {
     step.set_tau_policy(v1::TAU_POLICY_AUTO);
     step.set_tau(std::numeric_limits<double>::infinity());
-    return;
+  } else {
+    step.set_tau(parse_tau(text));
+    step.set_tau_policy(v1::TAU_POLICY_FIXED);
+    step.clear_auto_tau();
   }
-  step.set_tau(parse_tau(text));
-  step.set_tau_policy(v1::TAU_POLICY_FIXED);
-  step.clear_auto_tau();
+  // --tau on a config whose policy was written for the other kind of tau
+  // (a printed config.cfg names its policy) keeps its planning and takes
+  // the threshold: "sync" <-> "dropcompute", "rebalance" <-> its
+  // "+dropcompute".
+  const bool threshold = text == "auto" || !std::isinf(step.tau());
+  if (step.policy() == v1::POLICY_SYNC && threshold) step.set_policy(v1::POLICY_DROPCOMPUTE);
+  if (step.policy() == v1::POLICY_DROPCOMPUTE && !threshold) step.set_policy(v1::POLICY_SYNC);
+  if (step.policy() == v1::POLICY_REBALANCE && threshold)
+    step.set_policy(v1::POLICY_REBALANCE_DROPCOMPUTE);
+  if (step.policy() == v1::POLICY_REBALANCE_DROPCOMPUTE && !threshold)
+    step.set_policy(v1::POLICY_REBALANCE);
 }
 
 std::string to_text(const v1::RunConfig& config) {

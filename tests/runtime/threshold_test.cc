@@ -122,6 +122,32 @@ TEST(Threshold, ArgmaxOnTheGridIsTheMiddleOfTheBestPlateau) {
   for (const ThresholdCandidate& c : e.grid) EXPECT_LE(c.speedup, e.speedup + 1e-15) << c.tau;
 }
 
+TEST(Threshold, MaxDropRateBoundsTheArgmax) {
+  // Unbounded, the best tau (3.5) drops 2/9 of the micro-batches; bounded at
+  // 0.2 the rule takes the best candidate that drops at most 0.2.
+  const ThresholdEstimate free = estimate_threshold(hand_steps(), 0.5, 25, 1.0);
+  EXPECT_DOUBLE_EQ(free.tau, 3.5);
+  const ThresholdEstimate e = estimate_threshold(hand_steps(), 0.5, 25, 0.2);
+  ASSERT_EQ(e.grid.size(), 25u) << "the grid lists every candidate";
+  EXPECT_LE(e.drop_rate, 0.2);
+  EXPECT_LT(e.speedup, free.speedup);
+  bool some_allowed_pays = false;
+  for (const ThresholdCandidate& c : e.grid) {
+    if (c.drop_rate > 0.2) continue;
+    some_allowed_pays |= c.speedup > 0.0;
+    EXPECT_LE(c.speedup, e.speedup + 1e-15) << c.tau;
+  }
+  if (some_allowed_pays) {
+    EXPECT_TRUE(std::isfinite(e.tau));
+  } else {
+    EXPECT_TRUE(std::isinf(e.tau));
+  }
+  // A bound no candidate meets but inf: no threshold.
+  const ThresholdEstimate none = estimate_threshold(hand_steps(), 0.5, 25, 1e-9);
+  EXPECT_TRUE(std::isinf(none.tau));
+  EXPECT_EQ(none.drop_rate, 0.0);
+}
+
 TEST(Threshold, NoThresholdWhenDroppingNeverPays) {
   // Equal micro-batches and a large overhead: any cut loses more work than
   // it saves time: (k/3) (3 + 2) / (k + 2) - 1 < 0 for k = 1, 2.
@@ -219,6 +245,9 @@ v1::StepConfig auto_step(uint32_t warmup, uint32_t window, uint32_t every) {
   c.mutable_step()->mutable_auto_tau()->set_window_steps(window);
   c.mutable_step()->mutable_auto_tau()->set_reestimate_every_steps(every);
   c.mutable_step()->mutable_auto_tau()->set_skip_steps(0);  // the window mechanics, from step 0
+  // Unbounded drop rate: these tests follow the window, not the bound
+  // (MaxDropRateBoundsTheArgmax tests that).
+  c.mutable_step()->mutable_auto_tau()->set_max_drop_rate(1.0);
   finalize_run_config(c);
   return c.step();
 }
@@ -237,7 +266,10 @@ TEST(Threshold, ConfigAndTauOption) {
   finalize_run_config(c);
   EXPECT_EQ(c.step().tau_policy(), v1::TAU_POLICY_AUTO);
   EXPECT_TRUE(std::isinf(c.step().tau()));
-  EXPECT_EQ(c.step().auto_tau().warmup_steps(), 10u);
+  EXPECT_EQ(c.step().auto_tau().warmup_steps(), 5u);
+  EXPECT_EQ(c.step().auto_tau().skip_steps(), 2u);
+  EXPECT_DOUBLE_EQ(c.step().auto_tau().max_drop_rate(), 0.1);
+  EXPECT_EQ(c.step().policy(), v1::POLICY_DROPCOMPUTE);
   EXPECT_EQ(c.step().auto_tau().window_steps(), 50u);
   EXPECT_EQ(c.step().auto_tau().grid_points(), 200u);
   EXPECT_EQ(c.step().auto_tau().reestimate_every_steps(), 10u);
@@ -473,7 +505,8 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
     dataset { kind: "synthetic" synthetic_samples: 600 train_limit: 240 }
     optimizer { kind: "sgd" lr: 0.1 }
     step { global_batch: 72 micro_batch: 4 tau_policy: "auto"
-           auto_tau { warmup_steps: 6 reestimate_every_steps: 4 window_steps: 20 skip_steps: 0 } }
+           auto_tau { warmup_steps: 6 reestimate_every_steps: 4 window_steps: 20 skip_steps: 0
+                      max_drop_rate: 1 } }
     delay { kind: "bimodal" probability: 0.15 stall_seconds: 0.02 }
     liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 30 join_timeout_seconds: 120 }
     stop { max_epochs: 6 }
@@ -601,7 +634,8 @@ workers: 3
 model { name: "mlp" }
 dataset { kind: "synthetic" synthetic_samples: 2000 train_limit: 480 test_limit: 200 }
 optimizer { kind: "sgd" lr: 0.05 momentum: 0.9 }
-step { global_batch: 96 micro_batch: 4 tau: 0.5 auto_tau { warmup_steps: 5 reestimate_every_steps: 5 } }
+step { global_batch: 96 micro_batch: 4 tau: 0.5
+       auto_tau { warmup_steps: 5 reestimate_every_steps: 5 max_drop_rate: 1 } }
 delay { kind: "bimodal" probability: 0.1 stall_seconds: 0.03 }
 liveness { heartbeat_seconds: 0.2 silence_seconds: 5 grace_seconds: 2 join_timeout_seconds: 40 }
 eval { every_steps: 0 batch: 100 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "common/files.h"
 #include "runtime/run_config.h"
+#include "runtime/step_policy.h"
 #include "runtime/text_format.h"
 #include "tools/runs/run_folder.h"
 
@@ -92,9 +94,17 @@ TauPolicy parse_tau_policy(const std::string& text) {
 }
 
 std::string case_name(const std::string& model, uint32_t workers, const std::string& delay,
-                      const TauPolicy& tau, bool requeue, uint64_t seed) {
-  const std::string tau_part =
+                      const TauPolicy& tau, bool requeue, uint64_t seed,
+                      const std::string& policy) {
+  std::string tau_part =
       tau.kind == TauPolicy::Kind::kSeconds ? fmt::format("tau-{}s", tau.text) : "tau-" + tau.text;
+  if (!policy.empty()) {
+    // "rebalance+dropcompute" -> "rebalance-dropcompute": '+' stays out of
+    // folder names.
+    std::string part = policy;
+    std::replace(part.begin(), part.end(), '+', '-');
+    tau_part = part + "_" + tau_part;
+  }
   if (tau.kind == TauPolicy::Kind::kInfinity) {
     return fmt::format("{}_w{}_{}_{}_s{}", model, workers, delay, tau_part, seed);
   }
@@ -136,10 +146,43 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
       problems.push_back(fmt::format("taus: {}", e.what()));
     }
   }
-  // The baseline runs first and always.
-  std::vector<TauPolicy> policies = {parse_tau_policy("inf")};
+  // The baseline runs first and always: tau = inf, with the config's
+  // policy, or "sync" when the sweep has a policies axis. Then each policy
+  // of the axis: those that run at tau = inf once, those with a threshold
+  // at each finite tau of the taus axis.
+  struct Arm {
+    v1::Policy policy = v1::POLICY_UNSET;  // unset: the config's
+    TauPolicy tau;
+  };
+  std::vector<TauPolicy> finite;
   for (const TauPolicy& t : taus) {
-    if (t.kind != TauPolicy::Kind::kInfinity) policies.push_back(t);
+    if (t.kind != TauPolicy::Kind::kInfinity) finite.push_back(t);
+  }
+  std::vector<Arm> arms = {
+      {sweep.policies().empty() ? v1::POLICY_UNSET : v1::POLICY_SYNC, parse_tau_policy("inf")}};
+  if (sweep.policies().empty()) {
+    for (const TauPolicy& t : finite) arms.push_back({v1::POLICY_UNSET, t});
+  }
+  for (const std::string& text : sweep.policies()) {
+    const std::optional<v1::Policy> parsed = parse_policy(text);
+    if (!parsed) {
+      problems.push_back(fmt::format(
+          "policies: '{}' is not a step policy; use \"sync\", \"dropcompute\", \"rebalance\", "
+          "\"rebalance+dropcompute\" or \"backup\"",
+          text));
+      continue;
+    }
+    const v1::Policy policy = *parsed;
+    if (policy == v1::POLICY_SYNC) continue;  // the baseline
+    if (!uses_tau(policy)) {
+      arms.push_back({policy, parse_tau_policy("inf")});
+      continue;
+    }
+    if (finite.empty()) {
+      problems.push_back(fmt::format(
+          "policies: '{}' needs a threshold: add a finite tau or \"auto\" to taus", text));
+    }
+    for (const TauPolicy& t : finite) arms.push_back({policy, t});
   }
   for (uint32_t w : sweep.workers()) {
     if (w < 1 || w > 256) problems.push_back(fmt::format("workers: {} is not in 1..256", w));
@@ -201,7 +244,9 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
       for (const v1::DelayCase& delay : delays) {
         for (uint64_t seed : seeds) {
           std::optional<size_t> baseline;
-          for (const TauPolicy& tau : policies) {
+          for (size_t arm = 0; arm < arms.size(); ++arm) {
+            const TauPolicy& tau = arms[arm].tau;
+            const v1::Policy policy = arms[arm].policy;
             const bool infinite = tau.kind == TauPolicy::Kind::kInfinity;
             for (size_t r = 0; r < (infinite ? 1 : requeues.size()); ++r) {
               const bool requeue = infinite ? true : requeues[r];
@@ -229,7 +274,11 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
                 step.set_tau_policy(v1::TAU_POLICY_FIXED);
                 step.clear_auto_tau();
               }
-              const std::string name = case_name(model, w, delay.name(), tau, requeue, seed);
+              if (policy != v1::POLICY_UNSET) step.set_policy(policy);
+              const std::string name =
+                  policy == v1::POLICY_UNSET || arm == 0
+                      ? case_name(model, w, delay.name(), tau, requeue, seed)
+                      : case_name(model, w, delay.name(), tau, requeue, seed, word(policy));
               c.config.set_name(name);
               c.info.set_sweep(plan.name);
               c.info.set_case_name(name);
@@ -240,7 +289,8 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
               c.info.set_tau_seconds(c.config.step().tau());
               c.info.set_requeue(requeue);
               c.info.set_seed(seed);
-              if (!infinite) {
+              if (policy != v1::POLICY_UNSET) c.info.set_policy(word(policy));
+              if (arm > 0) {
                 c.baseline = baseline;
                 c.info.set_baseline(plan.cases[*baseline].info.case_name());
               }
@@ -262,7 +312,7 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
                     "case {} appears twice: two configs share a name, or an axis repeats a value",
                     name));
               }
-              if (infinite) baseline = plan.cases.size();
+              if (arm == 0) baseline = plan.cases.size();
               plan.cases.push_back(std::move(c));
             }
           }

@@ -55,9 +55,12 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const std::filesystem::path& sweep_
 SweepPlan load_sweep(const std::filesystem::path& path);
 
 // "mnist-cnn_w4_dropcompute_tau-p90_requeue_s1"; the tau = inf baseline has
-// no requeue part ("mnist-cnn_w4_dropcompute_tau-inf_s1").
+// no requeue part ("mnist-cnn_w4_dropcompute_tau-inf_s1"). A step policy of
+// the sweep's policies axis goes before the tau part, '+' written '-'
+// ("mnist-cnn_w4_straggler_rebalance-dropcompute_tau-auto_requeue_s1").
 std::string case_name(const std::string& model, uint32_t workers, const std::string& delay,
-                      const TauPolicy& tau, bool requeue, uint64_t seed);
+                      const TauPolicy& tau, bool requeue, uint64_t seed,
+                      const std::string& policy = "");
 
 // "1h 02m", "4m 05s", "12 s".
 std::string format_duration(double seconds);

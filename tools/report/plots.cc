@@ -104,7 +104,8 @@ std::string run_title(const Experiment& e, const CaseRow& row, size_t run) {
 // "tau = p90, requeue": a row's policy without its resolved value, the same
 // across worker counts.
 std::string policy_key(const CaseRow& row) {
-  return fmt::format("tau = {}{}, {}", row.tau_policy,
+  return fmt::format("{}tau = {}{}, {}", row.policy.empty() ? "" : row.policy + ", ",
+                     row.tau_policy,
                      row.tau_policy == "auto" || row.tau_policy[0] == 'p' ? "" : " s",
                      row.requeue ? "requeue" : "no requeue");
 }

@@ -52,14 +52,42 @@ Aggregate aggregate(const std::vector<double>& values) {
   return a;
 }
 
-// Order of rows: inf, fixed seconds, percentiles, auto; requeue first.
-std::tuple<int, double, int> row_order(const CaseRow& row) {
+bool is_baseline(const CaseRow& row) {
+  return row.tau_policy == "inf" && (row.policy.empty() || row.policy == "sync");
+}
+
+// Order of rows: the baseline; then by policy (the config's or
+// "dropcompute", "rebalance", "rebalance+dropcompute", "backup"), each by
+// inf, fixed seconds, percentiles, auto; requeue first.
+std::tuple<int, int, int, double, int> row_order(const CaseRow& row) {
   const std::string& p = row.tau_policy;
   const int requeue = row.requeue ? 0 : 1;
-  if (p == "inf") return {0, 0.0, requeue};
-  if (p == "auto") return {3, 0.0, requeue};
-  if (!p.empty() && p[0] == 'p') return {2, std::atof(p.c_str() + 1), requeue};
-  return {1, std::atof(p.c_str()), requeue};
+  const int first = is_baseline(row) ? 0 : 1;
+  int policy = 0;
+  if (row.policy == "rebalance") policy = 1;
+  if (row.policy == "rebalance+dropcompute") policy = 2;
+  if (row.policy == "backup") policy = 3;
+  if (p == "inf") return {first, policy, 0, 0.0, requeue};
+  if (p == "auto") return {first, policy, 3, 0.0, requeue};
+  if (!p.empty() && p[0] == 'p') return {first, policy, 2, std::atof(p.c_str() + 1), requeue};
+  return {first, policy, 1, std::atof(p.c_str()), requeue};
+}
+
+// "10.4 [9.53, 11.3]": mean and 95% interval; the mean alone for one value.
+std::string with_interval(const std::vector<double>& values, const std::string& format) {
+  if (values.empty()) return "-";
+  const MeanInterval ci = mean_interval(values);
+  std::string text = fmt::format(fmt::runtime(format), ci.mean);
+  if (values.size() > 1) {
+    text += fmt::format(" [{}, {}]", fmt::format(fmt::runtime(format), ci.low),
+                        fmt::format(fmt::runtime(format), ci.high));
+  }
+  return text;
+}
+
+std::string p_text(const std::optional<WelchTest>& test) {
+  if (!test) return "-";
+  return fmt::format("{:.2g}{}", test->p, test->p < 0.05 ? " (significant)" : "");
 }
 
 std::string with_spread(const Aggregate& a, const std::string& format, size_t seeds) {
@@ -103,10 +131,13 @@ std::vector<CurveCase> curve_cases(const Experiment& e) {
 }  // namespace
 
 std::optional<double> run_time_to_target(const RunFolder& run, std::optional<double> target) {
-  if (auto t = optional_number(run.summary.time_to_target_seconds())) return t;
+  // On the clock from the process's start, as MLPerf measures it: the
+  // start-up (workers joining, loading data) counts.
+  const double startup = run.summary.startup_seconds();
+  if (auto t = optional_number(run.summary.time_to_target_seconds())) return *t + startup;
   if (!target) return std::nullopt;
   for (const v1::EvalRecord& e : run.evals) {
-    if (e.eval_accuracy() >= *target) return e.wall_seconds();
+    if (e.eval_accuracy() >= *target) return e.wall_seconds() + startup;
   }
   return std::nullopt;
 }
@@ -150,15 +181,16 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
             });
 
   for (Experiment& e : report.experiments) {
-    std::map<std::pair<std::string, bool>, size_t> rows;
+    std::map<std::tuple<std::string, std::string, bool>, size_t> rows;
     for (size_t i = 0; i < e.runs.size(); ++i) {
       const v1::CaseInfo& info = e.runs[i].info;
       const bool requeue = info.tau_policy() == "inf" ? true : info.requeue();
-      const auto key = std::make_pair(info.tau_policy(), requeue);
+      const auto key = std::make_tuple(info.policy(), info.tau_policy(), requeue);
       auto it = rows.find(key);
       if (it == rows.end()) {
         CaseRow row;
         row.tau_policy = info.tau_policy();
+        row.policy = info.policy();
         row.requeue = requeue;
         it = rows.emplace(key, e.rows.size()).first;
         e.rows.push_back(row);
@@ -167,6 +199,11 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
     }
     std::sort(e.rows.begin(), e.rows.end(),
               [](const CaseRow& a, const CaseRow& b) { return row_order(a) < row_order(b); });
+    for (const RunFolder& run : e.runs) {
+      if (run.evals.empty()) continue;
+      const double last = run.evals.back().wall_seconds() + run.summary.startup_seconds();
+      e.equal_time = e.equal_time ? std::min(*e.equal_time, last) : last;
+    }
     for (size_t r = 0; r < e.rows.size(); ++r) {
       CaseRow& row = e.rows[r];
       std::sort(row.runs.begin(), row.runs.end(),
@@ -176,6 +213,10 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
         const RunFolder& run = e.runs[i];
         if (auto a = optional_number(run.summary.final_eval_accuracy())) accuracy.push_back(*a);
         if (auto t = run_time_to_target(run, report.target)) ttt.push_back(*t);
+        row.steady_values.push_back(steady_samples_per_second(run));
+        if (e.equal_time) {
+          if (auto a = accuracy_at(run, *e.equal_time)) row.accuracy_at_time_values.push_back(*a);
+        }
         sps.push_back(run.summary.samples_per_second());
         drop.push_back(run.summary.drop_rate());
         lost.push_back(static_cast<double>(run.summary.samples_lost()));
@@ -183,13 +224,20 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       }
       if (!accuracy.empty()) row.accuracy = aggregate(accuracy);
       if (!ttt.empty()) row.time_to_target = aggregate(ttt);
+      row.time_to_target_values = ttt;
       row.samples_per_second = aggregate(sps);
       row.drop_rate = aggregate(drop);
       row.samples_lost = aggregate(lost);
       row.tau_seconds = aggregate(tau);
-      if (row.tau_policy == "inf") {
-        row.label = "tau = inf (baseline)";
+      const std::string policy = row.policy.empty() ? "" : row.policy + ", ";
+      if (is_baseline(row)) {
+        row.label = row.policy.empty() ? "tau = inf (baseline)" : "sync, tau = inf (baseline)";
         if (!e.baseline_row) e.baseline_row = r;
+      } else if (row.tau_policy == "inf") {
+        row.label = row.policy == "backup"
+                        ? fmt::format("backup workers (b = {}), requeue",
+                                      e.runs[row.runs.front()].config.step().backup_workers())
+                        : row.policy + ", tau = inf";
       } else {
         std::string tau_label = row.tau_policy + " s";
         if (row.tau_policy == "auto") {
@@ -199,7 +247,8 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
         } else if (row.tau_policy[0] == 'p') {
           tau_label = fmt::format("{} ({:.4g} s)", row.tau_policy, row.tau_seconds.mean);
         }
-        row.label = fmt::format("tau = {}, {}", tau_label, row.requeue ? "requeue" : "no requeue");
+        row.label = fmt::format("{}tau = {}, {}", policy, tau_label,
+                                row.requeue ? "requeue" : "no requeue");
       }
     }
     if (e.baseline_row) {
@@ -209,12 +258,27 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
                                  row.time_to_target->count == row.runs.size() &&
                                  base.time_to_target->count == base.runs.size() &&
                                  row.time_to_target->mean > 0;
+        std::vector<double> base_sps, row_sps;
+        for (size_t i : base.runs) base_sps.push_back(e.runs[i].summary.samples_per_second());
+        for (size_t i : row.runs) row_sps.push_back(e.runs[i].summary.samples_per_second());
         if (all_reached) {
           row.speedup = base.time_to_target->mean / row.time_to_target->mean;
           row.speedup_basis = "time to target";
+          row.speedup_test = welch_test(row.time_to_target_values, base.time_to_target_values);
         } else if (base.samples_per_second.mean > 0) {
           row.speedup = row.samples_per_second.mean / base.samples_per_second.mean;
           row.speedup_basis = "samples/s";
+          row.speedup_test = welch_test(row_sps, base_sps);
+        }
+        if (&row == &base) row.speedup_test.reset();
+        row.time_to_target_test = welch_test(row.time_to_target_values, base.time_to_target_values);
+        row.steady_test = welch_test(row.steady_values, base.steady_values);
+        row.accuracy_at_time_test =
+            welch_test(row.accuracy_at_time_values, base.accuracy_at_time_values);
+        if (&row == &base) {
+          row.time_to_target_test.reset();
+          row.steady_test.reset();
+          row.accuracy_at_time_test.reset();
         }
       }
       std::vector<const RunFolder*> baselines;
@@ -239,18 +303,24 @@ std::vector<std::string> table_cells(const CaseRow& row) {
     if (row.time_to_target->count < seeds)
       ttt += fmt::format(" ({}/{} seeds)", row.time_to_target->count, seeds);
   }
-  return {
-      row.label,
-      std::to_string(seeds),
-      row.accuracy ? with_spread(*row.accuracy, "{:.4f}", seeds) : "none",
-      ttt,
-      with_spread(row.samples_per_second, "{:.1f}", seeds),
-      row.speedup ? fmt::format("{:.3f}x ({})", *row.speedup, row.speedup_basis) : "no baseline",
-      with_spread(
-          Aggregate{100 * row.drop_rate.mean, 100 * row.drop_rate.spread, row.drop_rate.count},
-          "{:.2f}", seeds) +
-          "%",
-      with_spread(row.samples_lost, "{:.0f}", seeds)};
+  return {row.label,
+          std::to_string(seeds),
+          row.accuracy ? with_spread(*row.accuracy, "{:.4f}", seeds) : "none",
+          ttt,
+          with_spread(row.samples_per_second, "{:.1f}", seeds),
+          row.speedup
+              ? fmt::format("{:.3f}x ({}{})", *row.speedup, row.speedup_basis,
+                            row.speedup_test
+                                ? fmt::format("; p = {:.2g}, {}", row.speedup_test->p,
+                                              row.speedup_test->p < 0.05 ? "significant"
+                                                                         : "not significant")
+                                : std::string())
+              : "no baseline",
+          with_spread(
+              Aggregate{100 * row.drop_rate.mean, 100 * row.drop_rate.spread, row.drop_rate.count},
+              "{:.2f}", seeds) +
+              "%",
+          with_spread(row.samples_lost, "{:.0f}", seeds)};
 }
 
 std::string markdown_table(const Experiment& e) {
@@ -288,7 +358,13 @@ std::string table_notes(const Report& report) {
       "target, "
       "else the case's samples/s over the baseline's. Drop rate: micro-batches dropped at the "
       "threshold or "
-      "orphaned, over those planned. ± is the standard deviation over seeds.\n";
+      "orphaned, over those planned. ± is the standard deviation over seeds; with the speedup, "
+      "Welch's t-test of the case's seeds against the baseline's on the same basis (p < 0.05: "
+      "significant). Second table (several seeds): mean and 95% interval (t distribution) over "
+      "seeds of the time to target (clock from the process's start), the accuracy of the last "
+      "evaluation at the earliest final evaluation among the experiment's runs (equal wall time), "
+      "and steady-state samples/s (the steps after the first quarter, evaluations left out), each "
+      "with Welch's p against the baseline.\n";
   return out;
 }
 
@@ -314,10 +390,56 @@ std::string predicted_line(const Experiment& e) {
       speedups, taus, e.predicted->worker_steps, e.predicted->overhead_seconds);
 }
 
+double steady_samples_per_second(const RunFolder& run) {
+  double samples = 0.0, seconds = 0.0;
+  for (size_t i = run.steps.size() / 4; i < run.steps.size(); ++i) {
+    const v1::StepRecord& s = run.steps[i];
+    samples += s.samples();
+    seconds += s.step_seconds() + s.reduce_seconds() + s.apply_seconds();
+  }
+  return seconds > 0.0 ? samples / seconds : 0.0;
+}
+
+std::optional<double> accuracy_at(const RunFolder& run, double wall_seconds) {
+  std::optional<double> out;
+  for (const v1::EvalRecord& e : run.evals) {
+    if (e.wall_seconds() + run.summary.startup_seconds() <= wall_seconds + 1e-9)
+      out = e.eval_accuracy();
+  }
+  return out;
+}
+
+std::string statistics_table(const Experiment& e) {
+  bool several = false;
+  for (const CaseRow& row : e.rows) several = several || row.runs.size() > 1;
+  if (!several || !e.baseline_row) return "";
+  const std::string at =
+      e.equal_time ? fmt::format("accuracy at {:.1f} s", *e.equal_time) : "accuracy at equal time";
+  std::string out = fmt::format(
+      "| case | seeds | time to target [95% CI] | p | {} [95% CI] | p | steady samples/s [95% CI] "
+      "| p |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+      at);
+  for (const CaseRow& row : e.rows) {
+    std::string ttt = with_interval(row.time_to_target_values, "{:.2f}");
+    if (!row.time_to_target_values.empty()) ttt += " s";
+    if (row.time_to_target_values.size() < row.runs.size()) {
+      ttt += fmt::format(" ({}/{} reached)", row.time_to_target_values.size(), row.runs.size());
+    }
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", row.label, row.runs.size(),
+                       ttt, p_text(row.time_to_target_test),
+                       with_interval(row.accuracy_at_time_values, "{:.4f}"),
+                       p_text(row.accuracy_at_time_test),
+                       with_interval(row.steady_values, "{:.1f}"), p_text(row.steady_test));
+  }
+  return out;
+}
+
 std::string markdown_tables(const Report& report) {
   std::string out;
   for (const Experiment& e : report.experiments) {
     out += "### " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
+    const std::string stats = statistics_table(e);
+    if (!stats.empty()) out += stats + "\n";
     const std::string predicted = predicted_line(e);
     if (!predicted.empty()) out += predicted + "\n";
   }

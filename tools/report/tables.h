@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tools/report/prediction.h"
+#include "tools/report/statistics.h"
 #include "tools/runs/run_folder.h"
 
 namespace dctrain {
@@ -22,6 +23,7 @@ struct Aggregate {  // a figure over the seeds of a case
 struct CaseRow {
   std::string label;       // "tau = p90 (0.0421 s), requeue"
   std::string tau_policy;  // "inf", "0.05", "p90", "auto"
+  std::string policy;      // step.policy's word from the sweep's policies axis; "": the config's
   bool requeue = true;
   std::vector<size_t> runs;                 // indices into Experiment::runs, one per seed
   std::optional<Aggregate> accuracy;        // final eval accuracy
@@ -31,6 +33,15 @@ struct CaseRow {
   // every seed of both reached the target, else samples/s ratio.
   std::optional<double> speedup;
   std::string speedup_basis;  // "time to target" or "samples/s"
+  // Welch's t-test against the baseline row on the speedup's basis (time
+  // to target or samples/s per seed); nothing with fewer than 2 seeds.
+  std::optional<WelchTest> speedup_test;
+  // Per seed, for the statistics table: time to target (the seeds that
+  // reached it), steady-state samples/s (completed samples over the step
+  // cycles after the first quarter of the steps: evaluations and
+  // checkpoints left out) and accuracy at the experiment's equal wall time.
+  std::vector<double> time_to_target_values, steady_values, accuracy_at_time_values;
+  std::optional<WelchTest> time_to_target_test, steady_test, accuracy_at_time_test;
 };
 
 struct Experiment {
@@ -40,6 +51,9 @@ struct Experiment {
   std::vector<RunFolder> runs;
   std::vector<CaseRow> rows;  // tau = inf first
   std::optional<size_t> baseline_row;
+  // The equal wall time of "accuracy at equal wall time": the earliest of
+  // the runs' last evaluations, so that every run has an evaluation by then.
+  std::optional<double> equal_time;
   // Speedup against worker count, i.i.d. workers drawn from the baseline
   // row's pooled worker steps (tools/report/prediction.h): the best tau, and
   // each case's tau (cases with the same policy and tau share a curve).
@@ -55,12 +69,25 @@ struct Report {
 // none is the wall time of the first evaluation reaching it.
 Report build_report(std::vector<RunFolder> runs, std::optional<double> target);
 
-// Time to target of one run: its summary's, else from its evaluations.
+// Time to target of one run on the clock from the process's start (the
+// summary's start-up added): its summary's, else from its evaluations.
 std::optional<double> run_time_to_target(const RunFolder& run, std::optional<double> target);
 
 // The tau a run used: the resolved fixed tau, or for runs whose tau changes
 // (auto), the median of its steps' tau.
 double run_tau(const RunFolder& run);
+
+// Steady-state samples/s of a run: completed samples over the step cycles
+// (plans out to update applied) of the steps after the first quarter.
+double steady_samples_per_second(const RunFolder& run);
+
+// The accuracy of the run's last evaluation at or before `wall_seconds`.
+std::optional<double> accuracy_at(const RunFolder& run, double wall_seconds);
+
+// The statistics table of an experiment: per case, mean and 95% interval
+// over seeds of time to target, accuracy at equal wall time and steady
+// samples/s, each with Welch's p against the baseline.
+std::string statistics_table(const Experiment& e);
 
 // One Markdown table per experiment, with a heading each, then the notes.
 std::string markdown_tables(const Report& report);

@@ -1,0 +1,103 @@
+#include "runtime/step_policy.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "runtime/text_format.h"
+
+namespace dctrain {
+
+std::optional<v1::Policy> parse_policy(const std::string& text) {
+  const google::protobuf::EnumDescriptor& type = *v1::Policy_descriptor();
+  for (int i = 0; i < type.value_count(); ++i) {
+    const int number = type.value(i)->number();
+    if (number != 0 && enum_word(type, number) == text) return static_cast<v1::Policy>(number);
+  }
+  return std::nullopt;
+}
+
+bool speed_aware(v1::Policy policy) {
+  return policy == v1::POLICY_REBALANCE || policy == v1::POLICY_REBALANCE_DROPCOMPUTE;
+}
+
+bool uses_tau(v1::Policy policy) {
+  return policy == v1::POLICY_DROPCOMPUTE || policy == v1::POLICY_REBALANCE_DROPCOMPUTE;
+}
+
+void finalize_policy(v1::StepConfig& step) {
+  if (step.policy() == v1::POLICY_UNSET) {
+    const bool threshold = step.tau_policy() == v1::TAU_POLICY_AUTO || !std::isinf(step.tau());
+    step.set_policy(threshold ? v1::POLICY_DROPCOMPUTE : v1::POLICY_SYNC);
+  }
+  if (step.policy() == v1::POLICY_BACKUP && step.backup_workers() == 0) step.set_backup_workers(1);
+  if (speed_aware(step.policy())) {
+    v1::RebalanceConfig& r = *step.mutable_rebalance();
+    if (r.window_steps() == 0) r.set_window_steps(8);
+    if (!r.has_min_gain()) r.set_min_gain(0.1);
+    if (r.probe_every_steps() == 0) r.set_probe_every_steps(20);
+  }
+}
+
+std::vector<std::string> policy_problems(const v1::StepConfig& step, uint32_t workers) {
+  std::vector<std::string> problems;
+  const v1::Policy policy = step.policy();
+  const bool threshold = step.tau_policy() == v1::TAU_POLICY_AUTO || !std::isinf(step.tau());
+  switch (policy) {
+    case v1::POLICY_SYNC:
+    case v1::POLICY_REBALANCE:
+    case v1::POLICY_BACKUP:
+      if (threshold) {
+        problems.push_back(fmt::format(
+            "step.policy '{}' runs at tau = inf, but step.tau is {} (tau_policy '{}'): remove "
+            "tau, or use policy 'dropcompute' or 'rebalance+dropcompute'",
+            word(policy), step.tau(), word(step.tau_policy())));
+      }
+      break;
+    case v1::POLICY_DROPCOMPUTE:
+    case v1::POLICY_REBALANCE_DROPCOMPUTE:
+      if (!threshold) {
+        problems.push_back(fmt::format(
+            "step.policy '{}' needs a threshold: set step.tau (seconds) or tau_policy 'auto' "
+            "(--tau auto), or use policy '{}'",
+            word(policy), policy == v1::POLICY_DROPCOMPUTE ? "sync" : "rebalance"));
+      }
+      break;
+    case v1::POLICY_UNSET:
+    case v1::Policy_INT_MIN_SENTINEL_DO_NOT_USE_:
+    case v1::Policy_INT_MAX_SENTINEL_DO_NOT_USE_:
+      break;  // the enum check names it
+  }
+  if (policy == v1::POLICY_BACKUP) {
+    if (step.backup_workers() >= workers) {
+      problems.push_back(fmt::format(
+          "step.backup_workers is {} with {} workers: the step must wait for at least one "
+          "contribution; use 1 to {}",
+          step.backup_workers(), workers, workers > 1 ? workers - 1 : 1));
+    }
+  } else if (step.backup_workers() != 0) {
+    problems.push_back(fmt::format(
+        "step.backup_workers is set but step.policy is '{}': use policy 'backup'", word(policy)));
+  }
+  if (speed_aware(policy)) {
+    const v1::RebalanceConfig& r = step.rebalance();
+    if (!(r.min_gain() >= 0.0))
+      problems.push_back(fmt::format("step.rebalance.min_gain is {}; use >= 0", r.min_gain()));
+  } else if (step.has_rebalance()) {
+    problems.push_back(
+        fmt::format("step.rebalance is set but step.policy is '{}': use 'rebalance' or "
+                    "'rebalance+dropcompute'",
+                    word(policy)));
+  }
+  if (step.tau_policy() == v1::TAU_POLICY_AUTO) {
+    const double m = step.auto_tau().max_drop_rate();
+    if (!(m > 0.0 && m <= 1.0)) {
+      problems.push_back(fmt::format(
+          "step.auto_tau.max_drop_rate is {}; use a fraction in (0, 1] (e.g. 0.1; 1: no bound)",
+          m));
+    }
+  }
+  return problems;
+}
+
+}  // namespace dctrain
