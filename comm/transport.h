@@ -14,15 +14,18 @@
 
 #include "comm/link.h"
 #include "comm/message.h"
+#include "comm/security.h"
 
 namespace dctrain {
 
 class RouterTransport : public Outbox {
  public:
   // Binds `address` (tcp://HOST:PORT, port may be '*'). Throws with the
-  // address and ZeroMQ's reason when it cannot.
+  // address and ZeroMQ's reason when it cannot. With `security.curve` the
+  // ROUTER is a CURVE server: the context must hold a ZapHandler already,
+  // and every Received carries the peer's authenticated key.
   RouterTransport(zmq::context_t& context, const std::string& address,
-                  std::shared_ptr<spdlog::logger> log);
+                  std::shared_ptr<spdlog::logger> log, const SocketSecurity& security = {});
 
   // The bound endpoint with the real port, e.g. tcp://127.0.0.1:41234.
   std::string endpoint() const;
@@ -55,8 +58,10 @@ class DealerTransport : public Link {
  public:
   // Connects to `address` with `identity` (the worker name). The connection
   // is watched from the start, so no event of the first attempt is missed.
+  // With `security.curve` the DEALER is a CURVE client of the server key
+  // in `security`.
   DealerTransport(zmq::context_t& context, const std::string& address, const std::string& identity,
-                  std::shared_ptr<spdlog::logger> log);
+                  std::shared_ptr<spdlog::logger> log, const SocketSecurity& security = {});
   ~DealerTransport();
   DealerTransport(const DealerTransport&) = delete;
   DealerTransport& operator=(const DealerTransport&) = delete;
