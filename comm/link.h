@@ -16,10 +16,11 @@ namespace dctrain {
 
 // What happened to a link's connection.
 enum class ConnectionEvent {
-  kConnected,       // TCP connected and the ZeroMQ handshake succeeded: messages now flow
-  kRetried,         // a connection attempt failed (refused, unreachable); ZeroMQ tries again
-  kDisconnected,    // an established connection closed
-  kHandshakeFailed  // something answered on the port but did not speak ZeroMQ's protocol
+  kConnected,        // TCP connected and the ZeroMQ handshake succeeded: messages now flow
+  kRetried,          // a connection attempt failed (refused, unreachable); ZeroMQ tries again
+  kDisconnected,     // an established connection closed
+  kHandshakeFailed,  // something answered on the port but did not speak ZeroMQ's protocol
+  kAuthRefused       // the server's authentication (CURVE allow-list) refused this peer's key
 };
 
 class Link {

@@ -20,6 +20,9 @@ struct Message {
 struct Received {
   std::string peer;
   std::vector<zmq::message_t> parts;
+  // The peer's CURVE public key as the allow-list admitted it (comm/
+  // security.h); empty on a plain connection.
+  std::string key = {};
 };
 
 // Where a message goes: the coordinator's transport (or a test's recorder).

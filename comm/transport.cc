@@ -51,7 +51,8 @@ bool send_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
 }  // namespace
 
 RouterTransport::RouterTransport(zmq::context_t& context, const std::string& address,
-                                 std::shared_ptr<spdlog::logger> log, const TransportLimits& limits)
+                                 std::shared_ptr<spdlog::logger> log, const TransportLimits& limits,
+                                 const SocketSecurity& security)
     : socket_(context, zmq::socket_type::router),
       monitor_(context, zmq::socket_type::pair),
       log_(std::move(log)) {
@@ -79,6 +80,8 @@ RouterTransport::RouterTransport(zmq::context_t& context, const std::string& add
     socket_.set(zmq::sockopt::heartbeat_timeout,
                 static_cast<int>(limits.heartbeat_timeout.count()));
   }
+  // CURVE server: with it every Received carries the peer's authenticated key.
+  secure_socket(socket_, SocketRole::kServer, security);
   try {
     socket_.bind(address);
   } catch (const zmq::error_t& e) {
@@ -147,6 +150,9 @@ bool RouterTransport::receive(Received& out, std::chrono::milliseconds timeout) 
     const int fd = zmq_msg_get(parts.back().handle(), ZMQ_SRCFD);
     if (fd >= 0 && open_.contains(fd)) peer_connection_[out.peer] = fd;
   }
+  // The routing-id frame is made by the ROUTER; the next came off the wire
+  // and carries the connection's properties.
+  out.key = parts.size() > 1 ? authenticated_key(parts[1]) : std::string();
   out.parts.clear();
   for (size_t i = 1; i < parts.size(); ++i) out.parts.push_back(std::move(parts[i]));
   return true;
@@ -179,7 +185,8 @@ void RouterTransport::send(const std::string& peer, Message message) {
 }
 
 DealerTransport::DealerTransport(zmq::context_t& context, const std::string& address,
-                                 const std::string& identity, std::shared_ptr<spdlog::logger> log)
+                                 const std::string& identity, std::shared_ptr<spdlog::logger> log,
+                                 const SocketSecurity& security)
     : socket_(context, zmq::socket_type::dealer),
       monitor_(context, zmq::socket_type::pair),
       log_(std::move(log)) {
@@ -192,13 +199,15 @@ DealerTransport::DealerTransport(zmq::context_t& context, const std::string& add
   // Retry a refused or unreachable address after 0.1, 0.2, 0.4, ... s, at
   // most every second.
   socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
+  secure_socket(socket_, SocketRole::kClient, security);
   // The monitor's reader is connected before the DEALER connects: ZeroMQ
   // drops events that nobody reads.
   const std::string monitor = fmt::format("inproc://dealer-monitor-{}", static_cast<void*>(this));
   if (zmq_socket_monitor(socket_.handle(), monitor.c_str(),
                          ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_CONNECT_RETRIED |
                              ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
     throw std::runtime_error(
         fmt::format("worker: cannot watch the connection: {}", zmq_strerror(zmq_errno())));
   }
@@ -249,6 +258,8 @@ std::optional<ConnectionEvent> DealerTransport::try_event() {
       case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
         return ConnectionEvent::kHandshakeFailed;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        return ConnectionEvent::kAuthRefused;
       default:
         continue;
     }

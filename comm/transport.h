@@ -17,6 +17,7 @@
 #include "comm/link.h"
 #include "comm/message.h"
 #include "comm/transport_limits.h"
+#include "comm/security.h"
 
 namespace dctrain {
 
@@ -24,9 +25,12 @@ class RouterTransport : public Outbox {
  public:
   // Binds `address` (tcp://HOST:PORT, port may be '*'). Throws with the
   // address and ZeroMQ's reason when it cannot.
-  // `limits` hold for every connection (comm/transport_limits.h).
+  // `limits` hold for every connection (comm/transport_limits.h). With
+  // `security.curve` the ROUTER is a CURVE server: the context must hold a
+  // ZapHandler already, and every Received carries the peer's authenticated key.
   RouterTransport(zmq::context_t& context, const std::string& address,
-                  std::shared_ptr<spdlog::logger> log, const TransportLimits& limits = {});
+                  std::shared_ptr<spdlog::logger> log, const TransportLimits& limits = {},
+                  const SocketSecurity& security = {});
 
   // The bound endpoint with the real port, e.g. tcp://127.0.0.1:41234.
   std::string endpoint() const;
@@ -75,8 +79,10 @@ class DealerTransport : public Link {
  public:
   // Connects to `address` with `identity` (the worker name). The connection
   // is watched from the start, so no event of the first attempt is missed.
+  // With `security.curve` the DEALER is a CURVE client of the server key
+  // in `security`.
   DealerTransport(zmq::context_t& context, const std::string& address, const std::string& identity,
-                  std::shared_ptr<spdlog::logger> log);
+                  std::shared_ptr<spdlog::logger> log, const SocketSecurity& security = {});
   ~DealerTransport();
   DealerTransport(const DealerTransport&) = delete;
   DealerTransport& operator=(const DealerTransport&) = delete;

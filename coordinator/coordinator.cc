@@ -151,6 +151,19 @@ void Coordinator::dispatch(Received received, double now) {
                 now);
     return;
   }
+  // A running worker's name belongs to the key it joined with (CURVE): a
+  // message under that name from another key is not its.
+  if (const Member* m = membership_.live_member(peer); m != nullptr && m->key != received.key) {
+    log_->warn(
+        "refused a {} from peer '{}' with CURVE key {}: that name belongs to the running worker "
+        "with key {}; give each worker its own name",
+        body_name(message.envelope), peer, received.key.empty() ? "(none)" : received.key,
+        m->key.empty() ? "(none)" : m->key);
+    if (message.envelope.body_case() == v1::Envelope::kHello) {
+      refuse(peer, fmt::format("the name '{}' belongs to a running worker with another key", peer));
+    }
+    return;
+  }
   switch (message.envelope.body_case()) {
     case v1::Envelope::kHello:
       on_hello(received, message, now);
@@ -232,6 +245,7 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
   if (hello.has_blas() && !hello.blas().warning().empty()) {
     log_->warn("worker '{}': BLAS: {}", from.peer, hello.blas().warning());
   }
+  membership_.at(*rank).key = from.key;
   worker_summary_.joined(from.peer, *rank, hello);
   welcome(*rank);
 }

@@ -18,6 +18,7 @@ struct Member {
   uint32_t threads = 1;
   bool ready = false;            // took its welcome and loaded its data: may be planned
   uint32_t missed_in_a_row = 0;  // step deadlines missed since its last contribution
+  std::string key;               // the CURVE public key it joined with; "" on plain links
 };
 
 class Membership {

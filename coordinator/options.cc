@@ -39,6 +39,17 @@ void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
                  "Numeric address the metrics server listens on (0.0.0.0 or :: for every "
                  "interface)")
       ->capture_default_str();
+  app.add_option("--secret-key", options.secret_key,
+                 "CURVE: this coordinator's secret key file NAME.key (mode 0600; dctrain-keygen "
+                 "makes it); with it every connection is encrypted and only --allowed-keys join")
+      ->check(CLI::ExistingFile);
+  app.add_option("--allowed-keys", options.allowed_keys,
+                 "CURVE: the workers' public keys, a file (one key per line, then an optional "
+                 "comment) or a folder of NAME.pub files")
+      ->check(CLI::ExistingPath);
+  app.add_flag("--insecure", options.insecure,
+               "Allow plain TCP (no CURVE) on an address other hosts can reach: anyone who "
+               "reaches the port can join the run and read its traffic; for trusted networks");
   add_blas_options(app, options.blas_info);
 }
 

@@ -8,8 +8,10 @@
 namespace dctrain {
 
 struct CoordinatorOptions {
-  std::string config_path;              // run config, Protobuf text format
-  std::string bind = "tcp://*:5555";    // ROUTER address workers connect to
+  std::string config_path;  // run config, Protobuf text format
+  // ROUTER address workers connect to; loopback unless told otherwise (an
+  // address other hosts reach needs CURVE keys or --insecure).
+  std::string bind = "tcp://127.0.0.1:5555";
   std::string out_dir = "runs/latest";  // run folder: config, metrics, summary, logs
   std::string resume_dir;               // continue from this run folder's checkpoint
   int workers = 0;                      // 0: take the config's value
@@ -21,6 +23,10 @@ struct CoordinatorOptions {
   bool blas_info = false;  // log the BLAS core and an sgemm figure, then exit
   int metrics_port = -1;   // Prometheus metrics over HTTP; -1: off, 0: a free port
   std::string metrics_address = "127.0.0.1";
+  // CURVE (comm/security.h); override the config's security { } fields.
+  std::string secret_key;    // this coordinator's NAME.key
+  std::string allowed_keys;  // the workers' public keys: a file, or a folder of NAME.pub
+  bool insecure = false;     // allow plain TCP on an address other hosts can reach
 };
 
 // Registers every flag, bound to `options`, with its default shown by --help.

@@ -9,8 +9,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 
 #include "comm/blas_info.h"
+#include "comm/security.h"
 #include "comm/transport.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"
@@ -52,6 +55,77 @@ std::shared_ptr<spdlog::logger> make_logger(const fs::path& run_dir, const std::
   return log;
 }
 
+// The security flags override the config's fields, on a new run and a
+// resumed one alike.
+void apply_security_overrides(const CoordinatorOptions& options, v1::RunConfig& config) {
+  v1::SecurityConfig& security = *config.mutable_security();
+  if (!options.secret_key.empty()) security.set_secret_key(options.secret_key);
+  if (!options.allowed_keys.empty()) security.set_allowed_keys(options.allowed_keys);
+  if (options.insecure) {
+    if (!options.secret_key.empty()) {
+      throw std::runtime_error(
+          "--insecure and --secret-key contradict each other: drop --insecure to use CURVE");
+    }
+    security.set_mode("none");
+  }
+}
+
+// The ROUTER's security, decided from the config's security { } (flags
+// applied) and the address it binds. Throws, saying how to fix it, when the
+// keys are missing, unreadable or readable by others, and when a plain
+// socket would be reachable from other hosts without an explicit "none".
+struct ServerSecurity {
+  SocketSecurity socket;
+  std::optional<AllowList> allowed;  // with CURVE
+};
+
+ServerSecurity resolve_security(const v1::SecurityConfig& config, const std::string& bind,
+                                spdlog::logger& log) {
+  const std::string& mode = config.mode();
+  if (mode != "" && mode != "curve" && mode != "none") {
+    throw std::runtime_error(fmt::format(
+        "security.mode '{}' is not known: use \"curve\" or \"none\" (or leave it out)", mode));
+  }
+  const bool curve = mode == "curve" || (mode.empty() && !config.secret_key().empty());
+  ServerSecurity out;
+  if (!curve) {
+    if (!config.secret_key().empty() || !config.allowed_keys().empty()) {
+      throw std::runtime_error(
+          "security.mode is \"none\" (or --insecure) but key files are named: drop one or the "
+          "other");
+    }
+    if (is_local_only_endpoint(bind)) return out;
+    if (mode != "none") {
+      throw std::runtime_error(fmt::format(
+          "refusing to bind '{}' without CURVE: other hosts can reach it, and anyone who does "
+          "could join the run, send it gradients and read its traffic. Make keys with "
+          "dctrain-keygen and pass --secret-key COORDINATOR.key --allowed-keys WORKERS (a file or "
+          "folder of the workers' NAME.pub), or pass --insecure on a network you trust (or bind "
+          "tcp://127.0.0.1:PORT for a run on this host)",
+          bind));
+    }
+    log.warn(
+        "security: plain TCP on '{}', which other hosts can reach (--insecure or security.mode "
+        "\"none\"): anyone who reaches the port can join the run and read its traffic",
+        bind);
+    return out;
+  }
+  if (config.secret_key().empty() || config.allowed_keys().empty()) {
+    throw std::runtime_error(
+        "CURVE needs the coordinator's secret key and the workers' public keys: pass "
+        "--secret-key COORDINATOR.key and --allowed-keys WORKERS (or set security.secret_key and "
+        "security.allowed_keys); dctrain-keygen makes the keys");
+  }
+  out.socket.curve = true;
+  out.socket.own = load_secret_key(config.secret_key());
+  out.allowed = AllowList::load(config.allowed_keys());
+  log.info(
+      "security: CURVE on every connection; this coordinator's public key {} (workers pass it "
+      "with --coordinator-key); {} worker keys allowed (from {})",
+      out.socket.own.public_key, out.allowed->size(), config.allowed_keys());
+  return out;
+}
+
 }  // namespace
 
 int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
@@ -76,6 +150,7 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
       config = load_run_config(options.config_path);
       apply_overrides(options, config);
     }
+    apply_security_overrides(options, config);
     finalize_run_config(config);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
@@ -92,6 +167,15 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
   log->info("{}", version_line("dctrain-coordinator"));
   log_blas(*log, blas);
 
+  // First: a key problem is reported before minutes of data loading, as a
+  // usage error (status 2) like a bad config.
+  ServerSecurity security;
+  try {
+    security = resolve_security(config.security(), options.bind, *log);
+  } catch (const std::exception& e) {
+    log->error("{}", e.what());
+    return 2;
+  }
   try {
     if (needs_data_root(config) && options.data_dir.empty()) {
       throw std::runtime_error(fmt::format(
@@ -119,7 +203,12 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
                                config.seed());
 
     zmq::context_t context(1);
-    RouterTransport transport(context, options.bind, log, transport_limits(config, replica));
+    // Before the ROUTER binds, so that no connection goes unauthenticated;
+    // after the context, so that it stops before the context closes.
+    std::unique_ptr<ZapHandler> zap;
+    if (security.allowed) zap = std::make_unique<ZapHandler>(context, *security.allowed, log);
+    RouterTransport transport(context, options.bind, log, transport_limits(config, replica),
+                              security.socket);
     const std::string endpoint = transport.endpoint();
     write_file_atomically(run_dir / "endpoint", endpoint + "\n");
     log->info("listening on {}; waiting for {} workers (dctrain-worker --connect {})", endpoint,

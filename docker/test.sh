@@ -203,6 +203,12 @@ plain_loss=$(field "$work/plain/summary.json" final_eval_loss)
 say "plain run done in $(($(date +%s) - begin)) s: accuracy $plain_accuracy, eval loss $plain_loss"
 
 # --- 5. the image -------------------------------------------------------------
+# The Compose file uses CURVE with its keys as secrets: make a set, owned
+# by the containers' user (a secret key must be readable by its owner only).
+"$build_dir/bin/dctrain-keygen" --dir "$work/keys" coordinator worker >/dev/null ||
+  fail "dctrain-keygen failed"
+chown 10001:10001 "$work/keys/coordinator.key" "$work/keys/worker.key"
+export DCTRAIN_KEYS="$work/keys"
 say "compose: ${compose[*]} ($("${compose[@]}" version --short 2>/dev/null || "${compose[@]}" version | head -n 1))"
 # Both Compose generations must read the file; check each one present.
 if docker compose version >/dev/null 2>&1; then
@@ -344,6 +350,8 @@ dc down -v --remove-orphans >/dev/null 2>&1 || true
 say "compose run 'full': $workers worker containers, data root $data read-only"
 compose_run full
 check_exits full
+grep -q "security: CURVE on every connection" "$work/full-compose.log" ||
+  fail "run full: the coordinator did not use CURVE (see $work/full-compose.log)"
 # Same config, seed and worker count, tau = infinity: the same computation as
 # the plain run; the tolerance covers a different OpenBLAS build in the image.
 check_summary full 0.01

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <malloc.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
@@ -147,6 +148,12 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
   inbox_.set(zmq::sockopt::linger, 0);
   // A member that restarts under the same rank takes its connection over.
   inbox_.set(zmq::sockopt::router_handover, 1);
+  if (options_.security.curve) {
+    // Before the bind, so that no connection goes unauthenticated.
+    zap_ = std::make_unique<ZapHandler>(context_, AllowList::of(options_.allowed_keys),
+                                        spdlog::default_logger());
+    secure_socket(inbox_, SocketRole::kServer, options_.security);
+  }
   try {
     inbox_.bind(bind_address);
   } catch (const zmq::error_t& e) {
@@ -173,6 +180,14 @@ void ExchangePeer::open_dealer(uint32_t rank) {
   zmq::socket_t s(context_, zmq::socket_type::dealer);
   s.set(zmq::sockopt::routing_id, std::to_string(rank_));
   s.set(zmq::sockopt::linger, 0);
+  if (options_.security.curve) {
+    if (rank >= options_.member_keys.size() || options_.member_keys[rank].empty()) {
+      throw std::invalid_argument(fmt::format(
+          "exchange: rank {} has no public key for rank {} (ExchangeOptions::member_keys)", rank_,
+          rank));
+    }
+    secure_socket(s, SocketRole::kClient, options_.security, options_.member_keys[rank]);
+  }
   try {
     s.connect(endpoints_[rank]);
   } catch (const zmq::error_t& e) {

@@ -41,11 +41,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
 
+#include "comm/security.h"
 #include "exchange/chunk.h"
 #include "exchange/plan.h"
 #include "exchange/zero_copy.h"
@@ -68,6 +70,15 @@ struct ExchangeOptions {
   // buffers ZeroMQ allocates for received pieces are reused, not mapped
   // fresh and page-faulted for every piece: see tune_allocator().
   bool tune_allocator = true;
+  // CURVE on the data plane, as on the control plane (comm/security.h):
+  // `security.own` is this peer's key pair; its inbox is a CURVE server
+  // admitting only `allowed_keys` (a ZapHandler in the peer's context), and
+  // its outbox to rank r a CURVE client of `member_keys[r]`, that rank's
+  // public key (connect() throws std::invalid_argument without one).
+  // Nothing of this is used when !security.curve.
+  SocketSecurity security;
+  std::set<std::string> allowed_keys;
+  std::vector<std::string> member_keys;  // by rank
 };
 
 // ZeroMQ allocates a buffer for every message it receives and the receiver
@@ -184,7 +195,8 @@ class ExchangePeer {
 
   uint32_t rank_;
   ExchangeOptions options_;
-  zmq::context_t context_;  // first: destroyed after every socket
+  zmq::context_t context_;           // first: destroyed after every socket
+  std::unique_ptr<ZapHandler> zap_;  // with CURVE: authenticates the inbox's peers
   std::vector<std::string> endpoints_;
   // Declared before the sockets: destroyed after them, once ZeroMQ has
   // released every message over the caller's buffers.

@@ -2,7 +2,9 @@
 // The coordinator binds an ephemeral port on 127.0.0.1 and writes it to
 // RUN_DIR/endpoint; the workers connect there. Every line the processes
 // print is streamed with a role/rank prefix; Ctrl-C (SIGINT/SIGTERM) is
-// forwarded; the exit status is non-zero if any process failed.
+// forwarded; the exit status is non-zero if any process failed. With
+// --curve every connection uses CURVE with throwaway keys made for this run
+// in RUN_DIR/keys (comm/security.h).
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/security.h"
 #include "common/child_process.h"
 #include "common/cli.h"
 #include "common/stop_signals.h"
@@ -77,7 +80,11 @@ int main(int argc, char** argv) try {
   int threads = 1;
   int64_t steps = 0;
   int metrics_port = -1;
+  bool curve = false;
   dctrain::add_common_options(app, "dctrain-launch", log_level);
+  app.add_flag("--curve", curve,
+               "Encrypt and authenticate every connection with CURVE, with throwaway keys made "
+               "for this run in RUN_DIR/keys (replaced on every launch)");
   app.add_option("--workers", workers, "Worker processes to start")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
@@ -137,6 +144,23 @@ int main(int argc, char** argv) try {
     coordinator.insert(coordinator.end(), {"--metrics-port", std::to_string(metrics_port)});
   }
 
+  // Throwaway keys: a pair per process, the workers' public keys in a
+  // folder that is the coordinator's allow-list.
+  const fs::path keys = run_dir / "keys";
+  if (curve) {
+    fs::create_directories(keys / "allowed");
+    dctrain::write_key_pair(keys / "coordinator", dctrain::generate_curve_keypair(), "coordinator",
+                            true);
+    for (int w = 0; w < workers; ++w) {
+      const std::string name = fmt::format("worker-{}", w);
+      dctrain::write_key_pair(keys / name, dctrain::generate_curve_keypair(), name, true);
+      fs::copy_file(keys / (name + ".pub"), keys / "allowed" / (name + ".pub"),
+                    fs::copy_options::overwrite_existing);
+    }
+    coordinator.insert(coordinator.end(), {"--secret-key", (keys / "coordinator.key").string(),
+                                           "--allowed-keys", (keys / "allowed").string()});
+  }
+
   std::vector<Child> children;
   children.push_back(spawn("coordinator", coordinator));
 
@@ -174,6 +198,10 @@ int main(int argc, char** argv) try {
                                      "--log-level",
                                      log_level};
     if (!data_dir.empty()) args.insert(args.end(), {"--data-dir", data_dir});
+    if (curve) {
+      args.insert(args.end(), {"--secret-key", (keys / fmt::format("worker-{}.key", w)).string(),
+                               "--coordinator-key", (keys / "coordinator.pub").string()});
+    }
     children.push_back(spawn(fmt::format("worker {}", w), args));
   }
 

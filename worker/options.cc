@@ -21,6 +21,14 @@ void add_worker_options(CLI::App& app, WorkerOptions& options) {
                  "meanwhile; 0: wait forever")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--secret-key", options.secret_key,
+                 "CURVE: this worker's secret key file NAME.key (mode 0600; dctrain-keygen makes "
+                 "it; its NAME.pub must be in the coordinator's allow-list); needs "
+                 "--coordinator-key")
+      ->check(CLI::ExistingFile);
+  app.add_option("--coordinator-key", options.coordinator_key,
+                 "CURVE: the coordinator's public key file NAME.pub; needs --secret-key")
+      ->check(CLI::ExistingFile);
   add_blas_options(app, options.blas_info);
 }
 

@@ -15,6 +15,9 @@ struct WorkerOptions {
   double connect_timeout = 60.0;  // seconds without an answer before giving up; 0: never
   std::string log_level = "info";
   bool blas_info = false;  // log the BLAS core and an sgemm figure, then exit
+  // CURVE (comm/security.h): both or neither.
+  std::string secret_key;       // this worker's NAME.key
+  std::string coordinator_key;  // the coordinator's NAME.pub
 };
 
 // Registers every flag, bound to `options`, with its default shown by --help.

@@ -89,8 +89,17 @@ void WorkerSession::on_event(ConnectionEvent event, double /*now*/) {
     case ConnectionEvent::kHandshakeFailed:
       log_->warn(
           "something answers at {} but does not speak dctrain's protocol (the ZeroMQ "
-          "handshake failed): is that the coordinator's address and port?",
+          "handshake failed): is that the coordinator's address and port, and do both sides use "
+          "CURVE (--secret-key) or neither?",
           options_.connect);
+      break;
+    case ConnectionEvent::kAuthRefused:
+      // Retrying cannot help: the key is not in the coordinator's allow-list.
+      log_->error(
+          "the coordinator at {} refused this worker's CURVE key: add this worker's NAME.pub to "
+          "the coordinator's allow-list (--allowed-keys), or start it with the key that is there",
+          options_.connect);
+      finish(kWorkerRefused);
       break;
   }
 }

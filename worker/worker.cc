@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "comm/security.h"
 #include "comm/transport.h"
 #include "common/stop_signals.h"
 #include "worker/compute_thread.h"
@@ -15,6 +16,37 @@
 #include "worker/worker_clock.h"
 
 namespace dctrain {
+
+namespace {
+
+// The DEALER's security from the key flags; throws, saying how to fix it,
+// on half a pair of flags or a key file that is missing, unreadable or
+// readable by others.
+SocketSecurity worker_security(const WorkerOptions& options, spdlog::logger& log) {
+  SocketSecurity security;
+  if (options.secret_key.empty() != options.coordinator_key.empty()) {
+    throw std::runtime_error(
+        "CURVE needs both --secret-key (this worker's NAME.key) and --coordinator-key (the "
+        "coordinator's NAME.pub); pass both, or neither for plain TCP");
+  }
+  if (options.secret_key.empty()) {
+    if (!is_local_only_endpoint(options.connect)) {
+      log.warn(
+          "security: plain TCP to {}: the link is not encrypted and the coordinator is not "
+          "authenticated (pass --secret-key and --coordinator-key to use CURVE)",
+          options.connect);
+    }
+    return security;
+  }
+  security.curve = true;
+  security.own = load_secret_key(options.secret_key);
+  security.server_public_key = load_public_key(options.coordinator_key);
+  log.info("security: CURVE; this worker's public key {}, the coordinator's {}",
+           security.own.public_key, security.server_public_key);
+  return security;
+}
+
+}  // namespace
 
 std::string default_worker_name() {
   char host[256] = {};
@@ -33,7 +65,8 @@ int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
   StopSignals signals;
   SteadyClock clock;
   zmq::context_t context(1);
-  DealerTransport coordinator(context, options.connect, options.name, log);
+  DealerTransport coordinator(context, options.connect, options.name, log,
+                              worker_security(options, *log));
   Trainer trainer(options, process_parts(options), clock, log);
   ComputeThread compute(context, trainer);  // joined before the trainer goes
   WorkerSession session(options, blas, coordinator, compute, log, clock.now());

@@ -179,6 +179,10 @@ field() { sed -n "s/^ \"$2\": \"\{0,1\}\([^\",]*\)\"\{0,1\},\{0,1\}\$/\1/p" "$1"
 say "plain run done in $(($(date +%s) - begin)) s: accuracy $(field "$work/plain/summary.json" final_eval_accuracy)"
 
 # --- the batch job ----------------------------------------------------------------
+# CURVE on every connection: keys for the job, as a user would make them.
+"$build_dir/bin/dctrain-keygen" --dir "$work/keys" coordinator worker >/dev/null ||
+  fail "dctrain-keygen failed"
+export DCTRAIN_KEYS="$work/keys"
 say "sbatch --wait --nodes=1 --ntasks=$workers --cpus-per-task=1 docker/slurm/dctrain.sbatch (DCTRAIN_PORT='*')"
 begin=$(date +%s)
 set +e

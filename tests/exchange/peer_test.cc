@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "comm/framing.h"
@@ -504,6 +505,55 @@ TEST(Exchange, CallerMistakesAreRefusedWithAReason) {
   EXPECT_NE(message({0}, a, b, {2, 5}).find("rounds must increase"), std::string::npos);
   EXPECT_THROW(ExchangePeer(0, "tcp://127.0.0.1:*", options(6)), std::invalid_argument);
   EXPECT_THROW(ExchangePeer(0, "nonsense://x"), std::runtime_error);
+}
+
+// CURVE on the data plane (ExchangeOptions::security): `n` peers with their
+// own key pairs; each admits the keys of the ranks in `admitted`.
+Group curve_group(const std::vector<CurveKeyPair>& keys, const std::set<uint32_t>& admitted) {
+  Group g(0);
+  for (uint32_t r = 0; r < keys.size(); ++r) {
+    ExchangeOptions o;
+    o.io_threads = 1;
+    o.security.curve = true;
+    o.security.own = keys[r];
+    for (uint32_t k = 0; k < keys.size(); ++k) {
+      o.member_keys.push_back(keys[k].public_key);
+      if (admitted.contains(k)) o.allowed_keys.insert(keys[k].public_key);
+    }
+    g.peers.push_back(std::make_unique<ExchangePeer>(r, "tcp://127.0.0.1:*", o));
+    g.endpoints.push_back(g.peers.back()->endpoint());
+  }
+  for (auto& p : g.peers) p->connect(g.endpoints);
+  return g;
+}
+
+TEST(Exchange, WithCurveTheSumIsTheSameBitsAndAKeyNotAdmittedGetsNothingIn) {
+  const std::vector<CurveKeyPair> keys = {generate_curve_keypair(), generate_curve_keypair(),
+                                          generate_curve_keypair()};
+  const std::vector<uint32_t> all{0, 1, 2}, first_two{0, 1};
+  const auto c = contributions_for(3, 70'001, 21);
+  {
+    Group group = curve_group(keys, {0, 1, 2});
+    expect_rank_order_sum(run_round(group, {1, 0}, all, c, milliseconds(60000)), all, c);
+  }
+  // Rank 2's key is in nobody's allow-list: none of its pieces reach ranks
+  // 0 and 1, who name it; without it, the two finish the round.
+  Group group = curve_group(keys, {0, 1});
+  const RoundRun failed = run_round(group, {1, 0}, all, c, milliseconds(1500));
+  for (uint32_t i : first_two) {
+    EXPECT_FALSE(failed.outcomes[i].ok);
+    EXPECT_EQ(failed.outcomes[i].missing_contributions, std::vector<uint32_t>{2})
+        << failed.outcomes[i].error;
+  }
+  const std::vector<std::vector<float>> two{c[0], c[1]};
+  expect_rank_order_sum(run_round(group, {1, 1}, first_two, two, milliseconds(60000)), first_two,
+                        two);
+  // A member key missing for a rank is a caller mistake, named at once.
+  ExchangeOptions o;
+  o.security.curve = true;
+  o.security.own = keys[0];
+  ExchangePeer lone(0, "tcp://127.0.0.1:*", o);
+  EXPECT_THROW(lone.connect({"", group.endpoints[1]}), std::invalid_argument);
 }
 
 }  // namespace

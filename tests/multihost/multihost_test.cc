@@ -8,6 +8,8 @@
 //     quota. tau drops the capped worker's micro-batches, the deadline
 //     (tau + grace) drops the slow link's, requeue loses no sample, and
 //     summary.json names both as slow, each with its cause.
+//  3. The run of 1 with CURVE on every link (keys from dctrain-keygen): the
+//     same loss curve, bit for bit, as plain TCP over 127.0.0.1.
 // Needs root, iproute2, and the cgroup v1 cpu controller; skips with the
 // reason where the machine does not allow them.
 #include <fmt/format.h>
@@ -84,10 +86,14 @@ class Job {
     std::ofstream(dir_ / "run.cfg") << config;
   }
 
-  void start_coordinator(const std::vector<std::string>& prefix, const std::string& bind) {
+  // `extra`: further flags (keys, or --insecure for plain TCP on a
+  // namespace's address, which other hosts reach).
+  void start_coordinator(const std::vector<std::string>& prefix, const std::string& bind,
+                         const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = prefix;
     args.insert(args.end(), {kBin + "/dctrain-coordinator", "--config", (dir_ / "run.cfg").string(),
                              "--bind", bind, "--out", run_dir().string(), "--data-dir", kData});
+    args.insert(args.end(), extra.begin(), extra.end());
     coordinator_ = start(args, dir_ / "coordinator.out");
     ASSERT_TRUE(eventually(
         [&] {
@@ -103,10 +109,12 @@ class Job {
 
   // Starts worker `name` and waits until it joined, so ranks follow the
   // order of the calls.
-  void start_worker(const std::vector<std::string>& prefix, const std::string& name) {
+  void start_worker(const std::vector<std::string>& prefix, const std::string& name,
+                    const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = prefix;
     args.insert(args.end(), {kBin + "/dctrain-worker", "--connect", endpoint_, "--name", name,
                              "--data-dir", kData, "--connect-timeout", "60"});
+    args.insert(args.end(), extra.begin(), extra.end());
     workers_.push_back(start(args, dir_ / (name + ".out")));
     const std::string joined =
         fmt::format("worker '{}' joined as rank {}", name, workers_.size() - 1);
@@ -172,7 +180,7 @@ TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
     if (!cluster.network.error().empty())
       GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
     Job run(make_dir("across"), config);
-    run.start_coordinator(cluster.on(0), cluster.coordinator_bind());
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind(), {"--insecure"});
     ASSERT_TRUE(run.endpoint().starts_with("tcp://10.231.0.10:")) << run.endpoint();
     for (int i = 0; i < kWorkers; ++i) run.start_worker(cluster.on(1 + i), fmt::format("w{}", i));
     run.expect_clean_finish(120s);
@@ -200,6 +208,59 @@ TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
               fmt::format("{}", fmt::join(across, " ")).c_str());
 }
 
+TEST(MultiHost, WithCurveAcrossFourHostsTheLossCurveIsTheSameAsPlainOnLoopbackBitForBit) {
+  SKIP_WITHOUT_PREREQUISITES();
+  const std::string config = mnist_config("tau: inf", "stop { max_steps: 6 }");
+  std::vector<double> curve, loopback;
+  {
+    Cluster cluster("c");
+    if (!cluster.network.error().empty())
+      GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
+    const auto dir = make_dir("curve");
+    Job run(dir, config);
+    // Keys as an operator makes them: dctrain-keygen, the workers' public
+    // keys in the coordinator's allow-list folder.
+    const auto keys = dir / "keys";
+    std::vector<std::string> names = {"coordinator"};
+    for (int i = 0; i < kWorkers; ++i) names.push_back(fmt::format("w{}", i));
+    std::vector<std::string> keygen = {"--dir", keys.string()};
+    keygen.insert(keygen.end(), names.begin(), names.end());
+    testing::Process generate(kBin + "/dctrain-keygen", keygen, dir / "keygen.out");
+    ASSERT_EQ(generate.wait_for(30s), std::optional<int>(0)) << generate.output();
+    std::filesystem::create_directories(keys / "allowed");
+    for (int i = 0; i < kWorkers; ++i) {
+      const std::string pub = fmt::format("w{}.pub", i);
+      std::filesystem::copy_file(keys / pub, keys / "allowed" / pub);
+    }
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind(),
+                          {"--secret-key", (keys / "coordinator.key").string(), "--allowed-keys",
+                           (keys / "allowed").string()});
+    for (int i = 0; i < kWorkers; ++i) {
+      const std::string name = fmt::format("w{}", i);
+      run.start_worker(cluster.on(1 + i), name,
+                       {"--secret-key", (keys / (name + ".key")).string(), "--coordinator-key",
+                        (keys / "coordinator.pub").string()});
+    }
+    run.expect_clean_finish(120s);
+    EXPECT_NE(run.log().find("security: CURVE on every connection"), std::string::npos)
+        << run.log();
+    for (const v1::StepRecord& r : run.step_records()) curve.push_back(r.loss());
+    curve.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
+  }
+  {
+    Job run(make_dir("curve-loopback"), config);
+    run.start_coordinator({}, "tcp://127.0.0.1:*");
+    for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
+    run.expect_clean_finish(120s);
+    for (const v1::StepRecord& r : run.step_records()) loopback.push_back(r.loss());
+    loopback.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
+  }
+  ASSERT_EQ(curve.size(), 7u);
+  EXPECT_EQ(curve, loopback);
+}
+
 TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
   SKIP_WITHOUT_PREREQUISITES();
   // w0: as is. w1: CPU capped at 5% of one core. w2: 16 Mbit/s each way,
@@ -224,7 +285,7 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
   const auto dir = make_dir("stragglers");
   {
     Job run(dir, config);
-    run.start_coordinator(cluster.on(0), cluster.coordinator_bind());
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind(), {"--insecure"});
     run.start_worker(cluster.on(1), "w0");
     // The shell joins the cgroup, then becomes the worker: every thread the
     // worker starts is under the quota.

@@ -33,19 +33,21 @@ void expect_contains(const std::string& text, const std::string& part) {
 TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
   const Result r = run({kBin + "/dctrain-coordinator", "--help"});
   EXPECT_EQ(r.status, 0);
-  for (const char* flag : {"--config", "--bind", "--out", "--resume", "--workers", "--tau",
-                           "--steps", "--log-level", "--version", "--help"}) {
+  for (const char* flag :
+       {"--config", "--bind", "--out", "--resume", "--workers", "--tau", "--steps", "--log-level",
+        "--version", "--help", "--secret-key", "--allowed-keys", "--insecure"}) {
     expect_contains(r.output, flag);
   }
-  expect_contains(r.output, "tcp://*:5555");
+  // Loopback by default: reaching other hosts takes keys or --insecure.
+  expect_contains(r.output, "tcp://127.0.0.1:5555");
   expect_contains(r.output, "runs/latest");
 }
 
 TEST(Programs, WorkerHelpListsEveryFlagWithDefaults) {
   const Result r = run({kBin + "/dctrain-worker", "--help"});
   EXPECT_EQ(r.status, 0);
-  for (const char* flag :
-       {"--connect", "--data-dir", "--threads", "--name", "--log-level", "--version", "--help"}) {
+  for (const char* flag : {"--connect", "--data-dir", "--threads", "--name", "--log-level",
+                           "--version", "--help", "--secret-key", "--coordinator-key"}) {
     expect_contains(r.output, flag);
   }
   expect_contains(r.output, "tcp://127.0.0.1:5555");

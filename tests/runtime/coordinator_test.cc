@@ -454,6 +454,43 @@ TEST_F(CoordinatorTest, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndDropp
   EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
 }
 
+TEST_F(CoordinatorTest, ARunningWorkersNameIsBoundToTheKeyItJoinedWith) {
+  // The workers joined with their keys (here: plain links, key ""); a hello
+  // and a contribution under a running worker's name from another CURVE key
+  // are refused, and the run goes on with the worker that holds the name.
+  start();
+  join_all();
+  coordinator->tick(now);
+  const size_t queued_for_b = outbox.inbox["b"].size();
+  Received impostor = as_received("b", workers.at("b").hello());
+  impostor.key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7";
+  coordinator->handle(std::move(impostor), now);
+  EXPECT_TRUE(log.contains("that name belongs to the running worker")) << log.text.str();
+  ASSERT_EQ(outbox.inbox["b"].size(), queued_for_b + 1);
+  const Message refusal = roundtrip(std::move(outbox.inbox["b"].back()));
+  outbox.inbox["b"].pop_back();
+  ASSERT_EQ(refusal.envelope.body_case(), v1::Envelope::kRefusal);
+  EXPECT_NE(refusal.envelope.refusal().reason().find("another key"), std::string::npos);
+  EXPECT_FALSE(log.contains("said hello again")) << "the impostor must not replace 'b'";
+
+  // A contribution under 'a' from another key is not a's.
+  ASSERT_FALSE(outbox.inbox["a"].empty());
+  Message plan = roundtrip(std::move(outbox.inbox["a"].front()));
+  ASSERT_EQ(plan.envelope.body_case(), v1::Envelope::kPlan);
+  outbox.inbox["a"].pop_front();
+  Received forged = as_received("a", workers.at("a").on_plan(plan));
+  forged.key = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID";
+  coordinator->handle(std::move(forged), now);
+  EXPECT_TRUE(log.contains("refused a contribution from peer 'a'")) << log.text.str();
+  // The real 'a' gets its plan again and the run finishes with a, b and c.
+  outbox.inbox["a"].push_front(std::move(plan));
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->exit_code(), 0);
+  EXPECT_EQ(coordinator->totals().steps(), 4u);
+  EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
+}
+
 TEST_F(CoordinatorTest, DroppedMicroBatchesAreRequeuedAndEveryEpochAuditsClean) {
   // Each micro-batch takes at least 10 ms (injected): past tau = 5 ms, every
   // worker stops after its first micro-batch.
