@@ -85,6 +85,9 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
         "micro-batch times and re-estimated every {} steps on the last {}",
         a.warmup_steps(), a.reestimate_every_steps(), a.window_steps());
   }
+  log_->info("data plane: {}", exchange_mode() ? "exchange (the workers sum among themselves; "
+                                                 "this process commits each step)"
+                                               : "star (every gradient through this process)");
   // A resumed run starts its automatic threshold afresh, with a warm-up.
   metrics_.totals().set_tau(threshold_.tau());
   metrics_.totals().set_steps_at_tau(0);
@@ -193,6 +196,11 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     refuse(from.peer, reason);
     return;
   }
+  if (const auto problem = exchange_hello_problem(hello)) {
+    log_->warn("refused worker '{}': {}", from.peer, *problem);
+    refuse(from.peer, *problem);
+    return;
+  }
   if (Member* existing = membership_.live_member(from.peer)) {
     // The worker restarted (or lost its state) before we noticed.
     log_->warn("worker '{}' (rank {}) said hello again: it restarted; welcoming it afresh",
@@ -221,10 +229,12 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     log_->warn("worker '{}': BLAS: {}", from.peer, hello.blas().warning());
   }
   worker_summary_.joined(from.peer, *rank, hello);
+  exchange_endpoints_[*rank] = hello.exchange_endpoint();
   welcome(*rank);
 }
 
 void Coordinator::welcome(uint32_t rank) {
+  apply_pending();  // the welcome carries the replica's state
   Message m;
   m.envelope = make_envelope(step_, kCoordinatorName);
   v1::Welcome& w = *m.envelope.mutable_welcome();
@@ -309,7 +319,8 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   // Everything is checked before anything is used.
   std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
   if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
-  std::optional<std::string> problem = check_tensors(message, expected);
+  std::optional<std::string> problem =
+      exchange_mode() ? exchange_tensor_problem(message) : check_tensors(message, expected);
   if (!problem) {
     std::set<uint64_t> seen;
     uint64_t samples = 0;
@@ -358,6 +369,10 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
     abandon(rank, fmt::format("its replica differs from the coordinator's (checksum {:016x}, "
                               "expected {:016x}); it gets the coordinator's state after the update",
                               c.parameter_checksum(), start_checksum_));
+    return;
+  }
+  if (exchange_mode()) {
+    accept_exchange_report(rank, std::move(message), now);
     return;
   }
   p.contribution = c;
@@ -422,10 +437,11 @@ void Coordinator::start_step(double now) {
       out.set_epoch(mb.epoch);
       out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
     }
+    if (exchange_mode()) plan_exchange(body, plans);
     expected.push_back(plan.rank);
     send(membership_.at(plan.rank).name, std::move(m));
   }
-  reducer_.begin(expected);
+  reducer_.begin(expected, !exchange_mode());  // exchange: the sum waits for apply_pending()
   if (phase_ != Phase::kStepping && step_ == (setup_.resume ? setup_.resume->next_step() : 0)) {
     run_started_ = now;
     last_progress_ = now;
@@ -436,9 +452,11 @@ void Coordinator::start_step(double now) {
   last_contribution_ = now;
   deadline_ = std::isinf(tau) ? std::numeric_limits<double>::infinity()
                               : now + tau + config_.liveness().grace_seconds();
+  if (exchange_mode()) deadline_ = exchange_deadline(now, tau);
 }
 
 void Coordinator::close_step(double now) {
+  if (exchange_mode()) settle_exchange();
   ClosedStep closed = settle_step();
   v1::StepRecord& record = closed.record;
   record.set_step_seconds(now - step_started_);
@@ -499,6 +517,7 @@ void Coordinator::close_step(double now) {
     return;
   }
   start_step(clock_());
+  apply_pending();  // exchange: after the next plans are out
 }
 
 ClosedStep Coordinator::settle_step() {
@@ -562,15 +581,14 @@ ClosedStep Coordinator::settle_step() {
   return closed;
 }
 
-void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples) {
-  v1::StepRecord& record = closed.record;
+double Coordinator::step_divisor(const ClosedStep& closed, uint64_t planned_samples) const {
   // The gradient of the mean loss over what was completed (or, with
   // normalize "nominal", over what was planned): loss terms are samples for
   // the classifiers and masked tokens for MLM, so the divisor is in the
   // loss's own units. A short step at the end of an epoch (fewer samples
   // planned than the global batch) is weighted by its size, so the epoch's
   // last few samples do not move the model as much as a full step.
-  const double reduce_begin = clock_();
+  const v1::StepRecord& record = closed.record;
   const auto terms = static_cast<double>(closed.loss_terms);
   double divisor = terms;
   switch (config_.step().normalize()) {
@@ -590,13 +608,25 @@ void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples)
   if (planned_samples > 0 && static_cast<double>(planned_samples) < global_batch) {
     divisor *= global_batch / static_cast<double>(planned_samples);
   }
-  reducer_.finish(divisor, static_cast<double>(record.samples()));
-  record.set_reduce_seconds(clock_() - reduce_begin);
+  return divisor;
+}
 
+void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples) {
+  v1::StepRecord& record = closed.record;
+  const double reduce_begin = clock_();
+  const double divisor = step_divisor(closed, planned_samples);
   const v1::RunTotals& t = metrics_.totals();
   record.set_lr(
       learning_rate(schedule_, schedule_position(config_, replica_.optimizer_steps(),
                                                  t.samples_completed() + t.samples_lost())));
+  if (exchange_mode()) {
+    commit_exchange(closed, divisor);
+    record.set_reduce_seconds(clock_() - reduce_begin);
+    return;
+  }
+  reducer_.finish(divisor, static_cast<double>(record.samples()));
+  record.set_reduce_seconds(clock_() - reduce_begin);
+
   Message update;
   update.envelope = make_envelope(step_, kCoordinatorName);
   v1::Update& body = *update.envelope.mutable_update();
@@ -760,6 +790,7 @@ void Coordinator::observe_threshold(const ClosedStep& closed, double now) {
 }
 
 double Coordinator::evaluate(double now) {
+  apply_pending();
   const double begin = clock_();
   const Evaluation e = evaluator_->evaluate(replica_.model());
   const double took = clock_() - begin;
@@ -788,6 +819,7 @@ double Coordinator::evaluate(double now) {
 }
 
 double Coordinator::checkpoint(double now) {
+  apply_pending();
   if (setup_.run_dir.empty()) return 0.0;
   const double begin = clock_();
   v1::CheckpointHeader header;
@@ -824,6 +856,7 @@ std::optional<std::string> Coordinator::stop_reached(double now) const {
 }
 
 void Coordinator::finish(const std::string& reason, int exit_code, double now) {
+  apply_pending();
   v1::RunTotals& t = metrics_.totals();
   if (exit_code == 0 && evaluator_ != nullptr &&
       (!t.has_eval() || t.last_eval_step() != t.steps())) {

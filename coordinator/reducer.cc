@@ -9,12 +9,13 @@ namespace dctrain {
 Reducer::Reducer(size_t parameter_count, size_t buffer_count)
     : gradient_(parameter_count, 0.0f), statistics_(buffer_count, 0.0f) {}
 
-void Reducer::begin(std::vector<uint32_t> ranks) {
+void Reducer::begin(std::vector<uint32_t> ranks, bool clear) {
   std::sort(ranks.begin(), ranks.end());
   ranks_ = std::move(ranks);
   next_ = 0;
   waiting_.clear();
   settled_.clear();
+  if (!clear) return;
   std::fill(gradient_.begin(), gradient_.end(), 0.0f);
   std::fill(statistics_.begin(), statistics_.end(), 0.0f);
 }
@@ -35,6 +36,17 @@ void Reducer::add(uint32_t rank, Message contribution) {
   advance();
 }
 
+void Reducer::settle(uint32_t rank) {
+  if (!expects(rank)) return;
+  settled_[rank] = true;
+  advance();
+}
+
+void Reducer::set_sum(const Message& sum) {
+  copy_tensor(sum, 0, gradient_);
+  if (!statistics_.empty()) copy_tensor(sum, 1, statistics_);
+}
+
 void Reducer::forget(uint32_t rank) {
   if (!expects(rank)) return;
   settled_[rank] = false;
@@ -51,10 +63,12 @@ void Reducer::advance() {
     auto s = settled_.find(rank);
     if (s == settled_.end()) return;
     if (s->second) {
-      auto w = waiting_.find(rank);
-      add_tensor_into(w->second, 0, gradient_);
-      if (!statistics_.empty()) add_tensor_into(w->second, 1, statistics_);
-      waiting_.erase(w);
+      // Settled without a message (settle()): nothing to add here.
+      if (auto w = waiting_.find(rank); w != waiting_.end()) {
+        add_tensor_into(w->second, 0, gradient_);
+        if (!statistics_.empty()) add_tensor_into(w->second, 1, statistics_);
+        waiting_.erase(w);
+      }
     }
     ++next_;
   }

@@ -208,6 +208,10 @@ void apply_defaults(v1::RunConfig& c) {
 
   DCTRAIN_DEFAULT(*c.mutable_eval(), batch, 256u);
   DCTRAIN_DEFAULT(c, progress_seconds, 5.0);
+
+  v1::DataPlaneConfig& dp = *c.mutable_data_plane();
+  DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_STAR);
+  DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
 }
 
 #undef DCTRAIN_DEFAULT
@@ -374,6 +378,11 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   }
   if (l.grace_seconds() <= 0.0 || l.join_timeout_seconds() <= 0.0) {
     problem("liveness.grace_seconds and liveness.join_timeout_seconds must be > 0");
+  }
+  kind("data_plane.kind", c.data_plane().kind());
+  if (!(c.data_plane().timeout_seconds() > 0.0)) {
+    problem("data_plane.timeout_seconds is {}; use seconds > 0 (e.g. 10)",
+            c.data_plane().timeout_seconds());
   }
   const v1::StopConfig& stop = c.stop();
   if (stop.target_accuracy() < 0.0 || stop.target_accuracy() > 1.0) {

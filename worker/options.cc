@@ -21,6 +21,10 @@ void add_worker_options(CLI::App& app, WorkerOptions& options) {
                  "meanwhile; 0: wait forever")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--exchange-bind", options.exchange_bind,
+                 "Address the worker's data plane peer binds, tcp://IP:PORT (port * for any; "
+                 "other workers must reach it; tcp://*:PORT advertises the interface that "
+                 "reaches the coordinator); empty: tcp://IP:* on that interface");
   add_blas_options(app, options.blas_info);
 }
 

@@ -15,6 +15,12 @@ struct WorkerOptions {
   double connect_timeout = 60.0;  // seconds without an answer before giving up; 0: never
   std::string log_level = "info";
   bool blas_info = false;  // log the BLAS core and an sgemm figure, then exit
+  // Data plane "exchange": where this worker's peer listens, tcp://IP:PORT
+  // (port * for any); empty: tcp://IP:* on the interface that reaches the
+  // coordinator.
+  std::string exchange_bind;
+  // Not a flag: the endpoint bound from exchange_bind, for the hello.
+  std::string exchange_endpoint;
 };
 
 // Registers every flag, bound to `options`, with its default shown by --help.
