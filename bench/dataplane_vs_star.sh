@@ -15,7 +15,10 @@
 # planes alternate, `rounds` each, and the figures are medians over rounds,
 # so a change in the machine's load weighs on both alike.
 #
-#   bash bench/dataplane_vs_star.sh [build dir, default build/release] [steps, default 20] [rounds, default 2]
+#   bash bench/dataplane_vs_star.sh [build dir, default build/release] [steps, default 20] [rounds, default 2] [data root, default ../shared/data]
+#
+# bert-tiny with BERT's vocabulary (4.4M parameters, 17.5 MB of gradient)
+# on tinyshakespeare, from the data root.
 #
 # The gloo reference needs /usr/bin/python3 with torch (python3-torch); the
 # rest runs without it (the reference columns then say "-").
@@ -24,6 +27,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build/release}"
 steps="${2:-20}"
 rounds="${3:-2}"
+data="${4:-$here/../../shared/data}"
+if [[ ! -f "$data/bert-base-uncased/vocab.txt" || ! -d "$data/text/tinyshakespeare" ]]; then
+  echo "dataplane_vs_star: no bert-base-uncased/vocab.txt or text/tinyshakespeare under $data;" \
+    "pass the data root as the fourth argument" >&2
+  exit 1
+fi
 warmup=4
 launch="$build/bin/dctrain-launch"
 optimizer="$build/bench/bench_optimizer_step"
@@ -63,15 +72,16 @@ run() {  # plane workers round
 name: "dataplane-$name"
 seed: 1
 workers: $2
-model { name: "bert-tiny" }
-dataset { kind: "synthetic" test_limit: 32 }
+model { name: "bert-tiny" vocab_size: 30522 }
+dataset { kind: "text-mlm" corpus: "tinyshakespeare" vocab: "bert-base-uncased/vocab.txt" test_limit: 32 }
 optimizer { kind: "adamw" lr: 1e-3 weight_decay: 0.01 }
 step { global_batch: $((4 * $2)) micro_batch: 4 tau: inf }
 eval { every_steps: 1000000 batch: 32 }
 stop { max_steps: $steps }
 data_plane { kind: "$1" }
 CFG
-  if ! "$launch" --workers "$2" --config "$dir/$name.cfg" --out "$dir/$name" >"$dir/$name.log" 2>&1; then
+  if ! "$launch" --workers "$2" --config "$dir/$name.cfg" --out "$dir/$name" \
+    --data-dir "$data" >"$dir/$name.log" 2>&1; then
     echo "dataplane_vs_star: run $name failed; see $dir/$name.log" >&2
     exit 1
   fi
