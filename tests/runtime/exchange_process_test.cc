@@ -293,7 +293,13 @@ TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNot
                                "stop { max_epochs: 3 }"),
                   3);
   cluster.start_coordinator();
-  cluster.start_workers();
+  // One at a time, so that w2 is rank 2, the slow one.
+  for (int i = 0; i < 3; ++i) {
+    cluster.start_worker(fmt::format("w{}", i));
+    const std::string joined = fmt::format("worker 'w{}' joined as rank {}", i, i);
+    ASSERT_TRUE(eventually([&] { return cluster.log().find(joined) != std::string::npos; }, 30s))
+        << cluster.log();
+  }
   ASSERT_TRUE(eventually([&] { return cluster.records().steps.size() >= 3; }, 60s))
       << cluster.log();
   cluster.worker("w2").kill(SIGKILL);
