@@ -90,6 +90,9 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
         "micro-batch times and re-estimated every {} steps on the last {}",
         a.warmup_steps(), a.reestimate_every_steps(), a.window_steps());
   }
+  log_->info("data plane: {}", exchange_mode() ? "exchange (the workers sum among themselves; "
+                                                 "this process commits each step)"
+                                               : "star (every gradient through this process)");
   // A resumed run starts its automatic threshold afresh, with a warm-up.
   metrics_.totals().set_tau(threshold_.tau());
   metrics_.totals().set_steps_at_tau(0);
@@ -218,6 +221,11 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     refuse_hello(from.peer, fmt::format("refused worker '{}': {}", from.peer, reason), reason, now);
     return;
   }
+  if (const auto problem = exchange_hello_problem(hello)) {
+    log_->warn("refused worker '{}': {}", from.peer, *problem);
+    refuse(from.peer, *problem);
+    return;
+  }
   if (Member* existing = membership_.live_member(from.peer)) {
     // The worker restarted (or lost its state) before we noticed.
     log_->warn("worker '{}' (rank {}) said hello again: it restarted; welcoming it afresh",
@@ -247,10 +255,12 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
   }
   membership_.at(*rank).key = from.key;
   worker_summary_.joined(from.peer, *rank, hello);
+  exchange_endpoints_[*rank] = hello.exchange_endpoint();
   welcome(*rank);
 }
 
 void Coordinator::welcome(uint32_t rank) {
+  apply_pending();  // the welcome carries the replica's state
   Message m;
   m.envelope = make_envelope(step_, kCoordinatorName);
   v1::Welcome& w = *m.envelope.mutable_welcome();
@@ -336,7 +346,8 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   // Everything is checked before anything is used.
   std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
   if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
-  std::optional<std::string> problem = check_tensors(message, expected);
+  std::optional<std::string> problem =
+      exchange_mode() ? exchange_tensor_problem(message) : check_tensors(message, expected);
   if (!problem) {
     std::set<uint64_t> seen;
     uint64_t samples = 0;
@@ -386,6 +397,10 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
     abandon(rank, fmt::format("its replica differs from the coordinator's (checksum {:016x}, "
                               "expected {:016x}); it gets the coordinator's state after the update",
                               c.parameter_checksum(), start_checksum_));
+    return;
+  }
+  if (exchange_mode()) {
+    accept_exchange_report(rank, std::move(message), now);
     return;
   }
   p.contribution = c;
@@ -499,11 +514,12 @@ void Coordinator::start_step(double now) {
       out.set_epoch(mb.epoch);
       out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
     }
+    if (exchange_mode()) plan_exchange(body, plans);
     expected.push_back(plan.rank);
     timeline_.plan(step_, body, clock_());
     send(membership_.at(plan.rank).name, std::move(m));
   }
-  reducer_.begin(expected);
+  reducer_.begin(expected, !exchange_mode());  // exchange: the sum waits for apply_pending()
   timeline_.span("plan", now, clock_());
   if (phase_ != Phase::kStepping && step_ == (setup_.resume ? setup_.resume->next_step() : 0)) {
     run_started_ = now;
@@ -515,11 +531,15 @@ void Coordinator::start_step(double now) {
   last_contribution_ = now;
   deadline_ = std::isinf(tau) ? std::numeric_limits<double>::infinity()
                               : now + tau + config_.liveness().grace_seconds();
+  if (exchange_mode()) deadline_ = exchange_deadline(now, tau);
 }
 
 void Coordinator::close_step(double now) {
   timeline_.span("step", step_started_, now);
-  const GuardedStep guarded = guard_step();
+  if (exchange_mode()) settle_exchange();
+  // Exchange: the members summed among themselves and check the sum
+  // before they apply it; the coordinator has no sum to judge yet.
+  const GuardedStep guarded = exchange_mode() ? GuardedStep{} : guard_step();
   ClosedStep closed = settle_step();
   v1::StepRecord& record = closed.record;
   record.set_discarded(guarded.discarded);
@@ -594,6 +614,7 @@ void Coordinator::close_step(double now) {
     return;
   }
   start_step(clock_());
+  apply_pending();  // exchange: after the next plans are out
 }
 
 ClosedStep Coordinator::settle_step() {
@@ -659,15 +680,14 @@ ClosedStep Coordinator::settle_step() {
   return closed;
 }
 
-void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples) {
-  v1::StepRecord& record = closed.record;
+double Coordinator::step_divisor(const ClosedStep& closed, uint64_t planned_samples) const {
   // The gradient of the mean loss over what was completed (or, with
   // normalize "nominal", over what was planned): loss terms are samples for
   // the classifiers and masked tokens for MLM, so the divisor is in the
   // loss's own units. A short step at the end of an epoch (fewer samples
   // planned than the global batch) is weighted by its size, so the epoch's
   // last few samples do not move the model as much as a full step.
-  const double reduce_begin = clock_();
+  const v1::StepRecord& record = closed.record;
   const auto terms = static_cast<double>(closed.loss_terms);
   double divisor = terms;
   switch (config_.step().normalize()) {
@@ -687,14 +707,26 @@ void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples)
   if (planned_samples > 0 && static_cast<double>(planned_samples) < global_batch) {
     divisor *= global_batch / static_cast<double>(planned_samples);
   }
-  reducer_.finish(divisor, static_cast<double>(record.samples()));
-  record.set_reduce_seconds(clock_() - reduce_begin);
-  timeline_.span("reduce", reduce_begin, reduce_begin + record.reduce_seconds());
+  return divisor;
+}
 
+void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples) {
+  v1::StepRecord& record = closed.record;
+  const double reduce_begin = clock_();
+  const double divisor = step_divisor(closed, planned_samples);
   const v1::RunTotals& t = metrics_.totals();
   record.set_lr(
       learning_rate(schedule_, schedule_position(config_, replica_.optimizer_steps(),
                                                  t.samples_completed() + t.samples_lost())));
+  if (exchange_mode()) {
+    commit_exchange(closed, divisor);
+    record.set_reduce_seconds(clock_() - reduce_begin);
+    return;
+  }
+  reducer_.finish(divisor, static_cast<double>(record.samples()));
+  record.set_reduce_seconds(clock_() - reduce_begin);
+  timeline_.span("reduce", reduce_begin, reduce_begin + record.reduce_seconds());
+
   Message update;
   update.envelope = make_envelope(step_, kCoordinatorName);
   v1::Update& body = *update.envelope.mutable_update();
@@ -862,6 +894,7 @@ void Coordinator::observe_threshold(const ClosedStep& closed, double now) {
 
 double Coordinator::evaluate(double now) {
   // In the step loop, on the replica itself: the steps wait for it.
+  apply_pending();
   const double begin = clock_();
   EvaluationResult result;
   result.request = {metrics_.totals().steps(), wall(now), epochs()};
@@ -873,6 +906,7 @@ double Coordinator::evaluate(double now) {
 }
 
 double Coordinator::checkpoint(double now) {
+  apply_pending();
   if (setup_.run_dir.empty()) return 0.0;
   const double begin = clock_();
   // An evaluation of an earlier step still running: its result goes into
@@ -914,6 +948,7 @@ std::optional<std::string> Coordinator::stop_reached(double now) const {
 }
 
 void Coordinator::finish(const std::string& reason, int exit_code, double now) {
+  apply_pending();
   v1::RunTotals& t = metrics_.totals();
   // The evaluation still running completes, and is recorded, before the
   // summary.

@@ -171,6 +171,35 @@ class Coordinator {
   void progress(double now);
   void send(const std::string& peer, Message message);
   double wall(double now) const { return wall_offset_ + (now - run_started_); }
+  // The divisor of the step's gradient sum (normalization, short steps).
+  double step_divisor(const ClosedStep& closed, uint64_t planned_samples) const;
+
+  // Data plane "exchange" (coordinator/exchange_steps.cc): the workers sum
+  // their gradients among themselves; the coordinator names each round's
+  // members, collects their reports, commits or drops the round for all,
+  // and applies the sum that one member forwards after the commit is out.
+  bool exchange_mode() const { return config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE; }
+  std::optional<std::string> exchange_hello_problem(const v1::Hello& hello) const;
+  void plan_exchange(v1::Plan& plan, const std::vector<WorkerPlan>& plans) const;
+  double exchange_deadline(double now, double tau) const;
+  std::optional<std::string> exchange_tensor_problem(const Message& report) const;
+  void accept_exchange_report(uint32_t rank, Message report, double now);
+  // Before settle_step(): a round that did not succeed on every member is
+  // dropped, every micro-batch of the step requeued.
+  void settle_exchange();
+  void commit_exchange(ClosedStep& closed, double divisor);
+  // The committed sum into the coordinator's replica, if not done yet.
+  void apply_pending();
+
+  struct PendingApply {
+    double divisor = 0.0;
+    double statistics_divisor = 0.0;
+    double lr = 0.0;
+    bool divided = false;
+  };
+  std::map<uint32_t, std::string> exchange_endpoints_;  // rank -> its hello's endpoint
+  std::optional<Message> exchange_sum_;                 // the round's sum, from its lowest member
+  std::optional<PendingApply> pending_apply_;
 
   CoordinatorSetup setup_;
   const v1::RunConfig& config_;

@@ -14,6 +14,7 @@
 namespace dctrain {
 
 double Coordinator::request_evaluation(double now) {
+  apply_pending();  // data plane "exchange": the snapshot is the replica after this step
   EvaluationThread& thread = *setup_.evaluation_thread;
   const double begin = clock_();
   const uint64_t step = metrics_.totals().steps();

@@ -9,7 +9,7 @@ namespace dctrain {
 Reducer::Reducer(size_t parameter_count, size_t buffer_count)
     : gradient_(parameter_count, 0.0f), statistics_(buffer_count, 0.0f) {}
 
-void Reducer::begin(std::vector<uint32_t> ranks) {
+void Reducer::begin(std::vector<uint32_t> ranks, bool clear) {
   std::sort(ranks.begin(), ranks.end());
   ranks_ = std::move(ranks);
   next_ = 0;
@@ -17,6 +17,7 @@ void Reducer::begin(std::vector<uint32_t> ranks) {
   settled_.clear();
   added_.clear();
   released_ = false;
+  if (!clear) return;
   std::fill(gradient_.begin(), gradient_.end(), 0.0f);
   std::fill(statistics_.begin(), statistics_.end(), 0.0f);
 }
@@ -38,6 +39,17 @@ void Reducer::add(uint32_t rank, Message contribution) {
   advance();
 }
 
+void Reducer::settle(uint32_t rank) {
+  if (!expects(rank)) return;
+  settled_[rank] = true;
+  advance();
+}
+
+void Reducer::set_sum(const Message& sum) {
+  copy_tensor(sum, 0, gradient_);
+  if (!statistics_.empty()) copy_tensor(sum, 1, statistics_);
+}
+
 void Reducer::forget(uint32_t rank) {
   if (!expects(rank)) return;
   settled_[rank] = false;
@@ -55,17 +67,19 @@ void Reducer::advance() {
     auto s = settled_.find(rank);
     if (s == settled_.end()) return;
     if (s->second) {
-      auto w = waiting_.find(rank);
-      AddedContribution& a = added_[rank];
-      const AddedContribution g = add_and_measure(w->second, 0, gradient_);
-      a.overflows = g.overflows;
-      a.sum_overflowed = g.sum_overflowed;
-      if (!statistics_.empty()) {
-        const AddedContribution b = add_and_measure(w->second, 1, statistics_);
-        a.overflows = a.overflows || b.overflows;
-        a.sum_overflowed = a.sum_overflowed || b.sum_overflowed;
+      // Settled without a message (settle()): nothing to add here.
+      if (auto w = waiting_.find(rank); w != waiting_.end()) {
+        AddedContribution& a = added_[rank];
+        const AddedContribution g = add_and_measure(w->second, 0, gradient_);
+        a.overflows = g.overflows;
+        a.sum_overflowed = g.sum_overflowed;
+        if (!statistics_.empty()) {
+          const AddedContribution b = add_and_measure(w->second, 1, statistics_);
+          a.overflows = a.overflows || b.overflows;
+          a.sum_overflowed = a.sum_overflowed || b.sum_overflowed;
+        }
+        waiting_.erase(w);
       }
-      waiting_.erase(w);
     }
     ++next_;
   }

@@ -19,12 +19,20 @@ class Reducer {
  public:
   Reducer(size_t parameter_count, size_t buffer_count);
 
-  // Starts a step expecting contributions from `ranks`.
-  void begin(std::vector<uint32_t> ranks);
+  // Starts a step expecting contributions from `ranks`. `clear`: zero the
+  // sums; without it (data plane "exchange", where set_sum() fills them)
+  // the previous step's sum stays until it is applied.
+  void begin(std::vector<uint32_t> ranks, bool clear = true);
   bool expects(uint32_t rank) const;
   bool has(uint32_t rank) const;
   // A validated contribution (tensor 0: gradient, tensor 1: statistics if any).
   void add(uint32_t rank, Message contribution);
+  // Data plane "exchange": `rank` contributed, but its gradient was summed
+  // among the workers; the sum comes in through set_sum().
+  void settle(uint32_t rank);
+  // The round's (undivided) sum, summed in rank order by the workers
+  // (exchange/peer.h): tensor 0 gradient, tensor 1 statistics if any.
+  void set_sum(const Message& sum);
   // `rank` will not contribute (missed the deadline or died).
   void forget(uint32_t rank);
   // Every expected rank has contributed or been forgotten.

@@ -148,6 +148,9 @@ class ExchangePeer {
   ExchangePeer& operator=(const ExchangePeer&) = delete;
 
   uint32_t rank() const { return rank_; }
+  // A worker learns its rank only once welcomed, after it advertised its
+  // endpoint: the new rank names this peer from the next connect() on.
+  void set_rank(uint32_t rank) { rank_ = rank; }
   // The bound endpoint with its real port, e.g. tcp://127.0.0.1:41234.
   std::string endpoint() const;
 

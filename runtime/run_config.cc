@@ -217,6 +217,10 @@ void apply_defaults(v1::RunConfig& c) {
   if (!g.has_max_bad_steps_in_a_row()) g.set_max_bad_steps_in_a_row(3);
   DCTRAIN_DEFAULT(g, max_refused_peers, 64u);
   DCTRAIN_DEFAULT(g, peer_log_seconds, 10.0);
+
+  v1::DataPlaneConfig& dp = *c.mutable_data_plane();
+  DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_STAR);
+  DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
 }
 
 #undef DCTRAIN_DEFAULT
@@ -393,6 +397,11 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   }
   if (guard.peer_log_seconds() < 0.0) {
     problem("guard.peer_log_seconds is {}; use seconds >= 0 (0: 10)", guard.peer_log_seconds());
+  }
+  kind("data_plane.kind", c.data_plane().kind());
+  if (!(c.data_plane().timeout_seconds() > 0.0)) {
+    problem("data_plane.timeout_seconds is {}; use seconds > 0 (e.g. 10)",
+            c.data_plane().timeout_seconds());
   }
   const v1::StopConfig& stop = c.stop();
   if (stop.target_accuracy() < 0.0 || stop.target_accuracy() > 1.0) {

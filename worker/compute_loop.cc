@@ -13,7 +13,7 @@ ComputeLoop::ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_s
     : replica_(replica), train_(train), data_seed_(data_seed), delays_(delays), clock_(clock) {}
 
 Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string& sender,
-                         double received) {
+                         double received, bool attach_tensors) {
   const auto since = [this](double t) { return clock_.now() - t; };
   Model& model = replica_.model();
   Message out;
@@ -60,8 +60,10 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   c.set_loss_terms(static_cast<uint64_t>(loss_terms));
   c.set_samples(static_cast<uint64_t>(samples));
   c.set_correct(static_cast<uint64_t>(correct));
-  add_tensor(out, "gradient", model.gradients().flat());
-  if (replica_.buffer_count() > 0) add_tensor(out, "statistics", model.statistics().flat());
+  if (attach_tensors) {
+    add_tensor(out, "gradient", model.gradients().flat());
+    if (replica_.buffer_count() > 0) add_tensor(out, "statistics", model.statistics().flat());
+  }
   c.set_overhead_seconds(std::max(0.0, since(received) - compute));
   trace_.span("compute", start, start + compute,
               {{"completed", c.completed_size()}, {"dropped", c.dropped_size()}});

@@ -29,7 +29,10 @@ class ComputeLoop {
 
   // Runs `plan` for `step`; returns the contribution, signed by `sender`.
   // `received` is when the plan arrived on `clock` (for the overhead figure).
-  Message run(const v1::Plan& plan, uint64_t step, const std::string& sender, double received);
+  // Without `attach_tensors` (data plane "exchange") the gradient and
+  // statistics stay in the replica's arenas and the message carries none.
+  Message run(const v1::Plan& plan, uint64_t step, const std::string& sender, double received,
+              bool attach_tensors = true);
 
   // Applies a validated update (tensor 0: gradient, 1: statistics if any).
   void apply(const Message& update);

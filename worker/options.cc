@@ -29,6 +29,10 @@ void add_worker_options(CLI::App& app, WorkerOptions& options) {
   app.add_option("--coordinator-key", options.coordinator_key,
                  "CURVE: the coordinator's public key file NAME.pub; needs --secret-key")
       ->check(CLI::ExistingFile);
+  app.add_option("--exchange-bind", options.exchange_bind,
+                 "Address the worker's data plane peer binds, tcp://IP:PORT (port * for any; "
+                 "other workers must reach it; tcp://*:PORT advertises the interface that "
+                 "reaches the coordinator); empty: tcp://IP:* on that interface");
   add_blas_options(app, options.blas_info);
 }
 

@@ -18,6 +18,12 @@ struct WorkerOptions {
   // CURVE (comm/security.h): both or neither.
   std::string secret_key;       // this worker's NAME.key
   std::string coordinator_key;  // the coordinator's NAME.pub
+  // Data plane "exchange": where this worker's peer listens, tcp://IP:PORT
+  // (port * for any); empty: tcp://IP:* on the interface that reaches the
+  // coordinator.
+  std::string exchange_bind;
+  // Not a flag: the endpoint bound from exchange_bind, for the hello.
+  std::string exchange_endpoint;
 };
 
 // Registers every flag, bound to `options`, with its default shown by --help.

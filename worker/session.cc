@@ -44,6 +44,7 @@ Message WorkerSession::hello() const {
   h.set_threads(static_cast<uint32_t>(options_.threads));
   h.set_has_data_dir(!options_.data_dir.empty());
   *h.mutable_blas() = blas_;
+  h.set_exchange_endpoint(options_.exchange_endpoint);
   return m;
 }
 

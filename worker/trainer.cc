@@ -114,7 +114,8 @@ std::vector<ComputeOutput> Trainer::on_plan(const ComputeJob& job) {
   if (!loop_) return out;  // not welcomed yet: the coordinator will requeue
   const v1::Plan& plan = job.message.envelope.plan();
   const uint64_t step = job.message.envelope.step();
-  if (plan.parameter_checksum() != replica_->parameter_checksum()) {
+  if (!plan.exchange().checksum_follows() &&
+      plan.parameter_checksum() != replica_->parameter_checksum()) {
     log_->error(
         "step {}: this replica differs from the coordinator's (checksum {:016x}, "
         "coordinator {:016x})",
@@ -130,6 +131,7 @@ std::vector<ComputeOutput> Trainer::on_plan(const ComputeJob& job) {
       }
     }
   }
+  if (plan.has_exchange()) return on_exchange_plan(job);
   Message contribution = loop_->run(plan, step, options_.name, job.received);
   const v1::Contribution& c = contribution.envelope.contribution();
   log_->debug("step {}: {} micro-batches done, {} dropped, {:.3f} s compute", step,
@@ -140,6 +142,10 @@ std::vector<ComputeOutput> Trainer::on_plan(const ComputeJob& job) {
 
 void Trainer::on_update(const Message& update) {
   if (!loop_) return;
+  if (update.envelope.update().commit()) {
+    on_commit(update);
+    return;
+  }
   if (const auto problem = check_tensors(update, expected_)) {
     throw std::runtime_error(
         fmt::format("step {}: unusable update: {}", update.envelope.step(), *problem));

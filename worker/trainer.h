@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "proto/config.pb.h"
 #include "runtime/replica.h"
 #include "worker/compute_loop.h"
+#include "worker/data_plane.h"
 #include "worker/delay_model.h"
 #include "worker/options.h"
 #include "worker/worker_clock.h"
@@ -74,6 +76,10 @@ class Trainer {
   // kWorkerFailed; after any status the trainer takes no further job.
   std::vector<ComputeOutput> handle(ComputeJob job);
 
+  // Data plane "exchange": the worker's peer (owned by the caller, outliving
+  // the trainer). Without it, plans that name an exchange round fail.
+  void set_data_plane(WorkerDataPlane* data_plane) { data_plane_ = data_plane; }
+
   bool finished() const { return finished_; }
   // The replica, once welcomed (null before).
   Replica* replica() { return replica_.get(); }
@@ -84,6 +90,10 @@ class Trainer {
   std::vector<ComputeOutput> on_plan(const ComputeJob& job);
   void on_update(const Message& update);
   ComputeStatus on_bye(const v1::Bye& bye);
+  // Data plane "exchange" (worker/trainer_exchange.cc): compute, sum with
+  // the round's members, report; the sum waits for the coordinator's commit.
+  std::vector<ComputeOutput> on_exchange_plan(const ComputeJob& job);
+  void on_commit(const Message& commit);
 
   WorkerOptions options_;
   TrainerParts parts_;
@@ -98,6 +108,9 @@ class Trainer {
   std::unique_ptr<DelayModel> delays_;
   std::unique_ptr<ComputeLoop> loop_;
   std::vector<TensorSpec> expected_;
+  WorkerDataPlane* data_plane_ = nullptr;
+  std::vector<float> exchange_buffer_;  // [gradient | statistics] when the model has statistics
+  std::optional<uint64_t> sum_step_;    // the step whose round's sum is held, until its commit
 };
 
 }  // namespace dctrain

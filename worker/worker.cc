@@ -11,6 +11,7 @@
 #include "comm/transport.h"
 #include "common/stop_signals.h"
 #include "worker/compute_thread.h"
+#include "worker/data_plane.h"
 #include "worker/session.h"
 #include "worker/trainer.h"
 #include "worker/worker_clock.h"
@@ -67,7 +68,12 @@ int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
   zmq::context_t context(1);
   DealerTransport coordinator(context, options.connect, options.name, log,
                               worker_security(options, *log));
+  // The data plane's peer is bound before the hello, which advertises it.
+  WorkerDataPlane data_plane(options.exchange_bind, options.connect, log);
+  options.exchange_endpoint = data_plane.endpoint();
+  log->debug("exchange endpoint {}", options.exchange_endpoint);
   Trainer trainer(options, process_parts(options), clock, log);
+  trainer.set_data_plane(&data_plane);
   ComputeThread compute(context, trainer);  // joined before the trainer goes
   WorkerSession session(options, blas, coordinator, compute, log, clock.now());
 

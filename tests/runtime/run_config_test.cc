@@ -202,5 +202,32 @@ TEST(RunConfig, ShippedExperimentsAreValid) {
   EXPECT_GE(seen, 3);
 }
 
+TEST(RunConfig, DataPlaneIsAWordWithStarAsDefaultAndAPositiveTimeout) {
+  v1::RunConfig c = parse_run_config(kGood, "x");
+  finalize_run_config(c);
+  EXPECT_EQ(c.data_plane().kind(), v1::DATA_PLANE_STAR);
+  EXPECT_DOUBLE_EQ(c.data_plane().timeout_seconds(), 10.0);
+  EXPECT_TRUE(validate(c).empty());
+
+  v1::RunConfig x =
+      parse_run_config(std::string(kGood) + "data_plane { kind: \"exchange\" }", "exchange.cfg");
+  finalize_run_config(x);
+  EXPECT_EQ(x.data_plane().kind(), v1::DATA_PLANE_EXCHANGE);
+  EXPECT_TRUE(mentions(to_text(x), "kind: \"exchange\"")) << to_text(x);
+  EXPECT_TRUE(validate(x).empty());
+
+  x.mutable_data_plane()->set_timeout_seconds(-1.0);
+  const std::vector<std::string> problems = validate(x);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_TRUE(mentions(problems[0], "data_plane.timeout_seconds")) << problems[0];
+
+  try {
+    parse_run_config(std::string(kGood) + "data_plane { kind: \"ring\" }", "ring.cfg");
+    FAIL() << "an unknown data plane must not parse";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(mentions(e.what(), "exchange")) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dctrain

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# bert-tiny's time outside compute per step, the data plane "star" (every
+# gradient through the coordinator) against "exchange" (the workers sum
+# among themselves, the coordinator commits), 2 and 4 workers, real
+# processes (dctrain-launch) on this host; beside them the reference the
+# exchange is held to: gloo's allreduce of the same 17.5 MiB at the same
+# world size (torch.distributed, bench/gloo_allreduce.py) plus one AdamW step
+# of bert-tiny's 4.4M parameters (bench_optimizer_step), measured in the
+# same run.
+#
+# Time outside compute of a step = the coordinator's wall clock from one
+# step's close to the next (plans, exchange or reduce, commit or update,
+# the workers' apply) minus the slowest worker's compute in it; the median
+# over the measured steps (the first `warmup` are skipped). Runs of the two
+# planes alternate, `rounds` each, and the figures are medians over rounds,
+# so a change in the machine's load weighs on both alike.
+#
+#   bash bench/dataplane_vs_star.sh [build dir, default build/release] [steps, default 20] [rounds, default 2] [data root, default ../shared/data]
+#
+# bert-tiny with BERT's vocabulary (4.4M parameters, 17.5 MB of gradient)
+# on tinyshakespeare, from the data root.
+#
+# The gloo reference needs /usr/bin/python3 with torch (python3-torch); the
+# rest runs without it (the reference columns then say "-").
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+build="${1:-$here/../build/release}"
+steps="${2:-20}"
+rounds="${3:-2}"
+data="${4:-$here/../../shared/data}"
+if [[ ! -f "$data/bert-base-uncased/vocab.txt" || ! -d "$data/text/tinyshakespeare" ]]; then
+  echo "dataplane_vs_star: no bert-base-uncased/vocab.txt or text/tinyshakespeare under $data;" \
+    "pass the data root as the fourth argument" >&2
+  exit 1
+fi
+warmup=4
+launch="$build/bin/dctrain-launch"
+optimizer="$build/bench/bench_optimizer_step"
+for program in "$launch" "$optimizer"; do
+  if [[ ! -x "$program" ]]; then
+    echo "dataplane_vs_star: $program not found; build first: cmake --build $build" >&2
+    exit 1
+  fi
+done
+gloo=1
+/usr/bin/python3 -c "import torch.distributed" 2>/dev/null || gloo=0
+dir="$(mktemp -d "${TMPDIR:-/tmp}/dctrain-dataplane-XXXXXX")"
+
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a == a) printf "%.2fx", a / b; else printf "-" }'; }
+
+# The median time outside compute (ms) of a run's measured steps.
+outside_ms() {
+  /usr/bin/python3 - "$1" "$warmup" <<'PY'
+import json, statistics, sys
+records = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+steps = [r for r in records if r.get("type", "step") == "step" and "workers" in r]
+steps = steps[int(sys.argv[2]):]
+out = []
+for previous, step in zip(steps, steps[1:]):
+    cycle = step["wall_seconds"] - previous["wall_seconds"] - step.get("eval_seconds", 0) \
+        - step.get("checkpoint_seconds", 0)
+    compute = max((w["compute_seconds"] for w in step["workers"]), default=0.0)
+    out.append(1e3 * (cycle - compute))
+print(f"{statistics.median(out):.2f}" if out else "nan")
+PY
+}
+
+run() {  # plane workers round
+  local name="$1-$2-$3"
+  cat >"$dir/$name.cfg" <<CFG
+name: "dataplane-$name"
+seed: 1
+workers: $2
+model { name: "bert-tiny" vocab_size: 30522 }
+dataset { kind: "text-mlm" corpus: "tinyshakespeare" vocab: "bert-base-uncased/vocab.txt" test_limit: 32 }
+optimizer { kind: "adamw" lr: 1e-3 weight_decay: 0.01 }
+step { global_batch: $((4 * $2)) micro_batch: 4 tau: inf }
+eval { every_steps: 1000000 batch: 32 }
+stop { max_steps: $steps }
+data_plane { kind: "$1" }
+CFG
+  if ! "$launch" --workers "$2" --config "$dir/$name.cfg" --out "$dir/$name" \
+    --data-dir "$data" >"$dir/$name.log" 2>&1; then
+    echo "dataplane_vs_star: run $name failed; see $dir/$name.log" >&2
+    exit 1
+  fi
+  outside_ms "$dir/$name/metrics.jsonl"
+}
+
+echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+echo "cores: $(nproc), shared by the coordinator, every worker and whatever else runs here;" \
+  "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "bert-tiny, 4 sequences of 128 tokens per worker per step, tau = inf, $steps steps per run" \
+  "(first $warmup not measured), $rounds rounds"
+adamw="$("$optimizer" --repeats 10 | sed -n 's/^bert-tiny *adamw .*step *\([0-9.]*\) ms.*$/\1/p')"
+echo "one AdamW step of bert-tiny (bench_optimizer_step, 1 thread): $adamw ms"
+echo
+printf '%-8s %12s %14s %10s %14s %12s %12s\n' workers "star ms" "exchange ms" "ex/star" \
+  "gloo+adamw ms" "ex/ref" "star/ref"
+for workers in 2 4; do
+  s="" x="" g=""
+  for ((i = 0; i < rounds; i++)); do
+    s+=" $(run star "$workers" "$i")"
+    x+=" $(run exchange "$workers" "$i")"
+    if ((gloo)); then
+      g+=" $(/usr/bin/python3 "$here/gloo_allreduce.py" --world "$workers" --bytes 18350080 \
+        --iters 20 --warmup 5 2>/dev/null | sed -n 's/^RESULT .* median_ms=\([0-9.]*\) .*$/\1/p')"
+    fi
+  done
+  s="$(median <<<"$s")" x="$(median <<<"$x")"
+  ref="nan"
+  if ((gloo)); then ref="$(awk -v g="$(median <<<"$g")" -v a="$adamw" 'BEGIN { printf "%.2f", g + a }')"; fi
+  printf '%-8s %12s %14s %10s %14s %12s %12s\n' "$workers" "$s" "$x" "$(ratio "$x" "$s")" "$ref" \
+    "$(ratio "$x" "$ref")" "$(ratio "$s" "$ref")"
+done
+echo "run folders: $dir"

@@ -1,0 +1,191 @@
+// The coordinator's side of the data plane "exchange" (README, Scaling).
+//
+// The workers sum their gradients among themselves (exchange/): every plan
+// names the step's round (the step and an attempt), its members in rank
+// order with their endpoints, and how long a member may wait. Each member
+// reports what it contributed (the contribution without the gradient:
+// completed and dropped micro-batches, counts, times, its replica's
+// checksum) and whether its round succeeded; the lowest member's report
+// carries the round's sum, so the coordinator receives one gradient per step
+// whatever N. The coordinator decides once for everyone, since members can
+// disagree on a round (one that dies after sending its sum to some): the
+// round is committed only if every planned member reported success;
+// otherwise the step is dropped and every micro-batch of it requeued (or
+// lost, without requeue), so the ledger stays exact. The commit carries the
+// divisors and the learning rate, no tensors; the coordinator divides and
+// applies the sum to its own replica after the commit and the next plans
+// are out, off the step's critical path.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "comm/envelope.h"
+#include "comm/framing.h"
+#include "comm/validation.h"
+#include "coordinator/coordinator.h"
+
+namespace dctrain {
+
+namespace {
+constexpr const char* kCoordinatorName = "coordinator";
+}  // namespace
+
+std::optional<std::string> Coordinator::exchange_hello_problem(const v1::Hello& hello) const {
+  if (!exchange_mode() || !hello.exchange_endpoint().empty()) return std::nullopt;
+  return std::string(
+      "this run's data plane is 'exchange' but the worker advertised no exchange endpoint: "
+      "update dctrain-worker, or set data_plane { kind: \"star\" }");
+}
+
+void Coordinator::plan_exchange(v1::Plan& plan, const std::vector<WorkerPlan>& plans) const {
+  v1::ExchangePlan& x = *plan.mutable_exchange();
+  // One round per step: a failed round drops the step (nothing is redone
+  // under a later attempt), so the attempt is always 0.
+  x.set_attempt(0);
+  std::vector<uint32_t> ranks;
+  for (const WorkerPlan& p : plans) ranks.push_back(p.rank);
+  std::sort(ranks.begin(), ranks.end());
+  for (uint32_t r : ranks) {
+    x.add_member_ranks(r);
+    auto it = exchange_endpoints_.find(r);
+    x.add_member_endpoints(it == exchange_endpoints_.end() ? std::string() : it->second);
+  }
+  const double tau = plan.tau();
+  const v1::LivenessConfig& live = config_.liveness();
+  // Counted from the plan's arrival: a member waits for the others until
+  // every one of them had its compute time (tau + grace) and then the
+  // timeout; with tau = inf, the timeout from the end of its own compute.
+  x.set_deadline_seconds(std::isinf(tau) ? 0.0 : tau + live.grace_seconds());
+  x.set_checksum_follows(pending_apply_.has_value());
+}
+
+double Coordinator::exchange_deadline(double now, double tau) const {
+  if (std::isinf(tau)) {
+    // The members' reports (naming whom they blame, within the timeout of
+    // the slowest compute) and the liveness checks close such a step.
+    return std::numeric_limits<double>::infinity();
+  }
+  const v1::LivenessConfig& live = config_.liveness();
+  return now + tau + live.grace_seconds() + config_.data_plane().timeout_seconds() +
+         live.grace_seconds();
+}
+
+std::optional<std::string> Coordinator::exchange_tensor_problem(const Message& report) const {
+  const v1::Contribution& c = report.envelope.contribution();
+  if (!c.has_exchange()) {
+    return std::string("it has no exchange report, but this run's data plane is 'exchange'");
+  }
+  if (!c.exchange().carries_sum()) {
+    if (report.envelope.tensors_size() != 0) {
+      return fmt::format("it carries {} tensors but no sum", report.envelope.tensors_size());
+    }
+    return std::nullopt;
+  }
+  std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
+  if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
+  return check_tensors(report, expected);
+}
+
+void Coordinator::accept_exchange_report(uint32_t rank, Message report, double now) {
+  Planned& p = planned_.at(rank);
+  const v1::Contribution& c = report.envelope.contribution();
+  const v1::ExchangeReport& x = c.exchange();
+  p.contribution = c;
+  p.contribution->mutable_exchange()->clear_error();
+  last_contribution_ = now;
+  if (x.ok() && x.carries_sum()) exchange_sum_ = std::move(report);
+  reducer_.settle(rank);
+  if (x.ok()) return;
+  log_->warn("worker '{}' (rank {}): exchange of step {} failed: {}", membership_.at(rank).name,
+             rank, step_, x.error());
+  // Whom the member blames and who has not reported: out of the step, and
+  // presumed dead (a live one is asked to say hello again when next heard,
+  // and is welcomed afresh), so the next round does not wait for it again.
+  for (uint32_t suspect : x.suspects()) {
+    if (!reducer_.expects(suspect)) continue;
+    abandon(suspect, fmt::format("worker '{}' (rank {}) did not get its part of the exchange",
+                                 membership_.at(rank).name, rank));
+    membership_.mark_dead(suspect);
+  }
+}
+
+void Coordinator::settle_exchange() {
+  bool ok = !planned_.empty();
+  for (const auto& [rank, p] : planned_) {
+    ok = ok && p.contribution && p.contribution->exchange().ok();
+  }
+  const uint32_t lowest = planned_.empty() ? 0 : planned_.begin()->first;
+  ok = ok && exchange_sum_ && planned_.at(lowest).contribution->exchange().carries_sum();
+  if (ok) return;
+  exchange_sum_.reset();
+  uint32_t dropped = 0;
+  for (auto& [rank, p] : planned_) {
+    if (!p.contribution) continue;  // abandoned: already requeued
+    p.contribution.reset();
+    ledger_.orphan_worker(rank);
+    dropped += static_cast<uint32_t>(p.micro_batches.size());
+  }
+  log_->warn(
+      "step {}: the exchange did not succeed on every member; the step is dropped ({} "
+      "more micro-batches {})",
+      step_, dropped, config_.step().requeue() ? "requeued" : "lost");
+}
+
+void Coordinator::commit_exchange(ClosedStep& closed, double divisor) {
+  v1::StepRecord& record = closed.record;
+  const bool applied = record.applied() && exchange_sum_.has_value();
+  Message commit;
+  commit.envelope = make_envelope(step_, kCoordinatorName);
+  v1::Update& body = *commit.envelope.mutable_update();
+  body.set_commit(true);
+  body.set_applied(applied);
+  body.set_samples(record.samples());
+  body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()) + (applied ? 1 : 0));
+  body.set_learning_rate(record.lr());
+  body.set_gradient_divisor(divisor);
+  body.set_statistics_divisor(static_cast<double>(record.samples()));
+  if (!applied) {
+    exchange_sum_.reset();
+    for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(commit));
+    start_checksum_ = replica_.parameter_checksum();
+    return;
+  }
+  reducer_.set_sum(*exchange_sum_);
+  exchange_sum_.reset();
+  pending_apply_ = PendingApply{divisor, static_cast<double>(record.samples()), record.lr()};
+  // A live worker that holds no sum of this round (it joined during the
+  // step) gets the whole update, as on the star path.
+  std::optional<Message> update;
+  for (uint32_t rank : membership_.live_ranks()) {
+    auto p = planned_.find(rank);
+    if (p != planned_.end() && p->second.contribution) {
+      send(membership_.at(rank).name, share(commit));
+      continue;
+    }
+    if (!update) {
+      reducer_.finish(divisor, pending_apply_->statistics_divisor);
+      pending_apply_->divided = true;
+      update.emplace();
+      update->envelope = make_envelope(step_, kCoordinatorName);
+      *update->envelope.mutable_update() = body;
+      update->envelope.mutable_update()->set_commit(false);
+      add_tensor(*update, "gradient", reducer_.gradient());
+      if (replica_.buffer_count() > 0) add_tensor(*update, "statistics", reducer_.statistics());
+    }
+    send(membership_.at(rank).name, share(*update));
+  }
+  record.set_apply_seconds(0.0);  // after the next plans: apply_pending()
+}
+
+void Coordinator::apply_pending() {
+  if (!pending_apply_) return;
+  const PendingApply pending = *pending_apply_;
+  pending_apply_.reset();
+  if (!pending.divided) reducer_.finish(pending.divisor, pending.statistics_divisor);
+  replica_.apply_update(reducer_.gradient(), reducer_.statistics(), pending.lr);
+  start_checksum_ = replica_.parameter_checksum();
+}
+
+}  // namespace dctrain

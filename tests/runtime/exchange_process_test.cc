@@ -1,0 +1,344 @@
+// The real programs over the data plane "exchange" (the workers sum their
+// gradients among themselves; the coordinator commits): the same guarantees
+// as the star path's process tests (tests/runtime/process_test.cc) over the
+// new path, and a worker killed while the others wait in the exchange.
+// tcp://127.0.0.1, ephemeral ports.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+
+#include "coordinator/checkpoint.h"
+#include "coordinator/planner.h"
+#include "metrics/metrics_json.h"
+#include "runtime/replica.h"
+#include "runtime/run_config.h"
+#include "runtime/setup.h"
+#include "tests/runtime/process.h"
+
+namespace dctrain {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::eventually;
+using testing::Process;
+using testing::read_text;
+
+const std::string kBin = DCTRAIN_BIN_DIR;
+
+// A timeout no load on a shared machine reaches: these runs expect every
+// round to succeed.
+const std::string kExchange = "data_plane { kind: \"exchange\" timeout_seconds: 30 }\n";
+
+// A small run: mlp on generated 1x28x28 images.
+std::string small_config(
+    int workers, const std::string& extra,
+    const std::string& step = "step { global_batch: 48 micro_batch: 8 tau: inf }") {
+  return fmt::format(R"(
+name: "e2e"
+seed: 11
+workers: {}
+model {{ name: "mlp" }}
+dataset {{ kind: "synthetic" synthetic_samples: 2000 train_limit: 480 test_limit: 200 }}
+optimizer {{ kind: "sgd" lr: 0.05 momentum: 0.9 }}
+{}
+liveness {{ heartbeat_seconds: 0.2 silence_seconds: 3 grace_seconds: 1 join_timeout_seconds: 40 }}
+eval {{ every_steps: 5 batch: 100 }}
+progress_seconds: 1
+{}
+)",
+                     workers, step, extra);
+}
+
+class Cluster {
+ public:
+  Cluster(const std::string& test, const std::string& config_text, int workers)
+      : workers_(workers) {
+    dir_ =
+        std::filesystem::temp_directory_path() / fmt::format("dctrain-e2e-{}-{}", ::getpid(), test);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    run_dir_ = dir_ / "run";
+    std::ofstream(dir_ / "run.cfg") << config_text;
+  }
+  ~Cluster() {
+    worker_processes_.clear();
+    coordinator_.reset();
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  void start_coordinator(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--config", (dir_ / "run.cfg").string(),
+                                     "--bind",   "tcp://127.0.0.1:*",
+                                     "--out",    run_dir_.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    coordinator_ =
+        std::make_unique<Process>(kBin + "/dctrain-coordinator", args, dir_ / "coordinator.out");
+    ASSERT_TRUE(eventually(
+        [&] {
+          return std::filesystem::exists(run_dir_ / "endpoint") ||
+                 coordinator_->wait_for(0ms).has_value();
+        },
+        30s))
+        << coordinator_->output();
+    ASSERT_TRUE(std::filesystem::exists(run_dir_ / "endpoint")) << coordinator_->output();
+    endpoint_ = read_text(run_dir_ / "endpoint");
+    endpoint_.erase(endpoint_.find_last_not_of("\n") + 1);
+    ASSERT_TRUE(endpoint_.starts_with("tcp://127.0.0.1:")) << endpoint_;
+  }
+
+  Process& start_worker(const std::string& name, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--connect", endpoint_, "--name", name};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p =
+        std::make_unique<Process>(kBin + "/dctrain-worker", args,
+                                  dir_ / (name + "." + std::to_string(restarts_[name]++) + ".out"));
+    Process& ref = *p;
+    worker_processes_[name] = std::move(p);
+    return ref;
+  }
+
+  void start_workers() {
+    for (int i = 0; i < workers_; ++i) start_worker(fmt::format("w{}", i));
+  }
+
+  // Waits for the coordinator and every worker; expects them all to exit 0.
+  void expect_clean_finish(std::chrono::seconds timeout = 60s) {
+    const auto code = coordinator_->wait_for(timeout);
+    ASSERT_TRUE(code.has_value()) << "coordinator still running:\n" << coordinator_->output();
+    EXPECT_EQ(*code, 0) << coordinator_->output();
+    for (auto& [name, p] : worker_processes_) {
+      const auto w = p->wait_for(15s);
+      ASSERT_TRUE(w.has_value()) << name << " still running:\n" << p->output();
+      EXPECT_EQ(*w, 0) << name << ":\n" << p->output();
+    }
+  }
+
+  MetricsRecords records() const {
+    return parse_metrics(read_text(run_dir_ / "metrics.jsonl"),
+                         (run_dir_ / "metrics.jsonl").string());
+  }
+  v1::RunSummary summary() const {
+    return parse_summary(read_text(run_dir_ / "summary.json"),
+                         (run_dir_ / "summary.json").string());
+  }
+  std::string log() const { return read_text(run_dir_ / "coordinator.log"); }
+  const std::filesystem::path& run_dir() const { return run_dir_; }
+  const std::string& endpoint() const { return endpoint_; }
+  Process& coordinator() { return *coordinator_; }
+  Process& worker(const std::string& name) { return *worker_processes_.at(name); }
+
+ private:
+  int workers_;
+  std::filesystem::path dir_, run_dir_;
+  std::string endpoint_;
+  std::unique_ptr<Process> coordinator_;
+  std::map<std::string, std::unique_ptr<Process>> worker_processes_;
+  std::map<std::string, int> restarts_;
+};
+
+// The parameters of the checkpoint a finished run wrote.
+std::vector<float> final_parameters(const Cluster& cluster, const v1::RunConfig& config) {
+  auto train = open_dataset(config, Split::kTrain, "");
+  Replica replica(make_model(model_spec(config, train->shape(), 1)), config.optimizer());
+  load_checkpoint_state(checkpoint_path(cluster.run_dir()), replica);
+  const auto p = replica.model().parameters().flat();
+  return {p.begin(), p.end()};
+}
+
+TEST(ExchangeProcesses, TauInfinityWithThreeWorkersMatchesOneProcessAndTheStarPathBitForBit) {
+  const int steps = 8;
+  const std::string run =
+      fmt::format("stop {{ max_steps: {} }}\ncheckpoint {{ every_steps: {} }}", steps, steps);
+  const std::string text = small_config(3, kExchange + run);
+  Cluster cluster("x-equivalence", text, 3);
+  cluster.start_coordinator();
+  cluster.start_workers();
+  cluster.expect_clean_finish();  // each worker checked its final replica against the coordinator's
+
+  const auto step_records = cluster.records().steps;
+  ASSERT_EQ(step_records.size(), static_cast<size_t>(steps));
+  for (const v1::StepRecord& r : step_records) {
+    EXPECT_TRUE(r.applied()) << r.ShortDebugString();
+    size_t ok = 0;
+    for (const v1::WorkerStep& w : r.workers()) ok += w.checksum_ok() && w.contributed();
+    EXPECT_EQ(ok, 3u) << r.ShortDebugString();
+    EXPECT_EQ(r.orphaned(), 0u) << r.ShortDebugString();
+  }
+  EXPECT_EQ(cluster.summary().checksum_mismatches(), 0u);
+  EXPECT_NE(cluster.log().find("data plane: exchange"), std::string::npos) << cluster.log();
+
+  // One process on the same global batches, as the star test does.
+  v1::RunConfig config = parse_run_config(text, "x-equivalence");
+  finalize_run_config(config);
+  auto train = open_dataset(config, Split::kTrain, "");
+  Replica single(make_model(model_spec(config, train->shape(), 1)), config.optimizer());
+  Ledger ledger(train_samples(config, *train), config.seed(), true);
+  const std::vector<uint32_t> ranks = {0, 1, 2};
+  Batch batch;
+  for (int step = 0; step < steps; ++step) {
+    Model& model = single.model();
+    model.gradients().zero();
+    int64_t terms = 0;
+    for (const WorkerPlan& plan : plan_step(ledger, ranks, step, 48, 8)) {
+      for (const PlannedMicroBatch& mb : plan.micro_batches) {
+        train->fill(mb.samples, SampleContext{config.seed(), mb.epoch, true}, batch);
+        terms += model.train_micro_batch(batch).loss_terms;
+        ledger.complete(mb.id);
+      }
+    }
+    std::span<float> g = model.gradients().flat();
+    for (float& v : g) v /= static_cast<float>(terms);
+    single.apply_update(g, {});
+  }
+  const std::vector<float> exchanged = final_parameters(cluster, config);
+  const auto a = single.model().parameters().flat();
+  ASSERT_EQ(a.size(), exchanged.size());
+  double max_diff = 0.0, max_abs = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(static_cast<double>(a[i]) - exchanged[i]));
+    max_abs = std::max(max_abs, std::abs(static_cast<double>(a[i])));
+  }
+  EXPECT_LT(max_diff, 1e-5 * std::max(1.0, max_abs)) << "max |single - exchange| = " << max_diff;
+  std::printf("max |single - exchange| = %g (largest parameter %g)\n", max_diff, max_abs);
+
+  // The star path on the same run: the same bits (rank-order sums on both).
+  Cluster star("x-equivalence-star", small_config(3, run), 3);
+  star.start_coordinator();
+  star.start_workers();
+  star.expect_clean_finish();
+  const std::vector<float> starred = final_parameters(star, config);
+  ASSERT_EQ(starred.size(), exchanged.size());
+  EXPECT_EQ(std::memcmp(starred.data(), exchanged.data(), starred.size() * sizeof(float)), 0)
+      << "the exchange and the star path must give the same parameters bit for bit";
+  std::vector<double> star_losses, exchange_losses;
+  for (const v1::StepRecord& r : star.records().steps) star_losses.push_back(r.loss());
+  for (const v1::StepRecord& r : step_records) exchange_losses.push_back(r.loss());
+  EXPECT_EQ(star_losses, exchange_losses);
+}
+
+TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
+  auto run = [](const std::string& name) {
+    Cluster cluster(
+        name, small_config(2, kExchange + "stop { max_steps: 10 }\ncheckpoint { every_steps: 10 }"),
+        2);
+    cluster.start_coordinator();
+    cluster.start_workers();
+    cluster.expect_clean_finish();
+    std::vector<double> losses;
+    const MetricsRecords records = cluster.records();
+    for (const v1::StepRecord& r : records.steps) losses.push_back(r.loss());
+    for (const v1::EvalRecord& r : records.evals) losses.push_back(r.eval_loss());
+    return std::make_pair(losses, read_text(checkpoint_path(cluster.run_dir())));
+  };
+  const auto first = run("x-repeat-a");
+  const auto second = run("x-repeat-b");
+  ASSERT_EQ(first.first.size(), 12u);  // 10 steps, 2 evaluations
+  EXPECT_EQ(first.first, second.first);
+  EXPECT_NE(first.first.front(), first.first[9]) << "the loss should move";
+  // The checkpoints' parameters and optimizer state (their last 4 KiB, but
+  // for the 8-byte trailer, which covers the header with its wall times).
+  const std::string& a = first.second;
+  const std::string& b = second.second;
+  ASSERT_GE(a.size(), 4096u);
+  EXPECT_TRUE(a.compare(a.size() - 4096, 4088, b, b.size() - 4096, 4088) == 0)
+      << "the checkpoints' last 4 KiB before the trailer differ";
+}
+
+TEST(ExchangeProcesses, DelaysPastTauDropMicroBatchesThatAreRequeuedAndTheLedgerIsExact) {
+  Cluster cluster("x-drops",
+                  small_config(3,
+                               kExchange + "delay { kind: \"constant\" seconds: 0.03 }\n"
+                                           "stop { max_epochs: 2 }",
+                               "step { global_batch: 96 micro_batch: 8 tau: 0.04 }"),
+                  3);
+  cluster.start_coordinator();
+  cluster.start_workers();
+  cluster.expect_clean_finish();
+  const v1::RunSummary summary = cluster.summary();
+  EXPECT_GT(summary.microbatches_dropped(), 0u) << summary.ShortDebugString();
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
+  EXPECT_EQ(summary.epochs_audited(), 2u);
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  EXPECT_EQ(summary.checksum_mismatches(), 0u);
+  const MetricsRecords records = cluster.records();
+  ASSERT_EQ(records.epochs.size(), 2u);
+  for (const v1::EpochRecord& e : records.epochs) {
+    EXPECT_TRUE(e.audit_ok()) << e.ShortDebugString();
+    EXPECT_EQ(e.done(), 480u) << e.ShortDebugString();
+    EXPECT_EQ(e.duplicated(), 0u) << e.ShortDebugString();
+    EXPECT_EQ(e.missing(), 0u) << e.ShortDebugString();
+  }
+  bool requeued = false;
+  for (const v1::StepRecord& r : records.steps) requeued |= r.requeued() != 0;
+  EXPECT_TRUE(requeued);
+}
+
+TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNothingIsLost) {
+  // w2 computes four times slower than the others, so they spend most of
+  // each step in the exchange, waiting for its pieces; it dies there.
+  Cluster cluster("x-sigkill",
+                  small_config(3,
+                               "data_plane { kind: \"exchange\" timeout_seconds: 1 }\n"
+                               "delay { kind: \"constant\" seconds: 0.03 slow_workers: [2] "
+                               "slowdown: 4 }\n"
+                               "stop { max_epochs: 3 }"),
+                  3);
+  cluster.start_coordinator();
+  // One at a time, so that w2 is rank 2, the slow one.
+  for (int i = 0; i < 3; ++i) {
+    cluster.start_worker(fmt::format("w{}", i));
+    const std::string joined = fmt::format("worker 'w{}' joined as rank {}", i, i);
+    ASSERT_TRUE(eventually([&] { return cluster.log().find(joined) != std::string::npos; }, 30s))
+        << cluster.log();
+  }
+  ASSERT_TRUE(eventually([&] { return cluster.records().steps.size() >= 3; }, 60s))
+      << cluster.log();
+  cluster.worker("w2").kill(SIGKILL);
+  // The members still in the round name it within the exchange's timeout
+  // (1 s, before the liveness check's 3 s of silence); the step is dropped
+  // and all its micro-batches requeued.
+  const std::regex blamed(
+      "worker 'w2' \\(rank 2\\) is out of step \\d+ because worker 'w[01]' \\(rank [01]\\) did "
+      "not get its part of the exchange");
+  ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), blamed); }, 30s))
+      << cluster.log();
+  EXPECT_NE(cluster.log().find("the exchange did not succeed on every member; the step is "
+                               "dropped"),
+            std::string::npos)
+      << cluster.log();
+  const size_t steps_without = cluster.records().steps.size();
+  cluster.start_worker("w2");
+  ASSERT_TRUE(eventually(
+      [&] {
+        const std::string log = cluster.log();
+        return log.find("worker 'w2' joined as rank") != log.rfind("worker 'w2' joined as rank");
+      },
+      30s))
+      << cluster.log();
+  cluster.expect_clean_finish(120s);
+  const v1::RunSummary summary = cluster.summary();
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 1440u) << "3 epochs of 480, each sample exactly once";
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  EXPECT_EQ(summary.checksum_mismatches(), 0u);
+  EXPECT_GT(summary.microbatches_orphaned(), 0u);
+  const auto steps = cluster.records().steps;
+  ASSERT_GT(steps.size(), steps_without + 1);
+  bool w2_contributed = false;
+  for (const v1::WorkerStep& w : steps.back().workers()) {
+    w2_contributed |= w.name() == "w2" && w.contributed();
+  }
+  EXPECT_TRUE(w2_contributed) << steps.back().ShortDebugString();
+}
+
+}  // namespace
+}  // namespace dctrain

@@ -1,0 +1,122 @@
+#include "worker/data_plane.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+namespace dctrain {
+
+std::string default_exchange_bind(const std::string& coordinator) {
+  const std::string prefix = "tcp://";
+  const size_t colon = coordinator.rfind(':');
+  if (!coordinator.starts_with(prefix) || colon == std::string::npos || colon < prefix.size()) {
+    throw std::runtime_error(fmt::format(
+        "cannot derive the exchange address from --connect '{}': expected tcp://HOST:PORT; pass "
+        "--exchange-bind tcp://IP:PORT",
+        coordinator));
+  }
+  std::string host = coordinator.substr(prefix.size(), colon - prefix.size());
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const std::string port = coordinator.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    throw std::runtime_error(
+        fmt::format("cannot resolve the coordinator's host '{}' to pick the exchange address: "
+                    "{}; pass --exchange-bind tcp://IP:PORT",
+                    host, ::gai_strerror(rc)));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, &::freeaddrinfo);
+  // A UDP socket "connected" to the coordinator sends nothing; the kernel
+  // only picks the route, and getsockname() names the local address on it.
+  const int fd = ::socket(found->ai_family, SOCK_DGRAM, 0);
+  if (fd < 0) throw std::runtime_error("cannot open a socket to pick the exchange address");
+  sockaddr_storage local{};
+  socklen_t length = sizeof local;
+  const bool ok = ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0;
+  ::close(fd);
+  char text[INET6_ADDRSTRLEN] = {};
+  if (ok && local.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, text, sizeof text);
+    return fmt::format("tcp://{}:*", text);
+  }
+  if (ok && local.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, text, sizeof text);
+    return fmt::format("tcp://[{}]:*", text);
+  }
+  throw std::runtime_error(
+      fmt::format("no route from this host to the coordinator's '{}' to pick the exchange "
+                  "address from; pass --exchange-bind tcp://IP:PORT",
+                  host));
+}
+
+WorkerDataPlane::WorkerDataPlane(const std::string& bind_address, const std::string& coordinator,
+                                 std::shared_ptr<spdlog::logger> log)
+    : peer_(0, bind_address.empty() ? default_exchange_bind(coordinator) : bind_address),
+      log_(std::move(log)),
+      endpoint_(peer_.endpoint()) {
+  // Bound on every interface: advertise the one that reaches the coordinator.
+  for (const std::string any : {"tcp://0.0.0.0:", "tcp://[::]:"}) {
+    if (endpoint_.starts_with(any)) {
+      const std::string host = default_exchange_bind(coordinator);  // tcp://IP:*
+      endpoint_ = host.substr(0, host.size() - 1) + endpoint_.substr(any.size());
+    }
+  }
+}
+
+v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
+                                             const v1::ExchangePlan& plan, std::span<float> buffer,
+                                             uint64_t samples,
+                                             std::chrono::steady_clock::time_point deadline) {
+  v1::ExchangeReport report;
+  report.set_attempt(plan.attempt());
+  const auto fail = [&](std::string why) {
+    report.set_ok(false);
+    report.set_error(std::move(why));
+    return report;
+  };
+  if (plan.member_ranks_size() != plan.member_endpoints_size() || plan.member_ranks_size() == 0) {
+    return fail(fmt::format("step {}: the plan names {} members and {} endpoints", step,
+                            plan.member_ranks_size(), plan.member_endpoints_size()));
+  }
+  std::vector<uint32_t> members(plan.member_ranks().begin(), plan.member_ranks().end());
+  std::vector<std::string> endpoints;
+  for (int i = 0; i < plan.member_ranks_size(); ++i) {
+    const uint32_t r = plan.member_ranks(i);
+    if (r >= endpoints.size()) endpoints.resize(r + 1);
+    endpoints[r] = plan.member_endpoints(i);
+  }
+  // Reconnect only when the group changed: a connect drops what is queued.
+  if (rank != connected_rank_ || endpoints != endpoints_) {
+    peer_.set_rank(rank);
+    peer_.connect(endpoints);
+    endpoints_ = std::move(endpoints);
+    connected_rank_ = rank;
+    log_->debug("exchange: rank {} connected to {} members", rank, members.size());
+  }
+  ExchangeOutcome out;
+  try {
+    out = peer_.exchange({step, plan.attempt()}, members, buffer, samples, buffer, deadline);
+  } catch (const std::exception& e) {
+    return fail(fmt::format("step {}: {}", step, e.what()));
+  }
+  report.set_ok(out.ok);
+  report.set_samples(out.samples);
+  report.set_exchange_seconds(std::chrono::duration<double>(out.elapsed).count());
+  if (!out.ok) {
+    for (uint32_t s : out.suspects()) report.add_suspects(s);
+    report.set_error(out.error);
+    log_->warn("step {}: exchange failed: {}", step, out.error);
+  }
+  return report;
+}
+
+}  // namespace dctrain

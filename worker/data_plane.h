@@ -1,0 +1,56 @@
+// The worker's end of the data plane "exchange": its ExchangePeer, bound at
+// start-up so the hello can advertise it, and one step's round over the
+// plan's members. The coordinator keeps the control plane: it names the
+// members and their endpoints in each plan, and commits (or drops) the sum
+// once every member has reported.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "exchange/peer.h"
+#include "proto/wire.pb.h"
+
+namespace dctrain {
+
+// The address to bind when --exchange-bind is not given: tcp://IP:* on the
+// interface this host uses to reach `coordinator` (tcp://HOST:PORT), so the
+// other workers reach it the way this worker reaches the coordinator.
+// Throws with the address and the reason when it cannot be found.
+std::string default_exchange_bind(const std::string& coordinator);
+
+class WorkerDataPlane {
+ public:
+  // Binds `bind_address` (tcp://IP:PORT, port may be *; empty: see
+  // default_exchange_bind()). Every socket of the data plane is made by
+  // ExchangePeer (exchange/peer.cc), in one place.
+  WorkerDataPlane(const std::string& bind_address, const std::string& coordinator,
+                  std::shared_ptr<spdlog::logger> log);
+
+  // The endpoint the other workers connect to, with the real port: the
+  // bound one, or, bound on every interface (tcp://*:PORT), the address of
+  // the interface that reaches the coordinator with that port.
+  const std::string& endpoint() const { return endpoint_; }
+
+  // One step's round: `buffer` (this member's partial sum, [gradient |
+  // statistics]) becomes the rank-order sum of every member's on success.
+  // `deadline` is on the steady clock. Never throws for a failed round: the
+  // report says what failed and whom the member blames.
+  v1::ExchangeReport exchange(uint64_t step, uint32_t rank, const v1::ExchangePlan& plan,
+                              std::span<float> buffer, uint64_t samples,
+                              std::chrono::steady_clock::time_point deadline);
+
+ private:
+  ExchangePeer peer_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::string endpoint_;
+  std::vector<std::string> endpoints_;  // as last connected, by rank
+  uint32_t connected_rank_ = UINT32_MAX;
+};
+
+}  // namespace dctrain
