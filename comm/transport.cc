@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "comm/framing.h"
@@ -25,6 +26,15 @@ bool receive_parts(zmq::socket_t& socket, std::vector<zmq::message_t>& parts, bo
 }
 
 namespace {
+
+// A name for a socket monitor's inproc endpoint that no other monitor in the
+// process has had. An address such as the transport's own would be reused
+// by the next transport built in the same place, and ZeroMQ unbinds a
+// closed monitor's endpoint in the background: "Address already in use".
+std::string monitor_endpoint(const char* kind) {
+  static std::atomic<uint64_t> next{0};
+  return fmt::format("inproc://{}-monitor-{}", kind, next.fetch_add(1));
+}
 
 // Sends every part; returns false (having sent nothing) if the first part
 // would block or the peer is unknown.
@@ -56,7 +66,7 @@ RouterTransport::RouterTransport(zmq::context_t& context, const std::string& add
     : socket_(context, zmq::socket_type::router),
       monitor_(context, zmq::socket_type::pair),
       log_(std::move(log)) {
-  const std::string monitor = fmt::format("inproc://router-monitor-{}", static_cast<void*>(this));
+  const std::string monitor = monitor_endpoint("router");
   if (zmq_socket_monitor(socket_.handle(), monitor.c_str(),
                          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
     throw std::runtime_error(
@@ -202,7 +212,7 @@ DealerTransport::DealerTransport(zmq::context_t& context, const std::string& add
   secure_socket(socket_, SocketRole::kClient, security);
   // The monitor's reader is connected before the DEALER connects: ZeroMQ
   // drops events that nobody reads.
-  const std::string monitor = fmt::format("inproc://dealer-monitor-{}", static_cast<void*>(this));
+  const std::string monitor = monitor_endpoint("dealer");
   if (zmq_socket_monitor(socket_.handle(), monitor.c_str(),
                          ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_CONNECT_RETRIED |
                              ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |

@@ -61,7 +61,9 @@ double DelayModel::delay_after(double compute_seconds) {
     case v1::DelayKind_INT_MAX_SENTINEL_DO_NOT_USE_:
       break;
   }
-  if (slow_) delay += (config_.slowdown() - 1.0) * compute_seconds;
+  // A slow worker is slow at everything it does in a micro-batch: its
+  // compute and the injected delay that stands for more compute.
+  if (slow_) delay += (config_.slowdown() - 1.0) * (compute_seconds + delay);
   return delay;
 }
 

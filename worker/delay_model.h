@@ -8,7 +8,8 @@
 //                from the log-normal (mu 4, sigma 1) discretised on 1..999
 //                and rescaled to mean 1 (the DropCompute paper's model)
 //   bimodal      stall_seconds with probability `probability`, else 0
-// and, whatever the kind, (slowdown - 1) * t for the ranks in slow_workers.
+// and, whatever the kind, the ranks in slow_workers take `slowdown` times as
+// long for the whole micro-batch: (slowdown - 1) * (t + delay) more.
 //
 // With cap_at_tau (the DropCompute authors' form) the compute loop cuts each
 // delay at the time left before tau on the step compute clock, so the
