@@ -33,13 +33,18 @@ struct TransportLimits {
 
 // The largest frame a peer sends for a model of these sizes: a tensor frame
 // (at most kMaxFrameBytes; a welcome carries the parameters, the buffers and
-// each optimizer state as tensors of those sizes) or a header.
+// each optimizer state as tensors of those sizes) or a header, plus what
+// the wire adds to it: ZMQ_MAXMSGSIZE counts a frame as it arrives, and
+// CURVE boxes each frame in a MESSAGE command (33 bytes more).
+inline constexpr int64_t kFrameWireOverheadBytes = 256;
 inline int64_t max_frame_bytes(uint64_t parameter_count, uint64_t buffer_count) {
   const uint64_t largest = parameter_count > buffer_count ? parameter_count : buffer_count;
   const uint64_t tensor_bytes =
       largest * sizeof(float) < kMaxFrameBytes ? largest * sizeof(float) : kMaxFrameBytes;
-  return static_cast<int64_t>(tensor_bytes) > kMaxHeaderBytes ? static_cast<int64_t>(tensor_bytes)
-                                                              : kMaxHeaderBytes;
+  const int64_t payload = static_cast<int64_t>(tensor_bytes) > kMaxHeaderBytes
+                              ? static_cast<int64_t>(tensor_bytes)
+                              : kMaxHeaderBytes;
+  return payload + kFrameWireOverheadBytes;
 }
 
 // Messages that may queue for one peer: about `budget_bytes` of updates

@@ -34,7 +34,11 @@ double Coordinator::request_evaluation(double now) {
     collect_evaluation(true, now);
   }
   thread.start(replica_.model(), {step, wall(now), epochs()});
-  return clock_() - begin;
+  // On the timeline: what the step loop spent on it (the snapshot, and any
+  // wait); the evaluation itself runs beside the next steps.
+  const double end = clock_();
+  timeline_.span("evaluation", begin, end);
+  return end - begin;
 }
 
 bool Coordinator::collect_evaluation(bool wait, double now) {

@@ -54,10 +54,11 @@ bool receive_from(RouterTransport& router, const std::string& peer,
 
 TEST(TransportLimits, SizesComeFromTheModel) {
   // Small models: a header may be larger than any tensor frame.
-  EXPECT_EQ(max_frame_bytes(1000, 10), kMaxHeaderBytes);
-  EXPECT_EQ(max_frame_bytes(454922, 0), 454922 * 4);
+  EXPECT_EQ(max_frame_bytes(1000, 10), kMaxHeaderBytes + kFrameWireOverheadBytes);
+  EXPECT_EQ(max_frame_bytes(454922, 0), 454922 * 4 + kFrameWireOverheadBytes);
   // Tensors larger than a frame travel in 16 MiB frames.
-  EXPECT_EQ(max_frame_bytes(4367546 * 2, 0), static_cast<int64_t>(kMaxFrameBytes));
+  EXPECT_EQ(max_frame_bytes(4367546 * 2, 0),
+            static_cast<int64_t>(kMaxFrameBytes) + kFrameWireOverheadBytes);
   EXPECT_EQ(queued_messages_for(4367546, 0), 15);
   EXPECT_EQ(queued_messages_for(1000, 0), 1000);
   EXPECT_EQ(queued_messages_for(uint64_t{1} << 30, 0), 8);

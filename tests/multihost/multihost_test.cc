@@ -381,7 +381,7 @@ TEST(MultiHost, OverTheExchangeARunAcrossFourHostsGivesTheStarsLossCurveBitForBi
     Job run(
         make_dir("x-across"),
         mnist_config("tau: inf", stop + "\ndata_plane { kind: \"exchange\" timeout_seconds: 30 }"));
-    run.start_coordinator(cluster.on(0), cluster.coordinator_bind());
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind(), {"--insecure"});
     for (int i = 0; i < kWorkers; ++i) run.start_worker(cluster.on(1 + i), fmt::format("w{}", i));
     run.expect_clean_finish(120s);
     for (const v1::StepRecord& r : run.step_records()) {
@@ -426,7 +426,7 @@ TEST(MultiHost, OverTheExchangeASlowLinkIsNamedWithinTheDeadlineAndNothingIsLost
   const auto dir = make_dir("x-slow-link");
   {
     Job run(dir, config);
-    run.start_coordinator(cluster.on(0), cluster.coordinator_bind());
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind(), {"--insecure"});
     run.start_worker(cluster.on(1), "w0");
     run.start_worker(cluster.on(2), "w1");
     run.start_worker(cluster.on(3), "w2-slow-link");
