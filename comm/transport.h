@@ -16,8 +16,8 @@
 
 #include "comm/link.h"
 #include "comm/message.h"
-#include "comm/transport_limits.h"
 #include "comm/security.h"
+#include "comm/transport_limits.h"
 
 namespace dctrain {
 

@@ -166,9 +166,8 @@ struct SecuredServer {
   explicit SecuredServer(const AllowList& allowed) : zap(context, allowed, captured.log) {
     security.curve = true;
     security.own = server_keys;
-    router =
-        std::make_unique<RouterTransport>(context, "tcp://127.0.0.1:*", captured.log,
-                                          TransportLimits{}, security);
+    router = std::make_unique<RouterTransport>(context, "tcp://127.0.0.1:*", captured.log,
+                                               TransportLimits{}, security);
   }
   uint16_t port() const {
     const std::string e = router->endpoint();

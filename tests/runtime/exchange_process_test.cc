@@ -316,8 +316,9 @@ TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNot
   // The members still in the round find out by its deadline.
   EXPECT_TRUE(eventually(
       [&] {
-        return cluster.log().find("the exchange did not succeed on every member; the step is "
-                                  "dropped") != std::string::npos;
+        return cluster.log().find(
+                   "the exchange did not succeed on every member; the step is "
+                   "dropped") != std::string::npos;
       },
       30s))
       << cluster.log();
