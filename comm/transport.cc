@@ -158,6 +158,9 @@ bool RouterTransport::receive(Received& out, std::chrono::milliseconds timeout) 
     // sent; the identity frame is the ROUTER's own), so that a closed
     // connection names its peer.
     const int fd = zmq_msg_get(parts.back().handle(), ZMQ_SRCFD);
+    // The monitor reports a connection as accepted before the first message
+    // on it can arrive, but that report may still be queued: read it first.
+    if (fd >= 0 && !open_.contains(fd)) connections();
     if (fd >= 0 && open_.contains(fd)) peer_connection_[out.peer] = fd;
   }
   // The routing-id frame is made by the ROUTER; the next came off the wire
