@@ -9,8 +9,13 @@
 namespace dctrain {
 
 ComputeLoop::ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_seed,
-                         DelayModel& delays, WorkerClock& clock)
-    : replica_(replica), train_(train), data_seed_(data_seed), delays_(delays), clock_(clock) {}
+                         DelayModel& delays, WorkerClock& clock, const LatestPlan* latest)
+    : replica_(replica),
+      train_(train),
+      data_seed_(data_seed),
+      delays_(delays),
+      clock_(clock),
+      latest_(latest) {}
 
 Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string& sender,
                          double received, bool attach_tensors) {
@@ -27,10 +32,14 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   const double start = clock_.now();
   double loss_sum = 0.0;
   int64_t loss_terms = 0, samples = 0, correct = 0;
+  bool closed = false;
   for (const v1::MicroBatch& mb : plan.micro_batches()) {
-    if (since(start) >= plan.tau()) {
+    closed = closed || (latest_ != nullptr && latest_->closes(step));
+    if (closed || since(start) >= plan.tau()) {
       c.add_dropped(mb.id());
-      trace_.instant("dropped micro-batch", clock_.now(), {{"micro_batch", mb.id()}});
+      trace_.instant(
+          closed ? "micro-batch not started: the step was closed" : "dropped micro-batch",
+          clock_.now(), {{"micro_batch", mb.id()}});
       continue;
     }
     const double begin = clock_.now();

@@ -10,6 +10,7 @@
 // in tests.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -22,10 +23,31 @@
 
 namespace dctrain {
 
+// The step of the plan the worker heard last: written by the thread that
+// receives plans, read by the compute thread before each micro-batch. A plan
+// for another step means the coordinator has closed the step being computed
+// (cut this worker as a backup, or stopped waiting for it at its deadline)
+// and requeued its micro-batches, so starting one more is wasted work that
+// would also delay the next step.
+// Until a plan is heard (a trainer driven without a receiving thread) no
+// step is closed.
+class LatestPlan {
+ public:
+  void heard(uint64_t step) { step_plus_one_.store(step + 1, std::memory_order_release); }
+  bool closes(uint64_t step) const {
+    const uint64_t latest = step_plus_one_.load(std::memory_order_acquire);
+    return latest != 0 && latest != step + 1;
+  }
+
+ private:
+  std::atomic<uint64_t> step_plus_one_{0};  // 0: none heard
+};
+
 class ComputeLoop {
  public:
+  // Without `latest` every planned micro-batch under tau runs.
   ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_seed, DelayModel& delays,
-              WorkerClock& clock);
+              WorkerClock& clock, const LatestPlan* latest = nullptr);
 
   // Runs `plan` for `step`; returns the contribution, signed by `sender`.
   // `received` is when the plan arrived on `clock` (for the overhead figure).
@@ -47,6 +69,7 @@ class ComputeLoop {
   uint64_t data_seed_;
   DelayModel& delays_;
   WorkerClock& clock_;
+  const LatestPlan* latest_;
   Batch batch_;
   std::vector<uint64_t> ids_;
   std::vector<float> statistics_;

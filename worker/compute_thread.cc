@@ -24,6 +24,9 @@ ComputeThread::~ComputeThread() {
 }
 
 void ComputeThread::push(ComputeJob job) {
+  // Heard now, not when the job is taken: the step in progress stops
+  // starting micro-batches once a plan for another step has arrived.
+  if (job.message.envelope.has_plan()) trainer_.latest_plan().heard(job.message.envelope.step());
   {
     std::lock_guard lock(mutex_);
     jobs_.push_back(std::move(job));

@@ -95,7 +95,8 @@ Message Trainer::on_welcome(const Message& welcome) {
     throw std::runtime_error("the welcome's parameters do not match their checksum");
   }
   delays_ = std::make_unique<DelayModel>(config_.delay(), rank_);
-  loop_ = std::make_unique<ComputeLoop>(*replica_, *train_, config_.seed(), *delays_, clock_);
+  loop_ = std::make_unique<ComputeLoop>(*replica_, *train_, config_.seed(), *delays_, clock_,
+                                        &latest_plan_);
   expected_ = {{"gradient", replica_->parameter_count()}};
   if (replica_->buffer_count() > 0) expected_.push_back({"statistics", replica_->buffer_count()});
   log_->info(

@@ -81,6 +81,9 @@ class Trainer {
   void set_data_plane(WorkerDataPlane* data_plane) { data_plane_ = data_plane; }
 
   bool finished() const { return finished_; }
+  // Told of every plan as it arrives, by the thread that receives it (safe
+  // while a job runs): see LatestPlan.
+  LatestPlan& latest_plan() { return latest_plan_; }
   // The replica, once welcomed (null before).
   Replica* replica() { return replica_.get(); }
 
@@ -106,6 +109,7 @@ class Trainer {
   std::unique_ptr<Dataset> train_;
   std::unique_ptr<Replica> replica_;
   std::unique_ptr<DelayModel> delays_;
+  LatestPlan latest_plan_;
   std::unique_ptr<ComputeLoop> loop_;
   std::vector<TensorSpec> expected_;
   WorkerDataPlane* data_plane_ = nullptr;

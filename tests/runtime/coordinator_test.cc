@@ -10,6 +10,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -1046,6 +1047,60 @@ TEST(ComputeLoop, DelayCappedAtTauStopsAtTauOtherwiseRunsWhole) {
       EXPECT_EQ(c.completed(0).delay_seconds(), 0.2);
     }
   }
+}
+
+// A plan for the next step arrives while this one computes (the
+// coordinator cut this worker as a backup, or stopped waiting for it): the
+// running micro-batch finishes, no further one starts, and the rest are
+// reported dropped; a plan that is still the latest runs whole.
+TEST(ComputeLoop, StopsStartingMicroBatchesOnceAPlanForAnotherStepArrives) {
+  v1::RunConfig config = parse_run_config(kConfig, "unit");
+  config.mutable_delay()->set_kind(v1::DELAY_CONSTANT);
+  config.mutable_delay()->set_seconds(1.0);
+  finalize_run_config(config);
+  const auto train = open_dataset(config, Split::kTrain, "");
+  Replica replica(testing::softmax_for(config), config.optimizer());
+  DelayModel delays(config.delay(), 0);
+  // Each injected delay passes one second; the next step's plan is heard
+  // during the second micro-batch's delay.
+  struct PlanDuringDelay : testing::ManualClock {
+    LatestPlan* latest = nullptr;
+    int delays = 0;
+    void sleep(double seconds) override {
+      ManualClock::sleep(seconds);
+      if (++delays == 2 && latest != nullptr) latest->heard(8);
+    }
+  } clock;
+  LatestPlan latest;
+  ComputeLoop loop(replica, *train, config.seed(), delays, clock, &latest);
+  v1::Plan plan;
+  plan.set_tau(std::numeric_limits<double>::infinity());
+  for (uint64_t id = 1; id <= 5; ++id) {
+    v1::MicroBatch& mb = *plan.add_micro_batches();
+    mb.set_id(id);
+    for (uint64_t k = 0; k < 4; ++k) mb.add_samples(4 * id + k);
+  }
+
+  EXPECT_FALSE(latest.closes(7)) << "no plan heard yet: nothing is closed";
+  latest.heard(7);
+  const Message whole = loop.run(plan, 7, "w", clock.now());
+  EXPECT_EQ(whole.envelope.contribution().completed_size(), 5) << "no other plan: all run";
+
+  clock.delays = 0;
+  clock.latest = &latest;
+  const Message cut = loop.run(plan, 7, "w", clock.now());
+  const v1::Contribution& c = cut.envelope.contribution();
+  ASSERT_EQ(c.completed_size(), 2) << "the running micro-batch finishes, no further one starts";
+  EXPECT_EQ(c.completed(0).id(), 1u);
+  EXPECT_EQ(c.completed(1).id(), 2u);
+  ASSERT_EQ(c.dropped_size(), 3);
+  EXPECT_EQ(c.dropped(0), 3u);
+  EXPECT_EQ(c.dropped(2), 5u);
+  EXPECT_NEAR(c.compute_seconds(), 2.0, 1e-9);
+
+  // The next step's plan, now the latest, runs whole.
+  const Message next = loop.run(plan, 8, "w", clock.now());
+  EXPECT_EQ(next.envelope.contribution().completed_size(), 5);
 }
 
 }  // namespace
