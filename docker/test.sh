@@ -374,9 +374,12 @@ check_exits kill
 # The surviving workers take the dead one's micro-batches: the same samples
 # per step, in another grouping, so the accuracy stays close.
 check_summary kill 0.02
-grep -q "worker '$killed_host:[0-9]*' (rank [0-9]*) silent for .*presumed dead" "$runs/kill/coordinator.log" ||
+# Dead at once when the coordinator sees its connection close; after
+# liveness.silence_seconds when nothing closes it (a vanished host).
+dead_line="worker '$killed_host:[0-9]*' (rank [0-9]*)\(: its connection closed; declared dead now\| silent for .*presumed dead\)"
+grep -q "$dead_line" "$runs/kill/coordinator.log" ||
   fail "the coordinator log does not name the killed worker $killed_host as dead"
-say "run kill: $(grep -o "worker '$killed_host:[0-9]*' (rank [0-9]*) silent for .*presumed dead" "$runs/kill/coordinator.log")"
+say "run kill: $(grep -o "$dead_line" "$runs/kill/coordinator.log" | head -n 1)"
 dc down -v --remove-orphans >/dev/null 2>&1
 
 # SIGTERM reaches each program (PID 1 of its container) and ends it
