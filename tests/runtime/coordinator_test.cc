@@ -17,6 +17,7 @@
 
 #include "common/version.h"
 #include "metrics/metrics_json.h"
+#include "tests/runtime/coordinator_fixture.h"
 #include "tests/runtime/fake_cluster.h"
 
 namespace dctrain {
@@ -39,89 +40,23 @@ liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_ti
 stop { max_steps: 4 }
 )";
 
-Message roundtrip(Message m) {
-  Message out;
-  const auto problem = decode(encode(std::move(m)), out);
-  EXPECT_FALSE(problem.has_value()) << *problem;
-  return out;
-}
-
-class CoordinatorTest : public ::testing::Test {
+class CoordinatorTest : public testing::CoordinatorFixture {
  protected:
-  void SetUp() override {
-    run_dir = std::filesystem::temp_directory_path() /
-              fmt::format("dctrain-coordinator-test-{}-{}", ::getpid(),
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(run_dir);
-    std::filesystem::create_directories(run_dir);
-    config = parse_run_config(kConfig, "unit");
-  }
-  void TearDown() override { std::filesystem::remove_all(run_dir); }
-
-  void start() {
-    finalize_run_config(config);
-    train = open_dataset(config, Split::kTrain, "");
-    resolve_step_budget(config, train_samples(config, *train));  // as the program does
-    replica = std::make_unique<Replica>(testing::softmax_for(config), config.optimizer());
-    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
-                           std::nullopt};
-    setup.evaluation_thread = evaluation_thread;
-    setup.publish_metrics = publish_metrics;
-    coordinator = std::make_unique<Coordinator>(setup, *replica, evaluator, outbox, log.logger,
-                                                [this] { return now; });
-    for (const char* name : {"a", "b", "c"}) workers.emplace(name, FakeWorker(name, *train));
-  }
-
-  void hello(const std::string& name) {
-    coordinator->handle(as_received(name, workers.at(name).hello()), now);
-  }
-
-  // Delivers queued messages to the workers (not the `silent` ones) and
-  // their answers back, until nothing moves.
-  void pump(const std::set<std::string>& silent = {}) {
-    bool moved = true;
-    while (moved) {
-      moved = false;
-      for (auto& [name, worker] : workers) {
-        if (silent.contains(name)) continue;
-        auto& queue = outbox.inbox[name];
-        while (!queue.empty()) {
-          Message m = roundtrip(std::move(queue.front()));
-          queue.pop_front();
-          moved = true;
-          switch (m.envelope.body_case()) {
-            case v1::Envelope::kWelcome:
-              coordinator->handle(as_received(name, worker.on_welcome(m)), now);
-              break;
-            case v1::Envelope::kPlan: {
-              plans[m.envelope.step()].push_back(m.envelope.plan());
-              Message contribution = worker.on_plan(m);
-              if (capture) {
-                std::vector<float>& g = contributed[m.envelope.step()][name];
-                g.resize(replica->parameter_count());
-                copy_tensor(contribution, 0, g);
-              }
-              coordinator->handle(as_received(name, std::move(contribution)), now);
-              if (tick_in_pump) coordinator->tick(now);
-              break;
-            }
-            case v1::Envelope::kUpdate:
-              if (capture && !updates[m.envelope.step()].has_value()) {
-                std::vector<float> g(replica->parameter_count());
-                copy_tensor(m, 0, g);
-                updates[m.envelope.step()] = std::move(g);
-              }
-              worker.on_update(m);
-              break;
-            case v1::Envelope::kBye:
-              byes[name] = m.envelope.bye();
-              break;
-            default:
-              break;
-          }
-        }
-      }
-    }
+  CoordinatorTest() : CoordinatorFixture(kConfig, "coordinator") {
+    // With `capture`, pump() keeps each contribution's gradient and each
+    // step's update.
+    tamper = [this](const std::string& name, uint64_t step, Message& contribution) {
+      if (!capture) return;
+      std::vector<float>& g = contributed[step][name];
+      g.resize(replica->parameter_count());
+      copy_tensor(contribution, 0, g);
+    };
+    seen_update = [this](const Message& m) {
+      if (!capture || updates[m.envelope.step()].has_value()) return;
+      std::vector<float> g(replica->parameter_count());
+      copy_tensor(m, 0, g);
+      updates[m.envelope.step()] = std::move(g);
+    };
   }
 
   // The three workers say hello and take their welcomes: the run starts.
@@ -150,34 +85,7 @@ class CoordinatorTest : public ::testing::Test {
     return out;
   }
 
-  std::string run_file(const std::string& name) const {
-    std::ifstream in(run_dir / name);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  }
-  MetricsRecords metrics() const {
-    return parse_metrics(run_file("metrics.jsonl"), "metrics.jsonl");
-  }
-
-  double now = 0.0;
-  std::filesystem::path run_dir;
-  v1::RunConfig config;
-  std::unique_ptr<Dataset> train;
-  std::unique_ptr<Replica> replica;
-  RecordingOutbox outbox;
-  CapturedLog log;
-  Evaluator* evaluator = nullptr;  // none unless a test sets one before start()
-  // Evaluation off the step loop and live metrics, when a test sets them.
-  EvaluationThread* evaluation_thread = nullptr;
-  std::function<void(std::shared_ptr<const LiveSnapshot>)> publish_metrics;
-  std::unique_ptr<Coordinator> coordinator;
-  std::map<std::string, FakeWorker> workers;
-  std::map<uint64_t, std::vector<v1::Plan>> plans;
-  std::map<std::string, v1::Bye> byes;
-  // With `capture`, pump() keeps each contribution's gradient and each
-  // step's update; with `tick_in_pump`, it ticks after every contribution,
-  // as the real loop does.
   bool capture = false;
-  bool tick_in_pump = false;
   std::map<uint64_t, std::map<std::string, std::vector<float>>> contributed;
   std::map<uint64_t, std::optional<std::vector<float>>> updates;
 };

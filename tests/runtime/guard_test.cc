@@ -15,6 +15,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/update_guard.h"
 #include "metrics/metrics_json.h"
+#include "tests/runtime/coordinator_fixture.h"
 #include "tests/runtime/fake_cluster.h"
 
 namespace dctrain {
@@ -74,119 +75,30 @@ void rewrite_gradient(Message& contribution, const std::function<float(float)>& 
   contribution = std::move(out);
 }
 
-class GuardTest : public ::testing::Test {
+class GuardTest : public testing::CoordinatorFixture {
  public:
-  void SetUp() override {
-    run_dir = std::filesystem::temp_directory_path() /
-              fmt::format("dctrain-guard-test-{}-{}", ::getpid(),
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(run_dir);
-    std::filesystem::create_directories(run_dir);
-    config = parse_run_config(kConfig, "guard");
-  }
-  void TearDown() override { std::filesystem::remove_all(run_dir); }
+  GuardTest() : CoordinatorFixture(kConfig, "guard") { hello_on_start = true; }
 
-  void start() {
-    finalize_run_config(config);
-    train = open_dataset(config, Split::kTrain, "");
-    resolve_step_budget(config, train_samples(config, *train));
-    replica = std::make_unique<Replica>(testing::softmax_for(config), config.optimizer());
-    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
-                           std::nullopt};
-    coordinator = std::make_unique<Coordinator>(setup, *replica, nullptr, outbox, log.logger,
-                                                [this] { return now; });
-    for (const char* name : {"a", "b", "c"}) workers.emplace(name, FakeWorker(name, *train));
-    for (const char* name : {"a", "b", "c"}) {
-      coordinator->handle(as_received(name, workers.at(name).hello()), now);
-    }
-  }
-
-  // Delivers every queued message and the answers, until nothing moves;
-  // `tamper` may rewrite a contribution (worker name, step) before it goes.
-  void pump() {
-    bool moved = true;
-    while (moved) {
-      moved = false;
-      for (auto& [name, worker] : workers) {
-        auto& queue = outbox.inbox[name];
-        while (!queue.empty()) {
-          Message m;
-          ASSERT_FALSE(decode(encode(std::move(queue.front())), m).has_value());
-          queue.pop_front();
-          moved = true;
-          switch (m.envelope.body_case()) {
-            case v1::Envelope::kWelcome:
-              coordinator->handle(as_received(name, worker.on_welcome(m)), now);
-              break;
-            case v1::Envelope::kPlan: {
-              Message contribution = worker.on_plan(m);
-              if (tamper) tamper(name, m.envelope.step(), contribution);
-              coordinator->handle(as_received(name, std::move(contribution)), now);
-              break;
-            }
-            case v1::Envelope::kUpdate:
-              worker.on_update(m);
-              break;
-            default:
-              break;
-          }
-        }
-      }
-    }
-  }
-
-  // Delivers welcomes and every plan but `held`'s, and the answers.
+  // Delivers welcomes and every plan but `held`'s, and the answers; no
+  // contribution is tampered with.
   void pump_except_plans_for(const std::string& held) {
     auto saved = std::move(tamper);
+    tamper = nullptr;
     bool moved = true;
     while (moved) {
       moved = false;
       for (auto& [name, worker] : workers) {
         auto& queue = outbox.inbox[name];
-        if (name == held) {
-          while (!queue.empty() && queue.front().envelope.body_case() == v1::Envelope::kWelcome) {
-            Message m;
-            ASSERT_FALSE(decode(encode(std::move(queue.front())), m).has_value());
-            queue.pop_front();
-            moved = true;
-            coordinator->handle(as_received(name, worker.on_welcome(m)), now);
-          }
-          continue;
-        }
-        while (!queue.empty()) {
-          Message m;
-          ASSERT_FALSE(decode(encode(std::move(queue.front())), m).has_value());
+        while (!queue.empty() && (name != held || queue.front().envelope.has_welcome())) {
+          Message m = roundtrip(std::move(queue.front()));
           queue.pop_front();
           moved = true;
-          if (m.envelope.has_welcome()) {
-            coordinator->handle(as_received(name, worker.on_welcome(m)), now);
-          } else if (m.envelope.has_plan()) {
-            coordinator->handle(as_received(name, worker.on_plan(m)), now);
-          } else if (m.envelope.has_update()) {
-            worker.on_update(m);
-          }
+          deliver(name, worker, std::move(m));
         }
       }
     }
     tamper = std::move(saved);
   }
-
-  MetricsRecords metrics() const {
-    std::ifstream in(run_dir / "metrics.jsonl");
-    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    return parse_metrics(text, "metrics.jsonl");
-  }
-
-  double now = 0.0;
-  std::filesystem::path run_dir;
-  v1::RunConfig config;
-  std::unique_ptr<Dataset> train;
-  std::unique_ptr<Replica> replica;
-  RecordingOutbox outbox;
-  CapturedLog log;
-  std::unique_ptr<Coordinator> coordinator;
-  std::map<std::string, FakeWorker> workers;
-  std::function<void(const std::string&, uint64_t, Message&)> tamper;
 };
 
 // The parameters a clean run of `steps` steps ends with.

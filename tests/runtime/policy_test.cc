@@ -13,6 +13,7 @@
 
 #include "coordinator/coordinator.h"
 #include "metrics/metrics_json.h"
+#include "tests/runtime/coordinator_fixture.h"
 #include "tests/runtime/fake_cluster.h"
 
 namespace dctrain {
@@ -35,95 +36,23 @@ liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_ti
 stop { max_steps: 30 }
 )";
 
-Message roundtrip(Message m) {
-  Message out;
-  const auto problem = decode(encode(std::move(m)), out);
-  EXPECT_FALSE(problem.has_value()) << *problem;
-  return out;
-}
-
-class PolicyTest : public ::testing::Test {
+class PolicyTest : public testing::CoordinatorFixture {
  protected:
-  void SetUp() override {
-    run_dir = std::filesystem::temp_directory_path() /
-              fmt::format("dctrain-policy-test-{}-{}", ::getpid(),
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(run_dir);
-    std::filesystem::create_directories(run_dir);
-    config = parse_run_config(kConfig, "policy");
-  }
-  void TearDown() override { std::filesystem::remove_all(run_dir); }
-
-  void start() {
-    finalize_run_config(config);
-    train = open_dataset(config, Split::kTrain, "");
-    resolve_step_budget(config, train_samples(config, *train));
-    replica = std::make_unique<Replica>(testing::softmax_for(config), config.optimizer());
-    CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
-                           std::nullopt};
-    coordinator = std::make_unique<Coordinator>(setup, *replica, nullptr, outbox, log.logger,
-                                                [this] { return now; });
-    for (const char* name : {"a", "b", "c"}) workers.emplace(name, FakeWorker(name, *train));
-    for (const char* name : {"a", "b", "c"})
-      coordinator->handle(as_received(name, workers.at(name).hello()), now);
+  // Delivered in `order`; each contribution's micro-batch times are set to
+  // seconds_of(worker, step) before the coordinator sees it.
+  PolicyTest() : CoordinatorFixture(kConfig, "policy") {
+    hello_on_start = true;
+    seen_plan = [this](const std::string& name, uint64_t step, const v1::Plan& plan) {
+      plan_sizes[step][name] = plan.micro_batches_size();
+    };
+    tamper = [this](const std::string& name, uint64_t step, Message& contribution) {
+      v1::Contribution& c = *contribution.envelope.mutable_contribution();
+      const double t = seconds_of(name, step);
+      for (v1::MicroBatchTime& mb : *c.mutable_completed()) mb.set_compute_seconds(t);
+      c.set_compute_seconds(t * c.completed_size());
+    };
   }
 
-  // Delivers queued messages in the order given (a worker's whole queue at
-  // a time) until nothing moves; each contribution's micro-batch times are
-  // set to seconds_of(worker, step) before the coordinator sees it.
-  void pump() {
-    bool moved = true;
-    while (moved) {
-      moved = false;
-      for (const std::string& name : order) {
-        FakeWorker& worker = workers.at(name);
-        auto& queue = outbox.inbox[name];
-        while (!queue.empty()) {
-          Message m = roundtrip(std::move(queue.front()));
-          queue.pop_front();
-          moved = true;
-          switch (m.envelope.body_case()) {
-            case v1::Envelope::kWelcome:
-              coordinator->handle(as_received(name, worker.on_welcome(m)), now);
-              break;
-            case v1::Envelope::kPlan: {
-              const uint64_t step = m.envelope.step();
-              plan_sizes[step][name] = m.envelope.plan().micro_batches_size();
-              Message contribution = worker.on_plan(m);
-              v1::Contribution& c = *contribution.envelope.mutable_contribution();
-              const double t = seconds_of(name, step);
-              for (v1::MicroBatchTime& mb : *c.mutable_completed()) mb.set_compute_seconds(t);
-              c.set_compute_seconds(t * c.completed_size());
-              coordinator->handle(as_received(name, std::move(contribution)), now);
-              break;
-            }
-            case v1::Envelope::kUpdate:
-              worker.on_update(m);
-              break;
-            default:
-              break;
-          }
-        }
-      }
-    }
-  }
-
-  MetricsRecords metrics() const {
-    std::ifstream in(run_dir / "metrics.jsonl");
-    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-    return parse_metrics(text, "metrics.jsonl");
-  }
-
-  double now = 0.0;
-  std::filesystem::path run_dir;
-  v1::RunConfig config;
-  std::unique_ptr<Dataset> train;
-  std::unique_ptr<Replica> replica;
-  RecordingOutbox outbox;
-  CapturedLog log;
-  std::unique_ptr<Coordinator> coordinator;
-  std::map<std::string, FakeWorker> workers;
-  std::vector<std::string> order = {"a", "b", "c"};
   std::function<double(const std::string&, uint64_t)> seconds_of = [](const std::string&,
                                                                       uint64_t) { return 0.01; };
   std::map<uint64_t, std::map<std::string, int>> plan_sizes;
