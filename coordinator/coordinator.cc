@@ -879,10 +879,13 @@ void Coordinator::observe_threshold(const ClosedStep& closed, double now) {
     t.set_microbatches_dropped_at_tau(0);
     log_->info(
         "tau {} -> {} after step {} ({} over {} steps): predicted drop rate {:.1f}%, "
-        "step {:.4g} s against {:.4g} s at inf, speedup {:+.1f}% (tau in force: {:+.1f}%)",
+        "step {:.4g} s against {:.4g} s at inf, speedup {:+.1f}% (tau in force: {:+.1f}%{})",
         describe_tau(d->old_tau), describe_tau(d->new_tau), d->step, d->why, e.steps,
         100.0 * e.drop_rate, e.step_seconds, e.baseline_step_seconds, 100.0 * e.speedup,
-        100.0 * d->in_force.speedup);
+        100.0 * d->in_force.speedup,
+        d->in_force_over_bound
+            ? fmt::format(", dropping {:.1f}%, above max_drop_rate", 100.0 * d->in_force.drop_rate)
+            : std::string());
   } else {
     log_->debug(
         "tau stays {} after step {} ({} over {} steps): best {} would give {:+.1f}% "

@@ -100,14 +100,16 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
   d.step = step_number;
   d.why = why;
   d.old_tau = tau_;
-  d.estimate = estimate_threshold(steps, overhead, static_cast<int>(config_.grid_points()),
-                                  config_.has_max_drop_rate() ? config_.max_drop_rate() : 1.0);
+  const double max_drop_rate = config_.has_max_drop_rate() ? config_.max_drop_rate() : 1.0;
+  d.estimate =
+      estimate_threshold(steps, overhead, static_cast<int>(config_.grid_points()), max_drop_rate);
   d.in_force = evaluate_threshold(steps, overhead, tau_);
+  d.in_force_over_bound = d.in_force.drop_rate > max_drop_rate;
   const double next = d.estimate.tau;
   const bool differs = std::isinf(next) != std::isinf(tau_) ||
                        (!std::isinf(next) && std::abs(next - tau_) > config_.min_change() * tau_);
   const bool pays = d.estimate.speedup - d.in_force.speedup > config_.min_gain();
-  d.changed = differs && pays;
+  d.changed = differs && (pays || d.in_force_over_bound);
   if (d.changed) tau_ = next;
   d.new_tau = tau_;
   return d;

@@ -51,6 +51,9 @@ struct ThresholdDecision {
   bool changed = false;
   ThresholdEstimate estimate;
   ThresholdCandidate in_force;  // the prediction at old_tau on the same window
+  // The tau in force would drop more than max_drop_rate on this window: it
+  // moves to the estimate even when that does not pay more.
+  bool in_force_over_bound = false;
 };
 
 // The threshold in force. Policy "fixed": step.tau, always. Policy "auto":
@@ -59,10 +62,13 @@ struct ThresholdDecision {
 // the next warmup_steps; then the estimate over them; then, every
 // reestimate_every_steps recorded steps, an estimate over the last
 // window_steps. The overhead o is the median over the window's steps whose
-// overhead is known (all of them when none is), robust to the odd slow one. tau moves only when the
-// estimate's speedup beats the prediction at the tau in force by more than min_gain and the new tau
-// differs from the old by more than min_change (relative; inf against a
-// finite tau always differs).
+// overhead is known (all of them when none is), robust to the odd slow one.
+// tau moves when the new tau differs from the old by more than min_change
+// (relative; inf against a finite tau always differs) and either the
+// estimate's speedup beats the prediction at the tau in force by more than
+// min_gain or the tau in force would drop more than max_drop_rate on the
+// window (the bound is a constraint: a tau chosen under it stops meeting it
+// when the workers' times change, e.g. a straggler slowing down further).
 class Threshold {
  public:
   // `step` finalized (runtime/run_config.h); `seed` keys the imputation.

@@ -351,6 +351,50 @@ StepObservation observe_under(double tau, uint64_t step,
   return s;
 }
 
+TEST(Threshold, TauInForceThatDropsAboveTheBoundMovesEvenWhenItWouldPayMore) {
+  // Four workers, four micro-batches; max_drop_rate 0.1 (one micro-batch of
+  // the 16 may drop). Rank 3 first runs 1.5/64 s per micro-batch (starts at
+  // 0, 1.5, 3, 4.5 /64) against 1/64 for the others: the bound lets it drop
+  // its last one. Then it slows to 4/64 (starts 0, 4, 8, 12 /64): at the tau
+  // in force (below 4.5/64) it runs only two, 2/16 = 12.5% dropped, which
+  // would pay more (+72%) than any tau under the bound (three run: +24%).
+  const double u = 1.0 / 64.0, o = 0.004;
+  std::vector<std::vector<double>> truth(4, std::vector<double>(4, u));
+  truth[3].assign(4, 1.5 * u);
+  v1::StepConfig step = auto_step(5, 10, 5);
+  step.mutable_auto_tau()->set_max_drop_rate(0.1);
+  Threshold threshold(step, 3);
+  std::vector<ThresholdDecision> decisions;
+  uint64_t n = 0;
+  auto run = [&](int steps) {
+    for (int i = 0; i < steps; ++i, ++n) {
+      if (auto d = threshold.observe(observe_under(threshold.tau(), n, truth, o)))
+        decisions.push_back(*d);
+    }
+  };
+  run(10);
+  ASSERT_FALSE(std::isinf(threshold.tau()));
+  EXPECT_EQ(truncate_at(truth[3], threshold.tau()).started, 3u);
+  EXPECT_LE(decisions.back().estimate.drop_rate, 0.1);
+
+  truth[3].assign(4, 4 * u);
+  decisions.clear();
+  run(10);
+  ASSERT_FALSE(decisions.empty());
+  bool moved_for_the_bound = false;
+  for (const ThresholdDecision& d : decisions) {
+    if (d.changed && d.in_force_over_bound) {
+      moved_for_the_bound = true;
+      EXPECT_GT(d.in_force.drop_rate, 0.1);
+      EXPECT_GT(d.in_force.speedup, d.estimate.speedup) << "it moved for the bound, not the gain";
+      EXPECT_LE(d.estimate.drop_rate, 0.1);
+    }
+  }
+  EXPECT_TRUE(moved_for_the_bound);
+  EXPECT_EQ(truncate_at(truth[3], threshold.tau()).started, 3u)
+      << "the slow worker drops at most one micro-batch again (tau " << threshold.tau() << ")";
+}
+
 TEST(Threshold, SlidingWindowMovesTauWhenAWorkerTurnsSlowAndBackWhenItRecovers) {
   // Four workers, four micro-batches of 1/64 s each (binary fractions: the
   // sums are exact), overhead 4 ms. Equal workers: no cut pays,
