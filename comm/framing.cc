@@ -48,8 +48,12 @@ std::optional<std::string> decode(std::vector<zmq::message_t>&& parts, Message& 
     return fmt::format("header frame of {} bytes is too large to be an envelope", header.size());
   }
   if (!out.envelope.ParseFromArray(header.data(), static_cast<int>(header.size()))) {
-    return fmt::format("header frame of {} bytes is not a dctrain envelope (garbage or truncated)",
-                       header.size());
+    // Protobuf also refuses a string field that is not UTF-8 (proto3), so
+    // nothing accepted here changes when it is encoded again.
+    return fmt::format(
+        "header frame of {} bytes is not a dctrain envelope (garbage, truncated, or a text "
+        "field that is not UTF-8)",
+        header.size());
   }
   if (out.envelope.body_case() == v1::Envelope::BODY_NOT_SET) {
     return "envelope carries no message body";

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "comm/framing.h"
 
@@ -64,6 +66,50 @@ std::optional<std::string> check_tensors(const Message& message,
     frame += n;
   }
   return std::nullopt;
+}
+
+std::optional<std::string> contribution_totals_problem(const v1::Contribution& c, uint64_t samples,
+                                                       uint64_t max_terms_per_sample) {
+  if (c.samples() != samples) {
+    return fmt::format("it claims {} samples, its completed micro-batches hold {}", c.samples(),
+                       samples);
+  }
+  if (!std::isfinite(c.loss_sum()) || c.loss_sum() < 0.0) {
+    return fmt::format("its loss sum {} is not a finite, non-negative number", c.loss_sum());
+  }
+  if (!std::isfinite(c.compute_seconds()) || c.compute_seconds() < 0.0 ||
+      !std::isfinite(c.overhead_seconds()) || c.overhead_seconds() < 0.0) {
+    return fmt::format("its compute time {} or overhead {} is negative or not finite",
+                       c.compute_seconds(), c.overhead_seconds());
+  }
+  // samples * max_terms_per_sample, saturating: neither is bounded by the
+  // wire, and an overflow would let any count through.
+  const uint64_t most =
+      max_terms_per_sample != 0 &&
+              samples > std::numeric_limits<uint64_t>::max() / max_terms_per_sample
+          ? std::numeric_limits<uint64_t>::max()
+          : samples * max_terms_per_sample;
+  if (c.loss_terms() > most) {
+    return fmt::format(
+        "it claims {} loss terms from {} samples, at most {} per sample are possible (a worker "
+        "of another model or release?)",
+        c.loss_terms(), samples, max_terms_per_sample);
+  }
+  if (c.loss_terms() == 0 && c.loss_sum() != 0.0) {
+    return fmt::format("it claims a loss sum of {} over no loss terms", c.loss_sum());
+  }
+  if (c.correct() > c.loss_terms()) {
+    return fmt::format("it claims {} correct predictions among {} loss terms", c.correct(),
+                       c.loss_terms());
+  }
+  return std::nullopt;
+}
+
+uint64_t max_loss_terms_per_sample(const v1::ModelConfig& model) {
+  if (model.name() != v1::MODEL_BERT_TINY) return 1;
+  // Every scored (masked) token is a term; a sequence holds at most
+  // max_seq_len tokens (0 stands for the default, 128).
+  return model.max_seq_len() > 0 ? static_cast<uint64_t>(model.max_seq_len()) : 128;
 }
 
 std::string_view body_name(const v1::Envelope& envelope) {

@@ -22,6 +22,23 @@ struct TensorSpec {
 std::optional<std::string> check_tensors(const Message& message,
                                          std::span<const TensorSpec> expected);
 
+// The totals and clocks of a contribution against its plan: `samples` is
+// what the micro-batches it lists as completed hold (the caller checked
+// those ids against the plan), `max_terms_per_sample` the loss terms one
+// sample can give (max_loss_terms_per_sample). The loss sum and both clocks
+// are finite and not negative, the samples are those of its completed
+// micro-batches, the loss terms at most `max_terms_per_sample` per sample
+// (none when nothing was completed) and its correct predictions at most its
+// loss terms: the coordinator divides the step's loss sum and correct count
+// by the summed terms, and weighs the gradient by them.
+std::optional<std::string> contribution_totals_problem(const v1::Contribution& contribution,
+                                                       uint64_t samples,
+                                                       uint64_t max_terms_per_sample);
+
+// The loss terms one sample gives at most: one for the classifiers, one per
+// token (the sequence length) for masked-language-model training.
+uint64_t max_loss_terms_per_sample(const v1::ModelConfig& model);
+
 // True when no value is NaN or infinite.
 bool all_finite(std::span<const float> values);
 

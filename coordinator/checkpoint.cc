@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -79,7 +80,10 @@ Parsed parse(const std::filesystem::path& path) {
         path.string(), version, kFormatVersion, version < kFormatVersion ? "an older" : "a newer"));
   }
   const auto length = get<uint64_t>(p.bytes, at, path);
-  if (at + length > p.bytes.size() ||
+  // Compared without adding to `at` (a length near 2^64 would wrap around and
+  // pass), and at most what Protobuf's int size takes.
+  if (length > p.bytes.size() - at ||
+      length > static_cast<uint64_t>(std::numeric_limits<int>::max()) ||
       !p.header.ParseFromArray(p.bytes.data() + at, static_cast<int>(length))) {
     throw std::runtime_error(
         fmt::format("checkpoint '{}' has an unreadable header", path.string()));

@@ -321,7 +321,12 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   const uint32_t rank = member->rank;
   timeline_.contribution(rank, peer, message.envelope, now);
   if (message.envelope.has_contribution()) {
-    worker_summary_.contribution_arrived(peer, step, message.envelope.contribution(), now);
+    if (!worker_summary_.contribution_arrived(peer, step, message.envelope.contribution(), now)) {
+      log_->warn(
+          "worker '{}' (rank {})'s contribution for step {} has negative or non-finite "
+          "times: left out of the per-worker summary",
+          peer, rank, step);
+    }
   }
   if (phase_ != Phase::kStepping || step < step_) {
     log_->info("discarded worker '{}' (rank {})'s contribution for past step {} (now at step {})",
@@ -373,12 +378,8 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
       problem = fmt::format("it accounts for {} of its {} planned micro-batches", seen.size(),
                             p.micro_batches.size());
     }
-    if (!problem && samples != c.samples()) {
-      problem = fmt::format("it claims {} samples, its completed micro-batches hold {}",
-                            c.samples(), samples);
-    }
-    if (!problem && (!std::isfinite(c.loss_sum()) || !std::isfinite(c.compute_seconds()))) {
-      problem = "its loss or compute time is not finite";
+    if (!problem) {
+      problem = contribution_totals_problem(c, samples, max_loss_terms_per_sample(config_.model()));
     }
   }
   if (problem) {

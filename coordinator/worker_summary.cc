@@ -47,30 +47,52 @@ void WorkerSummary::step_started(uint64_t step, double now) {
   arrival_in_open_step_.clear();
 }
 
-void WorkerSummary::contribution_arrived(const std::string& name, uint64_t step,
+bool WorkerSummary::contribution_arrived(const std::string& name, uint64_t step,
                                          const v1::Contribution& c, double now) {
   const auto started = started_.find(step);
-  if (started == started_.end()) return;  // a step this process never planned
+  if (started == started_.end()) return true;  // a step this process never planned
   const double arrival = now - started->second;
+  const auto usable = [](double seconds) { return std::isfinite(seconds) && seconds >= 0.0; };
+  if (!usable(arrival) || !usable(c.compute_seconds()) || !usable(c.overhead_seconds())) {
+    return false;
+  }
+  // Summed before anything is counted: every time, and the totals they
+  // would give, must be usable.
+  double micro_batch_seconds = 0.0;
+  for (const v1::MicroBatchTime& t : c.completed()) {
+    if (!usable(t.compute_seconds())) return false;
+    micro_batch_seconds += t.compute_seconds();
+  }
+  // Looked up without adding it: a refused contribution leaves no trace.
+  const auto found = workers_.find(name);
+  const WorkerTotals none;
+  const WorkerTotals& before = found == workers_.end() ? none : found->second;
+  // What the worker did not spend computing or waiting in its own queue was
+  // spent between the hosts: the plan on its way out, the contribution on
+  // its way back.
+  const double communication = std::max(0.0, arrival - c.compute_seconds() - c.overhead_seconds());
+  const bool late = !(step_open_ && step == open_step_);
+  if (!usable(before.micro_batch_seconds + micro_batch_seconds) ||
+      !usable(before.arrival_seconds + arrival) ||
+      !usable(before.communication_seconds + communication) ||
+      (late && !usable(before.late_arrival_seconds + arrival))) {
+    return false;
+  }
   WorkerTotals& w = workers_[name];
   w.name = name;
   ++w.arrivals;
   w.arrival_seconds += arrival;
-  // What the worker did not spend computing or waiting in its own queue was
-  // spent between the hosts: the plan on its way out, the contribution on
-  // its way back.
-  w.communication_seconds += std::max(0.0, arrival - c.compute_seconds() - c.overhead_seconds());
+  w.communication_seconds += communication;
   // A late contribution was computed all the same: its times count.
-  for (const v1::MicroBatchTime& t : c.completed()) {
-    w.micro_batch_seconds += t.compute_seconds();
-    ++w.timed;
-  }
-  if (step_open_ && step == open_step_) {
+  w.micro_batch_seconds += micro_batch_seconds;
+  w.timed += static_cast<uint64_t>(c.completed_size());
+  if (!late) {
     arrival_in_open_step_[name] = arrival;
   } else {
     ++w.late;
     w.late_arrival_seconds += arrival;
   }
+  return true;
 }
 
 void WorkerSummary::step_closed(v1::StepRecord& record,

@@ -41,8 +41,11 @@ class WorkerSummary {
   void joined(const std::string& name, uint32_t rank, const v1::Hello& hello);
   // Call when the plans of `step` are sent.
   void step_started(uint64_t step, double now);
-  // Call for every contribution from a member, accepted or not.
-  void contribution_arrived(const std::string& name, uint64_t step, const v1::Contribution& c,
+  // Call for every contribution from a member, accepted or not (a late one
+  // is never validated by the coordinator). Returns false, and counts
+  // nothing of it, when one of its times is negative or not finite, or would
+  // make a total infinite: such times would poison every mean after them.
+  bool contribution_arrived(const std::string& name, uint64_t step, const v1::Contribution& c,
                             double now);
   // Call when a step closes, before the record is written: fills each
   // worker's arrival_seconds and adds the step to the totals. `planned`:

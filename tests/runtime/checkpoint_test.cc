@@ -124,5 +124,29 @@ TEST(Checkpoint, FormatOneFromEarlierBuildsIsRefusedNamingTheFormats) {
   std::filesystem::remove_all(saved.dir);
 }
 
+// Found by fuzz/checkpoint_fuzz.cc: a header length near 2^64 wrapped
+// around the bounds check and reached Protobuf as a negative size, which
+// aborts the process; the file is refused as unreadable instead.
+TEST(Checkpoint, HeaderLengthPastTheFileIsRefusedNotAborted) {
+  const Saved saved = save_mid_epoch("checkpoint-huge-length");
+  std::string bytes = read_bytes(saved.path);
+  ASSERT_GT(bytes.size(), 28u);
+  for (const uint64_t length : {~uint64_t{0}, ~uint64_t{0} - 11, uint64_t{bytes.size()}}) {
+    std::memcpy(bytes.data() + 12, &length, sizeof length);  // after the magic and format
+    const uint64_t sum = checksum(std::span<const float>(
+        reinterpret_cast<const float*>(bytes.data()), (bytes.size() - 8) / sizeof(float)));
+    std::memcpy(bytes.data() + bytes.size() - 8, &sum, sizeof sum);
+    std::ofstream(saved.path, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      load_checkpoint_header(saved.path);
+      FAIL() << "a header length of " << length << " must be refused";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("has an unreadable header"), std::string::npos)
+          << e.what();
+    }
+  }
+  std::filesystem::remove_all(saved.dir);
+}
+
 }  // namespace
 }  // namespace dctrain

@@ -363,6 +363,61 @@ TEST_F(CoordinatorTest, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndDropp
   EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
 }
 
+// Found while hardening the coordinator: a contribution's loss terms and
+// correct count were never checked (the step's loss, accuracy and gradient
+// divisor are divided by the summed terms), and a late contribution's times
+// went into the per-worker summary unchecked.
+TEST_F(CoordinatorTest, ImpossibleLossTermsAreRejectedAndBadTimesStayOutOfTheSummary) {
+  start();
+  join_all();
+  coordinator->tick(now);
+  Message plan_a = roundtrip(std::move(outbox.inbox["a"].front()));
+  outbox.inbox["a"].pop_front();
+  Message plan_b = roundtrip(std::move(outbox.inbox["b"].front()));
+  outbox.inbox["b"].pop_front();
+
+  // a: more loss terms than its samples can give (a classifier: one each).
+  Message inflated = workers.at("a").on_plan(plan_a);
+  Message late = roundtrip(share(inflated));
+  v1::Contribution& a = *inflated.envelope.mutable_contribution();
+  ASSERT_GT(a.samples(), 0u);
+  a.set_loss_terms(a.samples() * 1000);
+  coordinator->handle(as_received("a", std::move(inflated)), now);
+  EXPECT_TRUE(log.contains(fmt::format(
+      "rejected worker 'a' (rank 0)'s contribution for step 0: it claims {} loss terms from {} "
+      "samples",
+      a.samples() * 1000, a.samples())))
+      << log.text.str();
+
+  // b: more correct predictions than loss terms.
+  Message boasting = workers.at("b").on_plan(plan_b);
+  v1::Contribution& b = *boasting.envelope.mutable_contribution();
+  b.set_correct(b.loss_terms() + 1);
+  coordinator->handle(as_received("b", std::move(boasting)), now);
+  EXPECT_TRUE(log.contains("rejected worker 'b' (rank 1)'s contribution for step 0: it claims"))
+      << log.text.str();
+
+  // Training goes on; then a's step-0 contribution arrives late with a NaN
+  // micro-batch time: discarded, and left out of the summary.
+  pump();
+  Message nan_time = std::move(late);
+  nan_time.envelope.mutable_contribution()->mutable_completed(0)->set_compute_seconds(std::nan(""));
+  coordinator->handle(as_received("a", std::move(nan_time)), now);
+  EXPECT_TRUE(
+      log.contains("worker 'a' (rank 0)'s contribution for step 0 has negative or "
+                   "non-finite times: left out of the per-worker summary"))
+      << log.text.str();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->exit_code(), 0);
+  const v1::RunSummary summary = parse_summary(run_file("summary.json"), "summary.json");
+  ASSERT_GT(summary.per_worker_size(), 0);
+  for (const v1::PerWorkerTotals& w : summary.per_worker()) {
+    EXPECT_TRUE(std::isfinite(w.mean_micro_batch_seconds())) << w.DebugString();
+    EXPECT_TRUE(std::isfinite(w.mean_communication_seconds())) << w.DebugString();
+  }
+}
+
 TEST_F(CoordinatorTest, ARunningWorkersNameIsBoundToTheKeyItJoinedWith) {
   // The workers joined with their keys (here: plain links, key ""); a hello
   // and a contribution under a running worker's name from another CURVE key

@@ -5,6 +5,9 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "metrics/metrics_json.h"
 
 namespace dctrain {
@@ -167,6 +170,60 @@ TEST(WorkerSummary, EachWorkerCarriesTheBlasItsHelloReported) {
     EXPECT_TRUE(MessageDifferencer::Equals(back.per_worker(i), written.per_worker(i))) << text;
   }
   EXPECT_EQ(summary.totals().size(), 3u) << "joining adds no worker that was already counted";
+}
+
+// Found while hardening the coordinator: the summary counts every
+// contribution, late ones too, before (or without) the coordinator's
+// checks, so one NaN or negative time made a worker's means NaN or wrong in
+// summary.json for the rest of the run. Such a contribution counts nothing.
+TEST(WorkerSummary, ContributionWithNegativeOrNonFiniteTimesCountsNothing) {
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  for (double bad : {nan, inf, -inf, -0.5}) {
+    WorkerSummary summary;
+    summary.step_started(0, 0.0);
+    v1::Contribution micro_batch = contribution(4, 0.01, 0.001);
+    micro_batch.mutable_completed(2)->set_compute_seconds(bad);
+    v1::Contribution compute = contribution(4, 0.01, 0.001);
+    compute.set_compute_seconds(bad);
+    v1::Contribution overhead = contribution(4, 0.01, 0.001);
+    overhead.set_overhead_seconds(bad);
+    for (const v1::Contribution& c : {micro_batch, compute, overhead}) {
+      EXPECT_FALSE(summary.contribution_arrived("w", 0, c, 0.5)) << bad;
+    }
+    // A late one (its step closed) is refused too.
+    Step s;
+    s.worker(0, "w", false, 4, 0, 0.0);
+    summary.step_closed(s.record, s.planned);
+    summary.step_started(1, 1.0);
+    EXPECT_FALSE(summary.contribution_arrived("w", 0, micro_batch, 1.5)) << bad;
+    // Then an honest one: the worker's totals are its alone.
+    EXPECT_TRUE(summary.contribution_arrived("w", 1, contribution(4, 0.01, 0.001), 1.05));
+    const std::vector<WorkerTotals> totals = summary.totals();
+    ASSERT_EQ(totals.size(), 1u) << bad;
+    EXPECT_EQ(totals[0].arrivals, 1u) << bad;
+    EXPECT_EQ(totals[0].timed, 4u) << bad;
+    EXPECT_EQ(totals[0].late, 0u) << bad;
+    EXPECT_NEAR(totals[0].mean_micro_batch_seconds(), 0.01, 1e-12) << bad;
+    EXPECT_NEAR(totals[0].mean_communication_seconds(), 0.05 - 0.04 - 0.001, 1e-12) << bad;
+  }
+}
+
+TEST(WorkerSummary, TimesThatWouldMakeATotalInfiniteAreRefused) {
+  WorkerSummary summary;
+  summary.step_started(0, 0.0);
+  const double huge = std::numeric_limits<double>::max();
+  v1::Contribution c = contribution(2, huge, 0.0);
+  c.set_compute_seconds(0.0);
+  EXPECT_FALSE(summary.contribution_arrived("w", 0, c, 0.1))
+      << "two micro-batches of the largest double sum to infinity";
+  EXPECT_TRUE(summary.contribution_arrived("w", 0, contribution(1, huge, 0.0), 0.1));
+  summary.step_started(1, 1.0);
+  EXPECT_FALSE(summary.contribution_arrived("w", 1, contribution(1, huge, 0.0), 1.1))
+      << "the worker's total would become infinite";
+  const std::vector<WorkerTotals> totals = summary.totals();
+  ASSERT_EQ(totals.size(), 1u);
+  EXPECT_EQ(totals[0].arrivals, 1u);
+  EXPECT_TRUE(std::isfinite(totals[0].mean_micro_batch_seconds()));
 }
 
 }  // namespace
