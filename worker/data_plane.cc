@@ -8,6 +8,8 @@
 
 #include <stdexcept>
 
+#include "common/usable_values.h"
+
 namespace dctrain {
 
 std::string default_exchange_bind(const std::string& coordinator) {
@@ -58,11 +60,32 @@ std::string default_exchange_bind(const std::string& coordinator) {
                   host));
 }
 
+namespace {
+
+ExchangeOptions exchange_options(const SocketSecurity& security) {
+  ExchangeOptions options;
+  options.security = security;
+  // A data-plane peer connects to several servers, each its own key.
+  options.security.server_public_key.clear();
+  return options;
+}
+
+}  // namespace
+
 WorkerDataPlane::WorkerDataPlane(const std::string& bind_address, const std::string& coordinator,
+                                 const SocketSecurity& security,
                                  std::shared_ptr<spdlog::logger> log)
-    : peer_(0, bind_address.empty() ? default_exchange_bind(coordinator) : bind_address),
+    : peer_(0, bind_address.empty() ? default_exchange_bind(coordinator) : bind_address,
+            exchange_options(security)),
       log_(std::move(log)),
-      endpoint_(peer_.endpoint()) {
+      endpoint_(peer_.endpoint()),
+      curve_(security.curve) {
+  if (curve_) {
+    log_->info(
+        "exchange: CURVE on the data plane with this worker's key {}; each round admits "
+        "exactly its members' keys",
+        security.own.public_key);
+  }
   // Bound on every interface: advertise the one that reaches the coordinator.
   for (const std::string any : {"tcp://0.0.0.0:", "tcp://[::]:"}) {
     if (endpoint_.starts_with(any)) {
@@ -94,13 +117,42 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     if (r >= endpoints.size()) endpoints.resize(r + 1);
     endpoints[r] = plan.member_endpoints(i);
   }
+  std::vector<std::string> keys;
+  if (curve_) {
+    // Never plain TCP instead: this worker's control plane is CURVE.
+    if (plan.member_keys_size() != plan.member_ranks_size()) {
+      return fail(fmt::format(
+          "step {}: this worker runs CURVE but the plan names {} public keys for {} members, so "
+          "its exchange links cannot be secured; the round is refused (run a coordinator that "
+          "hands out the members' keys, or run without --secret-key)",
+          step, plan.member_keys_size(), plan.member_ranks_size()));
+    }
+    keys.resize(endpoints.size());
+    for (int i = 0; i < plan.member_ranks_size(); ++i) {
+      if (!is_z85_key(plan.member_keys(i))) {
+        return fail(
+            fmt::format("step {}: the plan's public key for rank {} is not a CURVE key; "
+                        "the round is refused",
+                        step, plan.member_ranks(i)));
+      }
+      keys[plan.member_ranks(i)] = plan.member_keys(i);
+    }
+  }
   // Reconnect only when the group changed: a connect drops what is queued.
-  if (rank != connected_rank_ || endpoints != endpoints_) {
+  if (rank != connected_rank_ || endpoints != endpoints_ || keys != keys_) {
     peer_.set_rank(rank);
-    peer_.connect(endpoints);
+    peer_.set_member_keys(keys);
+    try {
+      peer_.connect(endpoints);
+    } catch (const std::exception& e) {
+      endpoints_.clear();  // connect again next round
+      return fail(fmt::format("step {}: {}", step, e.what()));
+    }
     endpoints_ = std::move(endpoints);
+    keys_ = std::move(keys);
     connected_rank_ = rank;
-    log_->debug("exchange: rank {} connected to {} members", rank, members.size());
+    log_->debug("exchange: rank {} connected to {} members{}", rank, members.size(),
+                curve_ ? " over CURVE" : "");
   }
   ExchangeOutcome out;
   try {
@@ -111,6 +163,19 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   report.set_ok(out.ok);
   report.set_samples(out.samples);
   report.set_exchange_seconds(std::chrono::duration<double>(out.elapsed).count());
+  // The star's coordinator checks the reduced update before anyone applies
+  // it; here each member holds the sum itself, so each checks it (all hold
+  // the same bits, so all refuse alike) and the coordinator drops the step.
+  if (out.ok && !usable(buffer)) {
+    report.set_ok(false);
+    report.set_sum_unusable(true);
+    report.set_error(fmt::format(
+        "step {}: the exchanged sum holds NaN, infinite or overflowing values (|x| >= 2^64); it is "
+        "not applied",
+        step));
+    log_->error("{}", report.error());
+    return report;
+  }
   if (!out.ok) {
     for (uint32_t s : out.suspects()) report.add_suspects(s);
     report.set_error(out.error);
