@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
 #include <stdexcept>
 
 #include "common/usable_values.h"
@@ -95,6 +96,37 @@ WorkerDataPlane::WorkerDataPlane(const std::string& bind_address, const std::str
   }
 }
 
+std::optional<std::string> WorkerDataPlane::plan_keys(uint64_t step, const v1::ExchangePlan& plan,
+                                                      std::vector<std::string>& keys) const {
+  keys.clear();
+  if (!curve_) return std::nullopt;
+  // Never plain TCP instead: this worker's control plane is CURVE.
+  if (plan.member_keys_size() != plan.member_ranks_size()) {
+    return fmt::format(
+        "step {}: this worker runs CURVE but the plan names {} public keys for {} members, so "
+        "its exchange links cannot be secured; the round is refused (run a coordinator that "
+        "hands out the members' keys, or run without --secret-key)",
+        step, plan.member_keys_size(), plan.member_ranks_size());
+  }
+  for (int i = 0; i < plan.member_ranks_size(); ++i) {
+    if (!is_z85_key(plan.member_keys(i))) {
+      return fmt::format(
+          "step {}: the plan's public key for rank {} is not a CURVE key; the round is refused",
+          step, plan.member_ranks(i));
+    }
+    const uint32_t r = plan.member_ranks(i);
+    if (r >= keys.size()) keys.resize(r + 1);
+    keys[r] = plan.member_keys(i);
+  }
+  return std::nullopt;
+}
+
+void WorkerDataPlane::admit(uint64_t step, const v1::ExchangePlan& plan) {
+  std::vector<std::string> keys;
+  if (!curve_ || plan_keys(step, plan, keys)) return;  // exchange() reports the problem
+  peer_.set_member_keys(std::move(keys));
+}
+
 v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
                                              const v1::ExchangePlan& plan, std::span<float> buffer,
                                              uint64_t samples,
@@ -118,26 +150,7 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     endpoints[r] = plan.member_endpoints(i);
   }
   std::vector<std::string> keys;
-  if (curve_) {
-    // Never plain TCP instead: this worker's control plane is CURVE.
-    if (plan.member_keys_size() != plan.member_ranks_size()) {
-      return fail(fmt::format(
-          "step {}: this worker runs CURVE but the plan names {} public keys for {} members, so "
-          "its exchange links cannot be secured; the round is refused (run a coordinator that "
-          "hands out the members' keys, or run without --secret-key)",
-          step, plan.member_keys_size(), plan.member_ranks_size()));
-    }
-    keys.resize(endpoints.size());
-    for (int i = 0; i < plan.member_ranks_size(); ++i) {
-      if (!is_z85_key(plan.member_keys(i))) {
-        return fail(
-            fmt::format("step {}: the plan's public key for rank {} is not a CURVE key; "
-                        "the round is refused",
-                        step, plan.member_ranks(i)));
-      }
-      keys[plan.member_ranks(i)] = plan.member_keys(i);
-    }
-  }
+  if (auto problem = plan_keys(step, plan, keys)) return fail(std::move(*problem));
   // Reconnect only when the group changed: a connect drops what is queued.
   if (rank != connected_rank_ || endpoints != endpoints_ || keys != keys_) {
     peer_.set_rank(rank);
@@ -177,6 +190,10 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     return report;
   }
   if (!out.ok) {
+    // A member that connected before this peer admitted its key was refused
+    // for good (ZeroMQ does not retry a failed handshake): open every link
+    // afresh for the next round.
+    if (curve_) endpoints_.clear();
     for (uint32_t s : out.suspects()) report.add_suspects(s);
     report.set_error(out.error);
     log_->warn("step {}: exchange failed: {}", step, out.error);

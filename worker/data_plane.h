@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,7 +53,18 @@ class WorkerDataPlane {
                               std::span<float> buffer, uint64_t samples,
                               std::chrono::steady_clock::time_point deadline);
 
+  // With CURVE: the inbox admits the plan's member keys from now on. Called
+  // when the plan arrives, before the compute: the other members connect
+  // once their own compute is done, and ZeroMQ never retries a handshake
+  // that was refused, so the keys must be admitted first.
+  void admit(uint64_t step, const v1::ExchangePlan& plan);
+
  private:
+  // With CURVE, the plan's keys by rank; otherwise none. What is wrong with
+  // them, if anything.
+  std::optional<std::string> plan_keys(uint64_t step, const v1::ExchangePlan& plan,
+                                       std::vector<std::string>& keys) const;
+
   ExchangePeer peer_;
   std::shared_ptr<spdlog::logger> log_;
   std::string endpoint_;

@@ -28,6 +28,7 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
                     step));
   }
   sum_step_.reset();
+  data_plane_->admit(step, x);  // before the compute: see WorkerDataPlane::admit
   Message contribution = loop_->run(plan, step, options_.name, job.received, false);
   v1::Contribution& c = *contribution.envelope.mutable_contribution();
 

@@ -45,8 +45,11 @@ struct Pair {
     return p;
   }
   // One round at `step`: member r contributes buffers[r] (summed in place).
+  // Every member admits the plan's keys first, as a worker does when the
+  // plan arrives (Trainer::on_exchange_plan).
   std::vector<v1::ExchangeReport> round(uint64_t step, const v1::ExchangePlan& plan,
                                         std::vector<std::vector<float>>& buffers) {
+    for (auto& p : planes) p->admit(step, plan);
     std::vector<v1::ExchangeReport> reports(planes.size());
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     std::vector<std::thread> threads;
@@ -107,6 +110,7 @@ TEST(ExchangeDataPlane, WithCurveTheRoundRunsOnThePlansKeysAndAPlanWithoutKeysIs
   wrong.set_member_keys(1, generate_curve_keypair().public_key);
   buffers = clean_buffers(n);
   std::vector<v1::ExchangeReport> reports(2);
+  for (auto& p : pair.planes) p->admit(3, wrong);
   const auto deadline = Clock::now() + std::chrono::milliseconds(1500);
   std::thread t(
       [&] { reports[1] = pair.planes[1]->exchange(3, 1, wrong, buffers[1], 10, deadline); });
