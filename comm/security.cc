@@ -285,6 +285,11 @@ ZapHandler::~ZapHandler() {
   thread_.join();
 }
 
+void ZapHandler::allow(AllowList allowed) {
+  std::lock_guard<std::mutex> lock(allowed_mutex_);
+  allowed_ = std::move(allowed);
+}
+
 void ZapHandler::serve() {
   std::vector<zmq::message_t> request;
   while (!stop_) {
@@ -326,9 +331,11 @@ std::vector<std::string> ZapHandler::answer(const std::vector<zmq::message_t>& r
     zmq_z85_encode(z85.data(), static_cast<const uint8_t*>(request[6].data()), kKeyBytes);
     key = z85.data();
   }
+  std::unique_lock<std::mutex> lock(allowed_mutex_);
   if (!key.empty() && allowed_.contains(key)) {
     ++admitted_;
     const std::string comment = allowed_.comment(key);
+    lock.unlock();
     log_->debug("authentication: admitted key {}{} from {}", key,
                 comment.empty() ? "" : " (" + comment + ")", address);
     return {"1.0", request_id, "200", "OK", key, ""};

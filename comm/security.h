@@ -30,6 +30,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -131,12 +132,17 @@ class ZapHandler {
 
   uint64_t admitted() const { return admitted_.load(); }
   uint64_t refused() const { return refused_.load(); }
+  // Replaces the allow-list for connections authenticated from now on (a
+  // data-plane peer admits each round's members); connections already
+  // admitted stay.
+  void allow(AllowList allowed);
 
  private:
   void serve();
   // The reply to one request (frames as received).
   std::vector<std::string> answer(const std::vector<zmq::message_t>& request);
 
+  std::mutex allowed_mutex_;  // allow() runs on the owner's thread, answer() on serve()'s
   AllowList allowed_;
   std::shared_ptr<spdlog::logger> log_;
   zmq::socket_t socket_;

@@ -537,10 +537,9 @@ void Coordinator::start_step(double now) {
 
 void Coordinator::close_step(double now) {
   timeline_.span("step", step_started_, now);
-  if (exchange_mode()) settle_exchange();
-  // Exchange: the members summed among themselves and check the sum
-  // before they apply it; the coordinator has no sum to judge yet.
-  const GuardedStep guarded = exchange_mode() ? GuardedStep{} : guard_step();
+  // Exchange: the members summed among themselves and each checked the sum
+  // it holds (worker/data_plane.cc); the coordinator has no sum to judge yet.
+  const GuardedStep guarded = exchange_mode() ? settle_exchange() : guard_step();
   ClosedStep closed = settle_step();
   v1::StepRecord& record = closed.record;
   record.set_discarded(guarded.discarded);

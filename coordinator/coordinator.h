@@ -186,7 +186,9 @@ class Coordinator {
   void accept_exchange_report(uint32_t rank, Message report, double now);
   // Before settle_step(): a round that did not succeed on every member is
   // dropped, every micro-batch of the step requeued.
-  void settle_exchange();
+  // Drops the step unless every member's round succeeded; discarded (as the
+  // star guard discards) when a member found the sum unusable.
+  GuardedStep settle_exchange();
   void commit_exchange(ClosedStep& closed, double divisor);
   // The committed sum into the coordinator's replica, if not done yet.
   void apply_pending();

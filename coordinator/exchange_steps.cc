@@ -47,10 +47,17 @@ void Coordinator::plan_exchange(v1::Plan& plan, const std::vector<WorkerPlan>& p
   std::vector<uint32_t> ranks;
   for (const WorkerPlan& p : plans) ranks.push_back(p.rank);
   std::sort(ranks.begin(), ranks.end());
+  bool curve = false;
   for (uint32_t r : ranks) {
     x.add_member_ranks(r);
     auto it = exchange_endpoints_.find(r);
     x.add_member_endpoints(it == exchange_endpoints_.end() ? std::string() : it->second);
+    curve = curve || !membership_.at(r).key.empty();
+  }
+  // CURVE on the control plane: every member's authenticated key, so the
+  // members' links are CURVE too (a member's key is "" only on plain links).
+  if (curve) {
+    for (uint32_t r : ranks) x.add_member_keys(membership_.at(r).key);
   }
   const double tau = plan.tau();
   const v1::LivenessConfig& live = config_.liveness();
@@ -111,14 +118,18 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   }
 }
 
-void Coordinator::settle_exchange() {
+GuardedStep Coordinator::settle_exchange() {
+  GuardedStep out;
   bool ok = !planned_.empty();
   for (const auto& [rank, p] : planned_) {
     ok = ok && p.contribution && p.contribution->exchange().ok();
+    // Every member holds the same sum, so one that found it unusable
+    // speaks for all: a discarded step, as the star guard's.
+    out.discarded = out.discarded || (p.contribution && p.contribution->exchange().sum_unusable());
   }
   const uint32_t lowest = planned_.empty() ? 0 : planned_.begin()->first;
   ok = ok && exchange_sum_ && planned_.at(lowest).contribution->exchange().carries_sum();
-  if (ok) return;
+  if (ok) return out;
   exchange_sum_.reset();
   uint32_t dropped = 0;
   for (auto& [rank, p] : planned_) {
@@ -127,10 +138,24 @@ void Coordinator::settle_exchange() {
     ledger_.orphan_worker(rank);
     dropped += static_cast<uint32_t>(p.micro_batches.size());
   }
-  log_->warn(
-      "step {}: the exchange did not succeed on every member; the step is dropped ({} "
-      "more micro-batches {})",
-      step_, dropped, config_.step().requeue() ? "requeued" : "lost");
+  const char* fate = config_.step().requeue() ? "requeued" : "lost";
+  if (!out.discarded) {
+    log_->warn(
+        "step {}: the exchange did not succeed on every member; the step is dropped ({} "
+        "more micro-batches {})",
+        step_, dropped, fate);
+    return out;
+  }
+  v1::RunTotals& t = metrics_.totals();
+  t.set_steps_discarded(t.steps_discarded() + 1);
+  log_->error(
+      "step {} discarded: the exchanged sum holds NaN, infinite or overflowing values (|x| >= "
+      "2^64); nothing is applied on any replica, the step's {} micro-batches are {}, and the run "
+      "goes on from the parameters it had (checksum {:016x}); {} bad steps in a row "
+      "(guard.max_bad_steps_in_a_row: {})",
+      step_, dropped, fate, start_checksum_, guard_.bad_in_a_row() + 1,
+      config_.guard().max_bad_steps_in_a_row());
+  return out;
 }
 
 void Coordinator::commit_exchange(ClosedStep& closed, double divisor) {

@@ -78,12 +78,6 @@ double tensor_norm(const Message& message, size_t index) {
   return std::sqrt(total);
 }
 
-bool usable(std::span<const float> values) {
-  uint32_t most = 0;
-  for (float v : values) most = std::max(most, magnitude_bits(v));
-  return most < kOverflowBits;
-}
-
 bool tensors_finite(const Message& message) {
   for (const zmq::message_t& f : message.frames) {
     const size_t n = f.size() / sizeof(float);

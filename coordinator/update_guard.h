@@ -26,12 +26,10 @@
 #include <vector>
 
 #include "comm/message.h"
+#include "common/usable_values.h"  // usable(), kOverflowMagnitude: shared with the exchange
 #include "proto/config.pb.h"
 
 namespace dctrain {
-
-// 2^64: a float at or beyond it has a square that overflows float32.
-inline constexpr float kOverflowMagnitude = 18446744073709551616.0f;
 
 // What adding one contribution into the running sums showed.
 struct AddedContribution {
@@ -44,8 +42,6 @@ struct AddedContribution {
 AddedContribution add_and_measure(const Message& message, size_t index, std::span<float> sum);
 // The L2 norm (accumulated in double) of tensor `index` of `message`.
 double tensor_norm(const Message& message, size_t index);
-// Every value finite and below kOverflowMagnitude in magnitude.
-bool usable(std::span<const float> values);
 // Every tensor of `message` finite (it was refused for NaN or infinity).
 bool tensors_finite(const Message& message);
 

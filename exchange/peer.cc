@@ -206,6 +206,17 @@ void ExchangePeer::reset_dealer(uint32_t rank) {
   open_dealer(rank);
 }
 
+void ExchangePeer::set_member_keys(std::vector<std::string> keys) {
+  if (!options_.security.curve) return;
+  std::set<std::string> allowed;
+  for (const std::string& k : keys) {
+    if (!k.empty()) allowed.insert(k);
+  }
+  zap_->allow(AllowList::of(allowed));
+  options_.allowed_keys = std::move(allowed);
+  options_.member_keys = std::move(keys);
+}
+
 void ExchangePeer::connect(std::vector<std::string> endpoints) {
   for (auto& s : outboxes_) {
     if (s.handle() != nullptr) s.close();
@@ -284,10 +295,16 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
 }
 
 void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& payload,
-                          ExchangeOutcome& out) {
+                          const std::string& key, ExchangeOutcome& out) {
   const size_t from = r.position_of(h.from);
   if (from == r.members.size() || from == r.me) {
     return refuse(out, fmt::format("a piece from rank {}, not a member", h.from));
+  }
+  if (options_.security.curve &&
+      (h.from >= options_.member_keys.size() || key != options_.member_keys[h.from])) {
+    return refuse(out, fmt::format("a piece that claims rank {} from a connection authenticated "
+                                   "with another key ({})",
+                                   h.from, key.empty() ? std::string("none") : key));
   }
   auto conflict = [&](std::string why) {
     if (!r.conflict[from] && r.first_conflict.empty()) {
@@ -376,10 +393,12 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
                                      describe(h->round)));
     }
     ++out.stats.early;
-    early_.push_back(Early{*h, std::move(parts[2])});
+    early_.push_back(Early{*h, std::move(parts[2]), authenticated_key(parts[1])});
     return;
   }
-  accept(r, *h, std::move(parts[2]), out);
+  // The header came off the wire (the routing id is the ROUTER's own frame)
+  // and carries the connection's properties: its authenticated key.
+  accept(r, *h, std::move(parts[2]), authenticated_key(parts[1]), out);
 }
 
 ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
@@ -429,7 +448,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     if (e.header.round < round) {
       ++out.stats.stale;
     } else if (e.header.round == round) {
-      accept(r, e.header, std::move(e.payload), out);
+      accept(r, e.header, std::move(e.payload), e.key, out);
     } else {
       early_.push_back(std::move(e));
     }

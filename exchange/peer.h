@@ -74,8 +74,10 @@ struct ExchangeOptions {
   // `security.own` is this peer's key pair; its inbox is a CURVE server
   // admitting only `allowed_keys` (a ZapHandler in the peer's context), and
   // its outbox to rank r a CURVE client of `member_keys[r]`, that rank's
-  // public key (connect() throws std::invalid_argument without one).
-  // Nothing of this is used when !security.curve.
+  // public key (connect() throws std::invalid_argument without one). A
+  // piece is taken only from the connection authenticated with its sender's
+  // key, so one member cannot send as another. set_member_keys() replaces
+  // both lists. Nothing of this is used when !security.curve.
   SocketSecurity security;
   std::set<std::string> allowed_keys;
   std::vector<std::string> member_keys;  // by rank
@@ -159,6 +161,12 @@ class ExchangePeer {
   // changes; that drops whatever is queued for the old group.
   void connect(std::vector<std::string> endpoints);
 
+  // With CURVE: the members' public keys by rank (empty: no such rank). The
+  // inbox admits exactly these from now on (connections already admitted
+  // stay, but their pieces must carry their rank's key), and the next
+  // connect() opens each outbox as a CURVE client of its rank's key.
+  void set_member_keys(std::vector<std::string> keys);
+
   // Messages over the caller's buffers that ZeroMQ still holds: zero
   // whenever exchange() has returned.
   size_t pieces_held() const { return releases_->in_flight(); }
@@ -184,6 +192,7 @@ class ExchangePeer {
   struct Early {
     ChunkHeader header;
     zmq::message_t payload;
+    std::string key;  // the sender's authenticated key (CURVE), checked when taken
   };
   struct Round;
 
@@ -191,7 +200,8 @@ class ExchangePeer {
   void reset_dealer(uint32_t rank);
   void queue(Round& r, uint32_t to, const ChunkHeader& header, const float* data);
   bool flush(uint32_t to);
-  void accept(Round& r, const ChunkHeader& header, zmq::message_t&& payload, ExchangeOutcome& out);
+  void accept(Round& r, const ChunkHeader& header, zmq::message_t&& payload, const std::string& key,
+              ExchangeOutcome& out);
   void reduce_piece(Round& r, size_t piece);
   void handle(Round& r, std::vector<zmq::message_t>& parts, ExchangeOutcome& out);
   static void refuse(ExchangeOutcome& out, std::string why);

@@ -41,7 +41,7 @@ void TraceRecorder::report_into(v1::Contribution& contribution, double built) {
   r.set_built_seconds(built);
   r.set_sent_seconds(built);  // until stamp_trace_sent says when it left
   for (v1::TraceEvent& e : pending_) *r.add_events() = std::move(e);
-  r.set_events_lost(lost_);
+  r.set_events_lost(r.events_lost() + lost_);  // a second call adds to the same report
   pending_.clear();
   lost_ = 0;
 }

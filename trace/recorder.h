@@ -49,7 +49,9 @@ class TraceRecorder {
 
   // Fills a contribution's report (when the plan carried a request): the
   // round trip's timestamps so far (t2 is stamped by stamp_trace_sent when
-  // it leaves) and every event recorded since the last report.
+  // it leaves) and every event recorded since the last report. Called again
+  // on the same contribution (the exchange's span, recorded after the
+  // compute's report), it adds the new events and moves `built` on.
   void report_into(v1::Contribution& contribution, double built);
 
  private:

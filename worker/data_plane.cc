@@ -6,7 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <optional>
 #include <stdexcept>
+
+#include "common/usable_values.h"
 
 namespace dctrain {
 
@@ -58,11 +61,32 @@ std::string default_exchange_bind(const std::string& coordinator) {
                   host));
 }
 
+namespace {
+
+ExchangeOptions exchange_options(const SocketSecurity& security) {
+  ExchangeOptions options;
+  options.security = security;
+  // A data-plane peer connects to several servers, each its own key.
+  options.security.server_public_key.clear();
+  return options;
+}
+
+}  // namespace
+
 WorkerDataPlane::WorkerDataPlane(const std::string& bind_address, const std::string& coordinator,
+                                 const SocketSecurity& security,
                                  std::shared_ptr<spdlog::logger> log)
-    : peer_(0, bind_address.empty() ? default_exchange_bind(coordinator) : bind_address),
+    : peer_(0, bind_address.empty() ? default_exchange_bind(coordinator) : bind_address,
+            exchange_options(security)),
       log_(std::move(log)),
-      endpoint_(peer_.endpoint()) {
+      endpoint_(peer_.endpoint()),
+      curve_(security.curve) {
+  if (curve_) {
+    log_->info(
+        "exchange: CURVE on the data plane with this worker's key {}; each round admits "
+        "exactly its members' keys",
+        security.own.public_key);
+  }
   // Bound on every interface: advertise the one that reaches the coordinator.
   for (const std::string any : {"tcp://0.0.0.0:", "tcp://[::]:"}) {
     if (endpoint_.starts_with(any)) {
@@ -70,6 +94,37 @@ WorkerDataPlane::WorkerDataPlane(const std::string& bind_address, const std::str
       endpoint_ = host.substr(0, host.size() - 1) + endpoint_.substr(any.size());
     }
   }
+}
+
+std::optional<std::string> WorkerDataPlane::plan_keys(uint64_t step, const v1::ExchangePlan& plan,
+                                                      std::vector<std::string>& keys) const {
+  keys.clear();
+  if (!curve_) return std::nullopt;
+  // Never plain TCP instead: this worker's control plane is CURVE.
+  if (plan.member_keys_size() != plan.member_ranks_size()) {
+    return fmt::format(
+        "step {}: this worker runs CURVE but the plan names {} public keys for {} members, so "
+        "its exchange links cannot be secured; the round is refused (run a coordinator that "
+        "hands out the members' keys, or run without --secret-key)",
+        step, plan.member_keys_size(), plan.member_ranks_size());
+  }
+  for (int i = 0; i < plan.member_ranks_size(); ++i) {
+    if (!is_z85_key(plan.member_keys(i))) {
+      return fmt::format(
+          "step {}: the plan's public key for rank {} is not a CURVE key; the round is refused",
+          step, plan.member_ranks(i));
+    }
+    const uint32_t r = plan.member_ranks(i);
+    if (r >= keys.size()) keys.resize(r + 1);
+    keys[r] = plan.member_keys(i);
+  }
+  return std::nullopt;
+}
+
+void WorkerDataPlane::admit(uint64_t step, const v1::ExchangePlan& plan) {
+  std::vector<std::string> keys;
+  if (!curve_ || plan_keys(step, plan, keys)) return;  // exchange() reports the problem
+  peer_.set_member_keys(std::move(keys));
 }
 
 v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
@@ -94,13 +149,23 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     if (r >= endpoints.size()) endpoints.resize(r + 1);
     endpoints[r] = plan.member_endpoints(i);
   }
+  std::vector<std::string> keys;
+  if (auto problem = plan_keys(step, plan, keys)) return fail(std::move(*problem));
   // Reconnect only when the group changed: a connect drops what is queued.
-  if (rank != connected_rank_ || endpoints != endpoints_) {
+  if (rank != connected_rank_ || endpoints != endpoints_ || keys != keys_) {
     peer_.set_rank(rank);
-    peer_.connect(endpoints);
+    peer_.set_member_keys(keys);
+    try {
+      peer_.connect(endpoints);
+    } catch (const std::exception& e) {
+      endpoints_.clear();  // connect again next round
+      return fail(fmt::format("step {}: {}", step, e.what()));
+    }
     endpoints_ = std::move(endpoints);
+    keys_ = std::move(keys);
     connected_rank_ = rank;
-    log_->debug("exchange: rank {} connected to {} members", rank, members.size());
+    log_->debug("exchange: rank {} connected to {} members{}", rank, members.size(),
+                curve_ ? " over CURVE" : "");
   }
   ExchangeOutcome out;
   try {
@@ -111,7 +176,24 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   report.set_ok(out.ok);
   report.set_samples(out.samples);
   report.set_exchange_seconds(std::chrono::duration<double>(out.elapsed).count());
+  // The star's coordinator checks the reduced update before anyone applies
+  // it; here each member holds the sum itself, so each checks it (all hold
+  // the same bits, so all refuse alike) and the coordinator drops the step.
+  if (out.ok && !usable(buffer)) {
+    report.set_ok(false);
+    report.set_sum_unusable(true);
+    report.set_error(fmt::format(
+        "step {}: the exchanged sum holds NaN, infinite or overflowing values (|x| >= 2^64); it is "
+        "not applied",
+        step));
+    log_->error("{}", report.error());
+    return report;
+  }
   if (!out.ok) {
+    // A member that connected before this peer admitted its key was refused
+    // for good (ZeroMQ does not retry a failed handshake): open every link
+    // afresh for the next round.
+    if (curve_) endpoints_.clear();
     for (uint32_t s : out.suspects()) report.add_suspects(s);
     report.set_error(out.error);
     log_->warn("step {}: exchange failed: {}", step, out.error);

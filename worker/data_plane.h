@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,9 +29,12 @@ class WorkerDataPlane {
  public:
   // Binds `bind_address` (tcp://IP:PORT, port may be *; empty: see
   // default_exchange_bind()). Every socket of the data plane is made by
-  // ExchangePeer (exchange/peer.cc), in one place.
+  // ExchangePeer (exchange/peer.cc), in one place. With `security.curve`
+  // (the control plane's CURVE), the data plane is CURVE too, with the same
+  // key pair: the inbox admits exactly the keys of the round's members and
+  // each outbox authenticates its member by the key the plan names.
   WorkerDataPlane(const std::string& bind_address, const std::string& coordinator,
-                  std::shared_ptr<spdlog::logger> log);
+                  const SocketSecurity& security, std::shared_ptr<spdlog::logger> log);
 
   // The endpoint the other workers connect to, with the real port: the
   // bound one, or, bound on every interface (tcp://*:PORT), the address of
@@ -40,16 +44,33 @@ class WorkerDataPlane {
   // One step's round: `buffer` (this member's partial sum, [gradient |
   // statistics]) becomes the rank-order sum of every member's on success.
   // `deadline` is on the steady clock. Never throws for a failed round: the
-  // report says what failed and whom the member blames.
+  // report says what failed and whom the member blames. A round is refused
+  // (not ok) when this worker runs CURVE and the plan names no keys (never
+  // plain TCP instead), and when the sum it got holds NaN, infinity or
+  // |x| >= 2^64 (common/usable_values.h; sum_unusable): such a sum is never
+  // applied.
   v1::ExchangeReport exchange(uint64_t step, uint32_t rank, const v1::ExchangePlan& plan,
                               std::span<float> buffer, uint64_t samples,
                               std::chrono::steady_clock::time_point deadline);
 
+  // With CURVE: the inbox admits the plan's member keys from now on. Called
+  // when the plan arrives, before the compute: the other members connect
+  // once their own compute is done, and ZeroMQ never retries a handshake
+  // that was refused, so the keys must be admitted first.
+  void admit(uint64_t step, const v1::ExchangePlan& plan);
+
  private:
+  // With CURVE, the plan's keys by rank; otherwise none. What is wrong with
+  // them, if anything.
+  std::optional<std::string> plan_keys(uint64_t step, const v1::ExchangePlan& plan,
+                                       std::vector<std::string>& keys) const;
+
   ExchangePeer peer_;
   std::shared_ptr<spdlog::logger> log_;
   std::string endpoint_;
+  bool curve_ = false;
   std::vector<std::string> endpoints_;  // as last connected, by rank
+  std::vector<std::string> keys_;       // with CURVE: as last connected, by rank
   uint32_t connected_rank_ = UINT32_MAX;
 };
 

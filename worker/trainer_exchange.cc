@@ -28,6 +28,7 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
                     step));
   }
   sum_step_.reset();
+  data_plane_->admit(step, x);  // before the compute: see WorkerDataPlane::admit
   Message contribution = loop_->run(plan, step, options_.name, job.received, false);
   v1::Contribution& c = *contribution.envelope.mutable_contribution();
 
@@ -55,7 +56,15 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(std::max(0.0, remaining)));
+  const double exchange_begin = clock_.now();
   v1::ExchangeReport report = data_plane_->exchange(step, rank_, x, buffer, c.samples(), deadline);
+  // The round as its own span of the step's timeline: the compute's events
+  // were packed before it, so they are packed again with it.
+  TraceRecorder& trace = loop_->trace();
+  trace.span(
+      "exchange", exchange_begin, clock_.now(),
+      {{"ok", report.ok() ? 1 : 0}, {"members", x.member_ranks_size()}, {"floats", buffer.size()}});
+  trace.report_into(c, clock_.now());
 
   if (report.ok()) {
     sum_step_ = step;

@@ -66,10 +66,11 @@ int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
   StopSignals signals;
   SteadyClock clock;
   zmq::context_t context(1);
-  DealerTransport coordinator(context, options.connect, options.name, log,
-                              worker_security(options, *log));
-  // The data plane's peer is bound before the hello, which advertises it.
-  WorkerDataPlane data_plane(options.exchange_bind, options.connect, log);
+  const SocketSecurity security = worker_security(options, *log);
+  DealerTransport coordinator(context, options.connect, options.name, log, security);
+  // The data plane's peer is bound before the hello, which advertises it;
+  // CURVE with this worker's key pair when the control plane is CURVE.
+  WorkerDataPlane data_plane(options.exchange_bind, options.connect, security, log);
   options.exchange_endpoint = data_plane.endpoint();
   log->debug("exchange endpoint {}", options.exchange_endpoint);
   Trainer trainer(options, process_parts(options), clock, log);

@@ -4,7 +4,9 @@
 // and lengths that fit neither the member count nor the piece size; a round
 // repeated gives the same bits; a member that never sends, dies, stalls
 // after contributing or disagrees makes every other member fail by the
-// deadline naming it; a late piece of an earlier round is never summed.
+// deadline naming it; a late piece of an earlier round is never summed;
+// with CURVE a wiretap on a link reads none of it, each round admits exactly
+// its members' keys, and a member cannot send as another.
 #include "exchange/peer.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +19,7 @@
 
 #include "comm/framing.h"
 #include "coordinator/reducer.h"
+#include "tests/comm/tcp_tap.h"
 
 namespace dctrain {
 namespace {
@@ -554,6 +557,122 @@ TEST(Exchange, WithCurveTheSumIsTheSameBitsAndAKeyNotAdmittedGetsNothingIn) {
   o.security.own = keys[0];
   ExchangePeer lone(0, "tcp://127.0.0.1:*", o);
   EXPECT_THROW(lone.connect({"", group.endpoints[1]}), std::invalid_argument);
+}
+
+// Two members; rank 1 reaches rank 0 through a wiretap. Rank 1 contributes
+// a text marker (its bytes are ASCII, so finite floats), rank 0 zeros, so
+// the sum is the marker's bits. Returns the sum on both and what the tap saw.
+std::pair<std::vector<std::vector<float>>, std::string> tapped_round(bool curve,
+                                                                     const std::string& marker) {
+  const std::vector<CurveKeyPair> keys = {generate_curve_keypair(), generate_curve_keypair()};
+  std::vector<std::unique_ptr<ExchangePeer>> peers;
+  for (uint32_t r = 0; r < 2; ++r) {
+    ExchangeOptions o;
+    o.io_threads = 1;
+    o.security.curve = curve;
+    o.security.own = keys[r];
+    peers.push_back(std::make_unique<ExchangePeer>(r, "tcp://127.0.0.1:*", o));
+    peers.back()->set_member_keys({keys[0].public_key, keys[1].public_key});
+  }
+  const std::string e0 = peers[0]->endpoint();
+  testing::TcpTap tap(static_cast<uint16_t>(std::stoi(e0.substr(e0.rfind(':') + 1))));
+  peers[0]->connect({e0, peers[1]->endpoint()});
+  peers[1]->connect({tap.endpoint(), peers[1]->endpoint()});
+
+  std::string text;
+  while (text.size() < 64 * 1024) text += marker;
+  std::vector<float> mark(text.size() / sizeof(float));
+  std::memcpy(mark.data(), text.data(), mark.size() * sizeof(float));
+  const std::vector<std::vector<float>> c = {std::vector<float>(mark.size(), 0.0f), mark};
+  Group group(0);
+  group.peers = std::move(peers);
+  const std::vector<uint32_t> all{0, 1};
+  const RoundRun run = run_round(group, {1, 0}, all, c, milliseconds(60000));
+  for (const ExchangeOutcome& o : run.outcomes) EXPECT_TRUE(o.ok) << o.error;
+  EXPECT_TRUE(same_bits(run.results[0], mark));
+  EXPECT_TRUE(same_bits(run.results[1], mark));
+  group.peers.clear();  // closed before the tap
+  return {run.results, tap.captured()};
+}
+
+TEST(Exchange, AWiretapOnALinkReadsTheGradientsInPlainTextAndNothingWithCurve) {
+  const std::string marker = "exchange-link-plaintext-marker-0123456789;";
+  const auto plain = tapped_round(false, marker);
+  const auto secured = tapped_round(true, marker);
+  EXPECT_EQ(plain.first, secured.first);
+  // Rank 1 sent rank 0's half (32 KiB of marker) through the tap.
+  EXPECT_GT(secured.second.size(), size_t{32 * 1024});
+  EXPECT_NE(plain.second.find(marker), std::string::npos) << "the tap should read plain pieces";
+  EXPECT_EQ(secured.second.find(marker), std::string::npos) << "CURVE traffic holds the marker";
+  EXPECT_EQ(secured.second.find(marker.substr(0, 16)), std::string::npos);
+}
+
+TEST(Exchange, EachRoundAdmitsExactlyItsMembersKeys) {
+  // Ranks 0 and 1 first know rank 2 under an old key; the peer at rank 2
+  // holds a new one, so it gets nothing in until they learn the new key.
+  const CurveKeyPair old_key = generate_curve_keypair();
+  const std::vector<CurveKeyPair> keys = {generate_curve_keypair(), generate_curve_keypair(),
+                                          generate_curve_keypair()};
+  Group group = curve_group(keys, {0, 1, 2});
+  const std::vector<std::string> stale = {keys[0].public_key, keys[1].public_key,
+                                          old_key.public_key};
+  group.peers[0]->set_member_keys(stale);
+  group.peers[1]->set_member_keys(stale);
+  // Rank 2's outbox was made for the new keys (curve_group); reconnecting
+  // 0 and 1 drops their admitted connections and makes them authenticate
+  // rank 2 by the old key, which it cannot prove.
+  group.peers[0]->connect(group.endpoints);
+  group.peers[1]->connect(group.endpoints);
+  group.peers[2]->connect(group.endpoints);
+  const std::vector<uint32_t> all{0, 1, 2};
+  const auto c = contributions_for(3, 10'001, 5);
+  const RoundRun refused = run_round(group, {1, 0}, all, c, milliseconds(1500));
+  for (uint32_t i : {0u, 1u}) {
+    EXPECT_FALSE(refused.outcomes[i].ok);
+    const std::vector<uint32_t> suspects = refused.outcomes[i].suspects();
+    EXPECT_NE(std::find(suspects.begin(), suspects.end(), 2u), suspects.end())
+        << refused.outcomes[i].error;
+  }
+  // The next round's plan names rank 2's new key: the round goes through.
+  const std::vector<std::string> fresh = {keys[0].public_key, keys[1].public_key,
+                                          keys[2].public_key};
+  for (auto& p : group.peers) {
+    p->set_member_keys(fresh);
+    p->connect(group.endpoints);
+  }
+  expect_rank_order_sum(run_round(group, {2, 0}, all, c, milliseconds(60000)), all, c);
+}
+
+TEST(Exchange, WithCurveAMemberCannotSendAsAnother) {
+  // Rank 2's key is admitted, but its peer claims to be rank 1 (whose key
+  // is another): rank 0 refuses every piece of it and blames rank 1.
+  const std::vector<CurveKeyPair> keys = {generate_curve_keypair(), generate_curve_keypair(),
+                                          generate_curve_keypair()};
+  Group group = curve_group(keys, {0, 1, 2});
+  // The real rank 1 goes, so that its connection (same routing id) cannot
+  // take the impostor's over.
+  group.peers[1].reset();
+  ExchangeOptions o;
+  o.io_threads = 1;
+  o.security.curve = true;
+  o.security.own = keys[2];
+  for (const CurveKeyPair& k : keys) o.member_keys.push_back(k.public_key);
+  ExchangePeer impostor(1, "tcp://127.0.0.1:*", o);
+  impostor.connect({group.endpoints[0], "", ""});
+  const std::vector<uint32_t> two{0, 1};
+  const auto c = contributions_for(2, 4'001, 9);
+  const auto deadline = Clock::now() + milliseconds(1500);
+  std::vector<float> forged(c[1].size());
+  std::thread t([&] { (void)impostor.exchange({1, 0}, two, c[1], 11, forged, deadline); });
+  std::vector<float> result(c[0].size());
+  const ExchangeOutcome out = group.peers[0]->exchange({1, 0}, two, c[0], 10, result, deadline);
+  t.join();
+  EXPECT_FALSE(out.ok);
+  EXPECT_GT(out.stats.refused, 0u) << out.error << " received " << out.stats.pieces_received
+                                   << " stale " << out.stats.stale << " early " << out.stats.early;
+  EXPECT_NE(out.stats.first_refusal.find("authenticated with another key"), std::string::npos)
+      << out.stats.first_refusal;
+  EXPECT_EQ(out.missing_contributions, std::vector<uint32_t>{1}) << out.error;
 }
 
 }  // namespace

@@ -14,7 +14,9 @@
 //     to each other across hosts: the loss curve equals the star's on
 //     loopback bit for bit; and a worker on a slow link (tbf) during the
 //     exchange is named by the others within the round's deadline, the
-//     steps it held up are dropped and requeued, and the run ends exact.
+//     steps it held up are dropped and requeued, and the run ends exact;
+//     and with CURVE on every link, the workers' among them, the loss curve
+//     is the plain star's on loopback bit for bit.
 // Needs root, iproute2, and the cgroup v1 cpu controller; skips with the
 // reason where the machine does not allow them.
 #include <fmt/format.h>
@@ -216,6 +218,30 @@ TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
               fmt::format("{}", fmt::join(across, " ")).c_str());
 }
 
+// Keys as an operator makes them: dctrain-keygen into `keys`, the workers'
+// public keys in the coordinator's allow-list folder. Returns the
+// coordinator's flags; curve_worker() gives worker i's.
+std::vector<std::string> make_curve_keys(const std::filesystem::path& keys) {
+  std::vector<std::string> names = {"coordinator"};
+  for (int i = 0; i < kWorkers; ++i) names.push_back(fmt::format("w{}", i));
+  std::vector<std::string> keygen = {"--dir", keys.string()};
+  keygen.insert(keygen.end(), names.begin(), names.end());
+  testing::Process generate(kBin + "/dctrain-keygen", keygen, keys.parent_path() / "keygen.out");
+  EXPECT_EQ(generate.wait_for(30s), std::optional<int>(0)) << generate.output();
+  std::filesystem::create_directories(keys / "allowed");
+  for (int i = 0; i < kWorkers; ++i) {
+    const std::string pub = fmt::format("w{}.pub", i);
+    std::filesystem::copy_file(keys / pub, keys / "allowed" / pub);
+  }
+  return {"--secret-key", (keys / "coordinator.key").string(), "--allowed-keys",
+          (keys / "allowed").string()};
+}
+
+std::vector<std::string> curve_worker(const std::filesystem::path& keys, int i) {
+  return {"--secret-key", (keys / fmt::format("w{}.key", i)).string(), "--coordinator-key",
+          (keys / "coordinator.pub").string()};
+}
+
 TEST(MultiHost, WithCurveAcrossFourHostsTheLossCurveIsTheSameAsPlainOnLoopbackBitForBit) {
   SKIP_WITHOUT_PREREQUISITES();
   const std::string config = mnist_config("tau: inf", "stop { max_steps: 6 }");
@@ -226,28 +252,12 @@ TEST(MultiHost, WithCurveAcrossFourHostsTheLossCurveIsTheSameAsPlainOnLoopbackBi
       GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
     const auto dir = make_dir("curve");
     Job run(dir, config);
-    // Keys as an operator makes them: dctrain-keygen, the workers' public
-    // keys in the coordinator's allow-list folder.
     const auto keys = dir / "keys";
-    std::vector<std::string> names = {"coordinator"};
-    for (int i = 0; i < kWorkers; ++i) names.push_back(fmt::format("w{}", i));
-    std::vector<std::string> keygen = {"--dir", keys.string()};
-    keygen.insert(keygen.end(), names.begin(), names.end());
-    testing::Process generate(kBin + "/dctrain-keygen", keygen, dir / "keygen.out");
-    ASSERT_EQ(generate.wait_for(30s), std::optional<int>(0)) << generate.output();
-    std::filesystem::create_directories(keys / "allowed");
+    const std::vector<std::string> coordinator_keys = make_curve_keys(keys);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind(), coordinator_keys);
     for (int i = 0; i < kWorkers; ++i) {
-      const std::string pub = fmt::format("w{}.pub", i);
-      std::filesystem::copy_file(keys / pub, keys / "allowed" / pub);
-    }
-    run.start_coordinator(cluster.on(0), cluster.coordinator_bind(),
-                          {"--secret-key", (keys / "coordinator.key").string(), "--allowed-keys",
-                           (keys / "allowed").string()});
-    for (int i = 0; i < kWorkers; ++i) {
-      const std::string name = fmt::format("w{}", i);
-      run.start_worker(cluster.on(1 + i), name,
-                       {"--secret-key", (keys / (name + ".key")).string(), "--coordinator-key",
-                        (keys / "coordinator.pub").string()});
+      run.start_worker(cluster.on(1 + i), fmt::format("w{}", i), curve_worker(keys, i));
     }
     run.expect_clean_finish(120s);
     EXPECT_NE(run.log().find("security: CURVE on every connection"), std::string::npos)
@@ -398,6 +408,52 @@ TEST(MultiHost, OverTheExchangeARunAcrossFourHostsGivesTheStarsLossCurveBitForBi
   }
   {
     Job run(make_dir("x-loopback"), mnist_config("tau: inf", stop));
+    run.start_coordinator({}, "tcp://127.0.0.1:*");
+    for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
+    run.expect_clean_finish(120s);
+    for (const v1::StepRecord& r : run.step_records()) loopback.push_back(r.loss());
+    loopback.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
+  }
+  ASSERT_EQ(across.size(), 7u);
+  EXPECT_EQ(across, loopback);
+}
+
+TEST(MultiHost, OverTheExchangeWithCurveAcrossFourHostsTheLossCurveIsThePlainStarsBitForBit) {
+  // The workers' links to each other cross hosts too: with CURVE on the
+  // control plane they are CURVE, on the keys each plan names.
+  SKIP_WITHOUT_PREREQUISITES();
+  const std::string stop = "stop { max_steps: 6 }";
+  std::vector<double> across, loopback;
+  {
+    Cluster cluster("xc");
+    if (!cluster.network.error().empty())
+      GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
+    const auto dir = make_dir("xc-across");
+    Job run(dir, mnist_config("tau: inf", stop + "\ndata_plane { kind: \"exchange\" "
+                                                 "timeout_seconds: 30 }"));
+    const auto keys = dir / "keys";
+    const std::vector<std::string> coordinator_keys = make_curve_keys(keys);
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    run.start_coordinator(cluster.on(0), cluster.coordinator_bind(), coordinator_keys);
+    for (int i = 0; i < kWorkers; ++i) {
+      run.start_worker(cluster.on(1 + i), fmt::format("w{}", i), curve_worker(keys, i));
+    }
+    run.expect_clean_finish(120s);
+    for (const v1::StepRecord& r : run.step_records()) {
+      EXPECT_TRUE(r.applied()) << r.ShortDebugString();
+      across.push_back(r.loss());
+    }
+    across.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+    for (int i = 0; i < kWorkers; ++i) {
+      const std::string out = read_text(run.run_dir() / ".." / fmt::format("w{}.out", i));
+      EXPECT_NE(out.find("exchange: CURVE on the data plane"), std::string::npos) << out;
+      EXPECT_NE(out.find("final replica identical"), std::string::npos) << out;
+    }
+    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
+  }
+  {
+    Job run(make_dir("xc-loopback"), mnist_config("tau: inf", stop));
     run.start_coordinator({}, "tcp://127.0.0.1:*");
     for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
     run.expect_clean_finish(120s);

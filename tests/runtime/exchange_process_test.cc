@@ -1,7 +1,8 @@
 // The real programs over the data plane "exchange" (the workers sum their
 // gradients among themselves; the coordinator commits): the same guarantees
 // as the star path's process tests (tests/runtime/process_test.cc) over the
-// new path, and a worker killed while the others wait in the exchange.
+// new path, and a worker killed while the others wait in the exchange; each
+// worker's timeline holds its rounds as "exchange" spans.
 // tcp://127.0.0.1, ephemeral ports.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "runtime/setup.h"
 #include "tests/runtime/cluster.h"
 #include "tests/runtime/process.h"
+#include "tests/trace/trace_json.h"
 
 namespace dctrain {
 namespace {
@@ -127,6 +129,21 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
     cluster.start_coordinator();
     cluster.start_workers();
     cluster.expect_clean_finish();
+    // Every traced step (the default window: all 10) holds each worker's
+    // round as its own "exchange" span, after its compute.
+    std::string problem;
+    const auto trace = testing::parse_trace(read_text(cluster.run_dir() / "trace.json"), &problem);
+    EXPECT_TRUE(trace.has_value()) << problem;
+    size_t rounds = 0;
+    for (const testing::ParsedEvent& e :
+         trace ? trace->events : std::vector<testing::ParsedEvent>{}) {
+      if (e.name != "exchange") continue;
+      ++rounds;
+      EXPECT_EQ(e.number("ok"), 1.0);
+      EXPECT_EQ(e.number("members"), 2.0);
+      EXPECT_GE(e.dur, 0.0);
+    }
+    EXPECT_EQ(rounds, 20u) << "10 traced steps, 2 workers";
     std::vector<double> losses;
     const MetricsRecords records = cluster.records();
     for (const v1::StepRecord& r : records.steps) losses.push_back(r.loss());

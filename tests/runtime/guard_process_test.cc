@@ -1,9 +1,14 @@
 // The guard with the real programs over tcp://127.0.0.1: a worker killed
 // with SIGKILL is declared dead as soon as its connection closes, far sooner
 // than liveness.silence_seconds, and a replacement joins; nothing is lost.
+// Over the data plane "exchange", a member contributing 1e30 or NaN: every
+// honest member refuses the sum, the step is discarded with nothing applied
+// on any replica and requeued, the ledger stays exact; a member that keeps
+// doing it stops the run (guard.max_bad_steps_in_a_row).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <regex>
 
@@ -78,6 +83,94 @@ TEST(GuardProcesses, KilledWorkerIsDeclaredDeadWhenItsConnectionClosesAndAReplac
     w9_contributed |= w.name() == "w9" && w.contributed();
   }
   EXPECT_TRUE(w9_contributed) << steps.back().ShortDebugString();
+}
+
+std::string exchange_config(const std::string& extra) {
+  return fmt::format(R"(
+name: "exchange-guard"
+seed: 11
+workers: 3
+model {{ name: "mlp" }}
+dataset {{ kind: "synthetic" synthetic_samples: 2000 train_limit: 480 test_limit: 200 }}
+optimizer {{ kind: "sgd" lr: 0.05 momentum: 0.9 }}
+step {{ global_batch: 48 micro_batch: 8 tau: inf }}
+data_plane {{ kind: "exchange" timeout_seconds: 3 }}
+liveness {{ heartbeat_seconds: 0.2 silence_seconds: 10 grace_seconds: 1 join_timeout_seconds: 60 }}
+eval {{ every_steps: 5 batch: 100 }}
+{}
+)",
+                     extra);
+}
+
+// Two workers, then the peer (rank 2) as the third member of every round.
+void start_exchange_run(GuardRun& run, const std::vector<std::string>& peer_flags) {
+  run.start_coordinator();
+  run.start_worker("w0");
+  run.start_worker("w1");
+  ASSERT_TRUE(eventually([&] { return run.joined() == 2; }, 60s)) << run.log();
+  std::vector<std::string> flags = {"--name", "peer", "--exchange-bind", "tcp://127.0.0.1:*"};
+  flags.insert(flags.end(), peer_flags.begin(), peer_flags.end());
+  run.start_peer("peer", flags);
+}
+
+TEST(GuardProcesses, ExchangeSumHoldingHugeOrNanValuesIsDiscardedOnEveryReplicaAndRequeued) {
+  for (const std::string value : {"1e30", "nan"}) {
+    SCOPED_TRACE(value);
+    GuardRun run("exchange-poison-" + value, exchange_config("stop { max_epochs: 2 }"));
+    start_exchange_run(run, {"--poison-step", "0", "--value", value, "--leave-after-poison", "1"});
+    run.expect_finish();  // w0 and w1 checked their final replicas against the coordinator's
+
+    const std::string log = run.log();
+    EXPECT_NE(log.find("step 0 discarded: the exchanged sum holds NaN, infinite or overflowing "
+                       "values (|x| >= 2^64); nothing is applied on any replica"),
+              std::string::npos)
+        << log;
+    for (const char* w : {"w0", "w1"}) {
+      EXPECT_NE(run.process(w).output().find(
+                    "step 0: the exchanged sum holds NaN, infinite or overflowing values"),
+                std::string::npos)
+          << run.process(w).output();
+    }
+    const v1::RunSummary summary = run.summary();
+    EXPECT_EQ(summary.steps_discarded(), 1u) << summary.ShortDebugString();
+    EXPECT_EQ(summary.samples_lost(), 0u);
+    EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
+    EXPECT_EQ(summary.epochs_audited(), 2u);
+    EXPECT_EQ(summary.audits_failed(), 0u);
+    EXPECT_EQ(summary.checksum_mismatches(), 0u);
+    const MetricsRecords records = run.records();
+    ASSERT_FALSE(records.steps.empty());
+    EXPECT_FALSE(records.steps[0].applied()) << records.steps[0].ShortDebugString();
+    EXPECT_TRUE(records.steps[0].discarded()) << records.steps[0].ShortDebugString();
+    size_t applied = 0;
+    for (const v1::StepRecord& r : records.steps) applied += r.applied();
+    EXPECT_GT(applied, 0u);
+    // Had any replica applied the sum, its loss would be infinite or NaN.
+    ASSERT_FALSE(records.evals.empty());
+    for (const v1::EvalRecord& e : records.evals) {
+      EXPECT_TRUE(std::isfinite(e.eval_loss())) << e.ShortDebugString();
+    }
+    EXPECT_LT(records.evals.back().eval_loss(), 5.0) << records.evals.back().ShortDebugString();
+  }
+}
+
+TEST(GuardProcesses, ExchangeMemberPoisoningEveryStepStopsTheRunWithNothingApplied) {
+  GuardRun run("exchange-poison-every",
+               exchange_config("stop { max_epochs: 2 }\nguard { max_bad_steps_in_a_row: 2 }"));
+  start_exchange_run(run, {"--poison-every-step", "1"});
+  const auto code = run.coordinator().wait_for(120s);
+  ASSERT_TRUE(code.has_value()) << run.log();
+  EXPECT_EQ(*code, 1) << run.log();
+  const std::string log = run.log();
+  EXPECT_NE(log.find("2 steps in a row had no usable update"), std::string::npos) << log;
+  const MetricsRecords records = run.records();
+  ASSERT_EQ(records.steps.size(), 2u);
+  for (const v1::StepRecord& r : records.steps) {
+    EXPECT_FALSE(r.applied()) << r.ShortDebugString();
+    EXPECT_TRUE(r.discarded()) << r.ShortDebugString();
+  }
+  EXPECT_EQ(run.summary().steps_discarded(), 2u);
+  EXPECT_EQ(run.summary().samples_lost(), 0u);
 }
 
 }  // namespace

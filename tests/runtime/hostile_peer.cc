@@ -3,7 +3,8 @@
 // off) can do with the repository's own schema.
 //
 //   hostile_peer --connect ENDPOINT --name NAME [--poison-step K] [--value V]
-//                [--answer-seconds S]
+//                [--answer-seconds S] [--exchange-bind ADDRESS]
+//                [--poison-every-step 1] [--leave-after-poison 1]
 //
 // It says hello as NAME (claiming a data root). Once welcomed it says Ready
 // and answers every plan with a well-formed contribution: at step K it
@@ -13,6 +14,14 @@
 // tau does). It heartbeats, and ends on the coordinator's bye (exit 0).
 // Exits 3 when refused, and 4 when nothing answers its hello within
 // --answer-seconds (e.g. because NAME is held by a connected worker).
+//
+// With --exchange-bind (data plane "exchange") it also binds a data-plane
+// peer, advertises it in the hello, and takes part in every round with the
+// same contribution (V at the poisoned steps, zeros otherwise), reporting
+// its round ok without checking the sum, as a member that lies would. Its
+// replica checksum is the plan's, right only while no update is pending,
+// so it poisons step 0 or every step (--poison-every-step), and
+// --leave-after-poison says bye once it has.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -24,6 +33,7 @@
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
+#include "exchange/peer.h"
 #include "proto/wire.pb.h"
 
 namespace {
@@ -59,6 +69,8 @@ int main(int argc, char** argv) {
   int64_t poison_step = -1;
   float value = 1e30f;
   double answer_seconds = 30.0;
+  std::string exchange_bind;
+  bool poison_every_step = false, leave_after_poison = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], arg = argv[i + 1];
     if (flag == "--connect") {
@@ -71,6 +83,12 @@ int main(int argc, char** argv) {
       value = std::stof(arg);
     } else if (flag == "--answer-seconds") {
       answer_seconds = std::stod(arg);
+    } else if (flag == "--exchange-bind") {
+      exchange_bind = arg;
+    } else if (flag == "--poison-every-step") {
+      poison_every_step = arg == "1";
+    } else if (flag == "--leave-after-poison") {
+      leave_after_poison = arg == "1";
     } else {
       std::fprintf(stderr, "hostile_peer: unknown flag %s\n", flag.c_str());
       return 2;
@@ -92,6 +110,13 @@ int main(int argc, char** argv) {
   hello.envelope.mutable_hello()->set_worker_name(name);
   hello.envelope.mutable_hello()->set_threads(1);
   hello.envelope.mutable_hello()->set_has_data_dir(true);
+  std::unique_ptr<dctrain::ExchangePeer> exchange;
+  std::vector<std::string> connected;
+  uint32_t rank = 0;
+  if (!exchange_bind.empty()) {
+    exchange = std::make_unique<dctrain::ExchangePeer>(0, exchange_bind);
+    hello.envelope.mutable_hello()->set_exchange_endpoint(exchange->endpoint());
+  }
   send(socket, std::move(hello));
 
   uint64_t parameters = 0, buffers = 0;
@@ -129,6 +154,7 @@ int main(int argc, char** argv) {
           if (t.name() == "parameters") parameters = t.count();
           if (t.name() == "buffers") buffers = t.count();
         }
+        rank = e.welcome().rank();
         std::printf("hostile_peer '%s': welcomed as rank %u (%llu parameters)\n", name.c_str(),
                     e.welcome().rank(), static_cast<unsigned long long>(parameters));
         dctrain::Message ready;
@@ -138,7 +164,7 @@ int main(int argc, char** argv) {
         break;
       }
       case dctrain::v1::Envelope::kPlan: {
-        const bool poison = static_cast<int64_t>(e.step()) == poison_step;
+        const bool poison = poison_every_step || static_cast<int64_t>(e.step()) == poison_step;
         dctrain::Message c;
         c.envelope = dctrain::make_envelope(e.step(), name);
         dctrain::v1::Contribution& body = *c.envelope.mutable_contribution();
@@ -159,10 +185,41 @@ int main(int argc, char** argv) {
         body.set_compute_seconds(0.001);
         body.set_parameter_checksum(e.plan().parameter_checksum());
         std::vector<float> gradient(parameters, poison ? value : 0.0f);
-        dctrain::add_tensor(c, "gradient", gradient);
-        if (buffers > 0) {
-          std::vector<float> statistics(buffers, 0.0f);
-          dctrain::add_tensor(c, "statistics", statistics);
+        std::vector<float> statistics(buffers, 0.0f);
+        if (e.plan().has_exchange() && exchange != nullptr) {
+          // The round with the other members: [gradient | statistics].
+          const dctrain::v1::ExchangePlan& x = e.plan().exchange();
+          std::vector<uint32_t> members(x.member_ranks().begin(), x.member_ranks().end());
+          std::vector<std::string> endpoints;
+          for (int i = 0; i < x.member_ranks_size(); ++i) {
+            if (x.member_ranks(i) >= endpoints.size()) endpoints.resize(x.member_ranks(i) + 1);
+            endpoints[x.member_ranks(i)] = x.member_endpoints(i);
+          }
+          if (endpoints != connected) {
+            exchange->set_rank(rank);
+            exchange->connect(endpoints);
+            connected = endpoints;
+          }
+          std::vector<float> buffer = gradient;
+          buffer.insert(buffer.end(), statistics.begin(), statistics.end());
+          const dctrain::ExchangeOutcome out =
+              exchange->exchange({e.step(), x.attempt()}, members, buffer, samples, buffer,
+                                 Clock::now() + std::chrono::seconds(30));
+          dctrain::v1::ExchangeReport& report = *body.mutable_exchange();
+          report.set_ok(out.ok);
+          report.set_samples(out.samples);
+          report.set_attempt(x.attempt());
+          if (out.ok && !members.empty() && members.front() == rank) {
+            report.set_carries_sum(true);
+            dctrain::add_tensor(c, "gradient", std::span<const float>(buffer).first(parameters));
+            if (buffers > 0) {
+              dctrain::add_tensor(c, "statistics",
+                                  std::span<const float>(buffer).subspan(parameters));
+            }
+          }
+        } else {
+          dctrain::add_tensor(c, "gradient", gradient);
+          if (buffers > 0) dctrain::add_tensor(c, "statistics", statistics);
         }
         if (poison) {
           std::printf("hostile_peer '%s': step %llu: sending a gradient full of %g\n", name.c_str(),
@@ -170,6 +227,15 @@ int main(int argc, char** argv) {
         }
         send(socket, std::move(c));
         last_sent = Clock::now();
+        if (poison && leave_after_poison) {
+          dctrain::Message bye;
+          bye.envelope = dctrain::make_envelope(e.step(), name);
+          bye.envelope.mutable_bye()->set_reason("poisoned its step; leaving");
+          send(socket, std::move(bye));
+          std::printf("hostile_peer '%s': left after poisoning\n", name.c_str());
+          std::fflush(stdout);
+          return 0;
+        }
         break;
       }
       default:
