@@ -49,9 +49,13 @@ double DelayModel::delay_after(double compute_seconds) {
     case v1::DELAY_EXPONENTIAL:
       delay = -config_.seconds() * std::log(1.0 - rng_.uniform_double());
       break;
-    case v1::DELAY_DROPCOMPUTE:
-      delay = draw_dropcompute_factor() * compute_seconds * 0.5 * config_.factor();
+    case v1::DELAY_DROPCOMPUTE: {
+      // `seconds` of compute stand-in first, then the paper's delay on the
+      // micro-batch's whole compute, real and stood-in.
+      const double compute = compute_seconds + config_.seconds();
+      delay = config_.seconds() + draw_dropcompute_factor() * compute * 0.5 * config_.factor();
       break;
+    }
     case v1::DELAY_BIMODAL:
       if (rng_.uniform_double() < config_.probability()) delay = config_.stall_seconds();
       break;

@@ -6,7 +6,10 @@
 //   exponential  exponential with mean `seconds`
 //   dropcompute  X * t * 0.5 * factor after a micro-batch of time t, X drawn
 //                from the log-normal (mu 4, sigma 1) discretised on 1..999
-//                and rescaled to mean 1 (the DropCompute paper's model)
+//                and rescaled to mean 1 (the DropCompute paper's model);
+//                with `seconds` > 0, that much compute stand-in is slept
+//                first and counts in t: s + X * (t + s) * 0.5 * factor (so
+//                that workers sharing cores behave as devices of their own)
 //   bimodal      stall_seconds with probability `probability`, else 0
 // and, whatever the kind, the ranks in slow_workers take `slowdown` times as
 // long for the whole micro-batch: (slowdown - 1) * (t + delay) more.

@@ -33,5 +33,23 @@ TEST(DelayModel, WithoutAnInjectedDelayTheSlowdownStretchesTheCompute) {
   EXPECT_DOUBLE_EQ(slow.delay_after(0.05), 0.05);
 }
 
+TEST(DelayModel, DropComputeDelayOverAComputeStandIn) {
+  // With seconds s the micro-batch is the paper's model over a compute of
+  // t + s: s slept, then X (t + s) / 2, the same draws as a model without
+  // the stand-in whose compute took t + s.
+  v1::DelayConfig plain;
+  plain.set_kind(v1::DELAY_DROPCOMPUTE);
+  plain.set_factor(1.0);
+  plain.set_seed(7);
+  v1::DelayConfig standing = plain;
+  standing.set_seconds(0.05);
+  DelayModel a(plain, 2);
+  DelayModel b(standing, 2);
+  for (int i = 0; i < 100; ++i) {
+    const double t = 0.001 * (i % 7);
+    EXPECT_NEAR(b.delay_after(t), 0.05 + a.delay_after(t + 0.05), 1e-15) << i;
+  }
+}
+
 }  // namespace
 }  // namespace dctrain
