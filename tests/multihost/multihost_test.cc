@@ -181,6 +181,26 @@ struct Cluster {
   Network network;
 };
 
+// A finished run's step losses, then its final evaluation loss (-1 if none).
+std::vector<double> losses_of(Job& run) {
+  std::vector<double> out;
+  for (const v1::StepRecord& r : run.step_records()) out.push_back(r.loss());
+  out.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+  return out;
+}
+
+// The same run on loopback with the star plane, no namespaces, no keys: the
+// baseline the runs across hosts must equal bit for bit.
+std::vector<double> loopback_losses(const std::string& name, const std::string& config) {
+  Job run(make_dir(name), config);
+  run.start_coordinator({}, "tcp://127.0.0.1:*");
+  for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
+  run.expect_clean_finish(120s);
+  std::vector<double> out = losses_of(run);
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
+  return out;
+}
+
 TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
   SKIP_WITHOUT_PREREQUISITES();
   const std::string config = mnist_config("tau: inf", "stop { max_steps: 6 }");
@@ -194,8 +214,7 @@ TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
     ASSERT_TRUE(run.endpoint().starts_with("tcp://10.231.0.10:")) << run.endpoint();
     for (int i = 0; i < kWorkers; ++i) run.start_worker(cluster.on(1 + i), fmt::format("w{}", i));
     run.expect_clean_finish(120s);
-    for (const v1::StepRecord& r : run.step_records()) across.push_back(r.loss());
-    across.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+    across = losses_of(run);
     // Each worker reached the coordinator from its own address.
     for (int i = 0; i < kWorkers; ++i) {
       const std::string out = read_text(run.run_dir() / ".." / fmt::format("w{}.out", i));
@@ -203,15 +222,7 @@ TEST(MultiHost, ARunAcrossFourHostsGivesTheSameLossCurveAsOnLoopbackBitForBit) {
     }
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
   }
-  {
-    Job run(make_dir("loopback"), config);
-    run.start_coordinator({}, "tcp://127.0.0.1:*");
-    for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
-    run.expect_clean_finish(120s);
-    for (const v1::StepRecord& r : run.step_records()) loopback.push_back(r.loss());
-    loopback.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
-    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
-  }
+  loopback = loopback_losses("loopback", config);
   ASSERT_EQ(across.size(), 7u);
   EXPECT_EQ(across, loopback);
   std::printf("losses across hosts: %s (final eval loss last), identical on loopback\n",
@@ -262,19 +273,10 @@ TEST(MultiHost, WithCurveAcrossFourHostsTheLossCurveIsTheSameAsPlainOnLoopbackBi
     run.expect_clean_finish(120s);
     EXPECT_NE(run.log().find("security: CURVE on every connection"), std::string::npos)
         << run.log();
-    for (const v1::StepRecord& r : run.step_records()) curve.push_back(r.loss());
-    curve.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+    curve = losses_of(run);
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
   }
-  {
-    Job run(make_dir("curve-loopback"), config);
-    run.start_coordinator({}, "tcp://127.0.0.1:*");
-    for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
-    run.expect_clean_finish(120s);
-    for (const v1::StepRecord& r : run.step_records()) loopback.push_back(r.loss());
-    loopback.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
-    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
-  }
+  loopback = loopback_losses("curve-loopback", config);
   ASSERT_EQ(curve.size(), 7u);
   EXPECT_EQ(curve, loopback);
 }
@@ -396,9 +398,8 @@ TEST(MultiHost, OverTheExchangeARunAcrossFourHostsGivesTheStarsLossCurveBitForBi
     run.expect_clean_finish(120s);
     for (const v1::StepRecord& r : run.step_records()) {
       EXPECT_TRUE(r.applied()) << r.ShortDebugString();
-      across.push_back(r.loss());
     }
-    across.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+    across = losses_of(run);
     // Each worker advertised its own host's address for the exchange.
     for (int i = 0; i < kWorkers; ++i) {
       const std::string out = read_text(run.run_dir() / ".." / fmt::format("w{}.out", i));
@@ -406,15 +407,7 @@ TEST(MultiHost, OverTheExchangeARunAcrossFourHostsGivesTheStarsLossCurveBitForBi
     }
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
   }
-  {
-    Job run(make_dir("x-loopback"), mnist_config("tau: inf", stop));
-    run.start_coordinator({}, "tcp://127.0.0.1:*");
-    for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
-    run.expect_clean_finish(120s);
-    for (const v1::StepRecord& r : run.step_records()) loopback.push_back(r.loss());
-    loopback.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
-    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
-  }
+  loopback = loopback_losses("x-loopback", mnist_config("tau: inf", stop));
   ASSERT_EQ(across.size(), 7u);
   EXPECT_EQ(across, loopback);
 }
@@ -442,9 +435,8 @@ TEST(MultiHost, OverTheExchangeWithCurveAcrossFourHostsTheLossCurveIsThePlainSta
     run.expect_clean_finish(120s);
     for (const v1::StepRecord& r : run.step_records()) {
       EXPECT_TRUE(r.applied()) << r.ShortDebugString();
-      across.push_back(r.loss());
     }
-    across.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
+    across = losses_of(run);
     for (int i = 0; i < kWorkers; ++i) {
       const std::string out = read_text(run.run_dir() / ".." / fmt::format("w{}.out", i));
       EXPECT_NE(out.find("exchange: CURVE on the data plane"), std::string::npos) << out;
@@ -452,15 +444,7 @@ TEST(MultiHost, OverTheExchangeWithCurveAcrossFourHostsTheLossCurveIsThePlainSta
     }
     if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
   }
-  {
-    Job run(make_dir("xc-loopback"), mnist_config("tau: inf", stop));
-    run.start_coordinator({}, "tcp://127.0.0.1:*");
-    for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
-    run.expect_clean_finish(120s);
-    for (const v1::StepRecord& r : run.step_records()) loopback.push_back(r.loss());
-    loopback.push_back(optional_number(run.summary().final_eval_loss()).value_or(-1.0));
-    if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.run_dir().parent_path());
-  }
+  loopback = loopback_losses("xc-loopback", mnist_config("tau: inf", stop));
   ASSERT_EQ(across.size(), 7u);
   EXPECT_EQ(across, loopback);
 }
