@@ -21,27 +21,31 @@ using namespace std::chrono_literals;
 using testing::eventually;
 using testing::GuardRun;
 
-std::string small_config(double silence_seconds) {
+// Three workers, the MLP on 480 generated images; `plane_and_stop` names
+// the delay or data plane and the stop criterion (and anything else).
+std::string small_config(const std::string& name, double silence_seconds,
+                         const std::string& plane_and_stop) {
   return fmt::format(R"(
-name: "liveness"
+name: "{}"
 seed: 11
 workers: 3
 model {{ name: "mlp" }}
 dataset {{ kind: "synthetic" synthetic_samples: 2000 train_limit: 480 test_limit: 200 }}
 optimizer {{ kind: "sgd" lr: 0.05 momentum: 0.9 }}
 step {{ global_batch: 48 micro_batch: 8 tau: inf }}
-delay {{ kind: "constant" seconds: 0.03 }}
 liveness {{ heartbeat_seconds: 0.2 silence_seconds: {} grace_seconds: 1 join_timeout_seconds: 60 }}
 eval {{ every_steps: 5 batch: 100 }}
-stop {{ max_epochs: 3 }}
+{}
 )",
-                     silence_seconds);
+                     name, silence_seconds, plane_and_stop);
 }
 
 TEST(GuardProcesses, KilledWorkerIsDeclaredDeadWhenItsConnectionClosesAndAReplacementJoins) {
   // Silence alone would take 30 s to notice the killed worker.
   constexpr double kSilence = 30.0;
-  GuardRun run("sigkill", small_config(kSilence));
+  GuardRun run("sigkill", small_config("liveness", kSilence,
+                                       "delay { kind: \"constant\" seconds: 0.03 }\n"
+                                       "stop { max_epochs: 3 }"));
   run.start_coordinator();
   for (const char* name : {"w0", "w1", "w2"}) run.start_worker(name);
   ASSERT_TRUE(eventually([&] { return run.records().steps.size() >= 3; }, 60s)) << run.log();
@@ -86,20 +90,8 @@ TEST(GuardProcesses, KilledWorkerIsDeclaredDeadWhenItsConnectionClosesAndAReplac
 }
 
 std::string exchange_config(const std::string& extra) {
-  return fmt::format(R"(
-name: "exchange-guard"
-seed: 11
-workers: 3
-model {{ name: "mlp" }}
-dataset {{ kind: "synthetic" synthetic_samples: 2000 train_limit: 480 test_limit: 200 }}
-optimizer {{ kind: "sgd" lr: 0.05 momentum: 0.9 }}
-step {{ global_batch: 48 micro_batch: 8 tau: inf }}
-data_plane {{ kind: "exchange" timeout_seconds: 3 }}
-liveness {{ heartbeat_seconds: 0.2 silence_seconds: 10 grace_seconds: 1 join_timeout_seconds: 60 }}
-eval {{ every_steps: 5 batch: 100 }}
-{}
-)",
-                     extra);
+  return small_config("exchange-guard", 10,
+                      "data_plane { kind: \"exchange\" timeout_seconds: 3 }\n" + extra);
 }
 
 // Two workers, then the peer (rank 2) as the third member of every round.
