@@ -1,6 +1,8 @@
 #include "comm/envelope.h"
 
 #include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "common/version.h"
 
@@ -20,6 +22,17 @@ std::optional<std::string> version_problem(const v1::Envelope& envelope) {
       "peer '{}' speaks protocol version {}, this build speaks {} (dctrain {}); "
       "run the same dctrain release on every host",
       envelope.sender(), envelope.protocol_version(), kProtocolVersion, kVersion);
+}
+
+std::string deterministic_bytes(const v1::Envelope& envelope) {
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    envelope.SerializeToCodedStream(&coded);
+  }  // flushed into `out` here
+  return out;
 }
 
 }  // namespace dctrain

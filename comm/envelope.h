@@ -15,4 +15,9 @@ v1::Envelope make_envelope(uint64_t step, std::string sender);
 // Why `envelope` cannot be accepted by this build, or nothing when it can.
 std::optional<std::string> version_problem(const v1::Envelope& envelope);
 
+// The envelope's bytes with map entries in key order (a trace event's args
+// serialize in no fixed order otherwise), so that equal envelopes give equal
+// bytes, NaN payloads and unknown fields included: for comparing two.
+std::string deterministic_bytes(const v1::Envelope& envelope);
+
 }  // namespace dctrain

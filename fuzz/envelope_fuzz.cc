@@ -7,8 +7,6 @@
 // deterministic serialization) and frames; a
 // message that passes check_tensors can be copied and summed tensor by
 // tensor without reading past a frame.
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include <cstdlib>
 #include <string>
@@ -48,20 +46,6 @@ Specs make_specs() {
   return s;
 }
 
-// The envelope's bytes with map entries in key order: a map field (a trace
-// event's args) serializes in no fixed order, so equal messages may give
-// different plain bytes.
-std::string canonical_bytes(const v1::Envelope& envelope) {
-  std::string out;
-  {
-    google::protobuf::io::StringOutputStream stream(&out);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    envelope.SerializeToCodedStream(&coded);
-  }  // flushed into `out` here
-  return out;
-}
-
 void check_roundtrip(const Message& decoded) {
   Message copy;
   copy.envelope = decoded.envelope;
@@ -76,7 +60,7 @@ void check_roundtrip(const Message& decoded) {
   // carries, e.g. a diverged worker's loss) is unequal to itself, so a field
   // comparison fails on a message that came back exactly; bytes also tell
   // 0.0 from -0.0 and keep unknown fields in the comparison.
-  if (canonical_bytes(again.envelope) != canonical_bytes(decoded.envelope) ||
+  if (deterministic_bytes(again.envelope) != deterministic_bytes(decoded.envelope) ||
       again.frames.size() != decoded.frames.size()) {
     std::fprintf(stderr, "encode + decode changed a message\n");
     std::abort();
