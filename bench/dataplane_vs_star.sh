@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# bert-tiny's time outside compute per step, the data plane "star" (every
+# A model's time outside compute per step, the data plane "star" (every
 # gradient through the coordinator) against "exchange" (the workers sum
 # among themselves, the coordinator commits), 2 and 4 workers, real
 # processes (dctrain-launch) on this host; beside them the reference the
-# exchange is held to: gloo's allreduce of the same 17.5 MiB at the same
-# world size (torch.distributed, bench/gloo_allreduce.py) plus one AdamW step
-# of bert-tiny's 4.4M parameters (bench_optimizer_step), measured in the
-# same run.
+# exchange is held to: gloo's allreduce of the same gradient bytes at the
+# same world size (torch.distributed, bench/gloo_allreduce.py) plus one
+# optimizer step of the model (bench_optimizer_step), measured in the same
+# run.
 #
 # Time outside compute of a step = the coordinator's wall clock from one
 # step's close to the next (plans, exchange or reduce, commit or update,
@@ -15,10 +15,12 @@
 # planes alternate, `rounds` each, and the figures are medians over rounds,
 # so a change in the machine's load weighs on both alike.
 #
-#   bash bench/dataplane_vs_star.sh [build dir, default build/release] [steps, default 20] [rounds, default 2] [data root, default ../shared/data]
+#   bash bench/dataplane_vs_star.sh [build dir, default build/release] [steps, default 20] [rounds, default 2] [data root, default ../shared/data] [model, default bert-tiny]
 #
-# bert-tiny with BERT's vocabulary (4.4M parameters, 17.5 MB of gradient)
-# on tinyshakespeare, from the data root.
+# Models: bert-tiny with BERT's vocabulary (4.4M parameters, 17.5 MB of
+# gradient; AdamW; 4 sequences of 128 tokens per worker per step) on
+# tinyshakespeare; resnet20 (0.27M parameters, 1.1 MB; SGD with momentum;
+# 32 images per worker per step) on CIFAR-10; both from the data root.
 #
 # The gloo reference needs /usr/bin/python3 with torch (python3-torch); the
 # rest runs without it (the reference columns then say "-").
@@ -28,11 +30,39 @@ build="${1:-$here/../build/release}"
 steps="${2:-20}"
 rounds="${3:-2}"
 data="${4:-$here/../../shared/data}"
-if [[ ! -f "$data/bert-base-uncased/vocab.txt" || ! -d "$data/text/tinyshakespeare" ]]; then
-  echo "dataplane_vs_star: no bert-base-uncased/vocab.txt or text/tinyshakespeare under $data;" \
-    "pass the data root as the fourth argument" >&2
-  exit 1
-fi
+model="${5:-bert-tiny}"
+case "$model" in
+  bert-tiny)
+    # 4,367,546 parameters, 17.5 MiB as gloo's buffer (as the issue's table).
+    model_cfg='model { name: "bert-tiny" vocab_size: 30522 }
+dataset { kind: "text-mlm" corpus: "tinyshakespeare" vocab: "bert-base-uncased/vocab.txt" test_limit: 32 }
+optimizer { kind: "adamw" lr: 1e-3 weight_decay: 0.01 }'
+    per_worker=4 micro=4 bytes=18350080 optimizer_row="bert-tiny adamw"
+    what="bert-tiny, 4 sequences of 128 tokens per worker per step"
+    if [[ ! -f "$data/bert-base-uncased/vocab.txt" || ! -d "$data/text/tinyshakespeare" ]]; then
+      echo "dataplane_vs_star: no bert-base-uncased/vocab.txt or text/tinyshakespeare under" \
+        "$data; pass the data root as the fourth argument" >&2
+      exit 1
+    fi
+    ;;
+  resnet20)
+    # 269,722 parameters: 1,078,888 bytes of gradient.
+    model_cfg='model { name: "resnet20" num_classes: 10 image_channels: 3 image_height: 32 image_width: 32 }
+dataset { kind: "cifar10" augment: true test_limit: 250 }
+optimizer { kind: "sgd" lr: 0.1 momentum: 0.9 weight_decay: 5e-4 }'
+    per_worker=32 micro=16 bytes=1078888 optimizer_row="resnet20  sgd"
+    what="resnet20, 32 images per worker per step"
+    if [[ ! -d "$data/cifar-10-batches-bin" && ! -d "$data/cifar-10-partial" ]]; then
+      echo "dataplane_vs_star: no cifar-10-batches-bin or cifar-10-partial under $data;" \
+        "pass the data root as the fourth argument" >&2
+      exit 1
+    fi
+    ;;
+  *)
+    echo "dataplane_vs_star: model '$model' is not known; use bert-tiny or resnet20" >&2
+    exit 2
+    ;;
+esac
 warmup=4
 launch="$build/bin/dctrain-launch"
 optimizer="$build/bench/bench_optimizer_step"
@@ -47,7 +77,7 @@ gloo=1
 dir="$(mktemp -d "${TMPDIR:-/tmp}/dctrain-dataplane-XXXXXX")"
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a == a) printf "%.2fx", a / b; else printf "-" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.2fx", a / b; else printf "-" }'; }
 
 # The median time outside compute (ms) of a run's measured steps.
 outside_ms() {
@@ -67,15 +97,13 @@ PY
 }
 
 run() {  # plane workers round
-  local name="$1-$2-$3"
+  local name="$model-$1-$2-$3"
   cat >"$dir/$name.cfg" <<CFG
 name: "dataplane-$name"
 seed: 1
 workers: $2
-model { name: "bert-tiny" vocab_size: 30522 }
-dataset { kind: "text-mlm" corpus: "tinyshakespeare" vocab: "bert-base-uncased/vocab.txt" test_limit: 32 }
-optimizer { kind: "adamw" lr: 1e-3 weight_decay: 0.01 }
-step { global_batch: $((4 * $2)) micro_batch: 4 tau: inf }
+$model_cfg
+step { global_batch: $((per_worker * $2)) micro_batch: $micro tau: inf }
 eval { every_steps: 1000000 batch: 32 }
 stop { max_steps: $steps }
 data_plane { kind: "$1" }
@@ -91,27 +119,27 @@ CFG
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 echo "cores: $(nproc), shared by the coordinator, every worker and whatever else runs here;" \
   "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "bert-tiny, 4 sequences of 128 tokens per worker per step, tau = inf, $steps steps per run" \
-  "(first $warmup not measured), $rounds rounds"
-adamw="$("$optimizer" --repeats 10 | sed -n 's/^bert-tiny *adamw .*step *\([0-9.]*\) ms.*$/\1/p')"
-echo "one AdamW step of bert-tiny (bench_optimizer_step, 1 thread): $adamw ms"
+echo "$what, tau = inf, $steps steps per run (first $warmup not measured), $rounds rounds"
+update="$("$optimizer" --repeats 10 | sed -n "s/^$optimizer_row .*step *\([0-9.]*\) ms.*\$/\1/p")"
+echo "one optimizer step ($optimizer_row, bench_optimizer_step, 1 thread): $update ms"
+((gloo)) || echo "no torch.distributed here (install python3-torch): no gloo reference"
 echo
-printf '%-8s %12s %14s %10s %14s %12s %12s\n' workers "star ms" "exchange ms" "ex/star" \
-  "gloo+adamw ms" "ex/ref" "star/ref"
+printf '%-8s %12s %14s %10s %16s %12s %12s\n' workers "star ms" "exchange ms" "ex/star" \
+  "gloo+update ms" "ex/ref" "star/ref"
 for workers in 2 4; do
   s="" x="" g=""
   for ((i = 0; i < rounds; i++)); do
     s+=" $(run star "$workers" "$i")"
     x+=" $(run exchange "$workers" "$i")"
     if ((gloo)); then
-      g+=" $(/usr/bin/python3 "$here/gloo_allreduce.py" --world "$workers" --bytes 18350080 \
+      g+=" $(/usr/bin/python3 "$here/gloo_allreduce.py" --world "$workers" --bytes "$bytes" \
         --iters 20 --warmup 5 2>/dev/null | sed -n 's/^RESULT .* median_ms=\([0-9.]*\) .*$/\1/p')"
     fi
   done
   s="$(median <<<"$s")" x="$(median <<<"$x")"
-  ref="nan"
-  if ((gloo)); then ref="$(awk -v g="$(median <<<"$g")" -v a="$adamw" 'BEGIN { printf "%.2f", g + a }')"; fi
-  printf '%-8s %12s %14s %10s %14s %12s %12s\n' "$workers" "$s" "$x" "$(ratio "$x" "$s")" "$ref" \
+  ref="-"
+  if ((gloo)); then ref="$(awk -v g="$(median <<<"$g")" -v a="$update" 'BEGIN { printf "%.2f", g + a }')"; fi
+  printf '%-8s %12s %14s %10s %16s %12s %12s\n' "$workers" "$s" "$x" "$(ratio "$x" "$s")" "$ref" \
     "$(ratio "$x" "$ref")" "$(ratio "$s" "$ref")"
 done
 echo "run folders: $dir"

@@ -65,6 +65,9 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
       speed_planner_(config_.step().rebalance()),
       needs_data_root_(needs_data_root(config_)) {
   reducer_.set_holding(guard_.norm_guard());
+  exchange_run_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                            std::chrono::system_clock::now().time_since_epoch())
+                                            .count());
   const double now = clock_();
   created_ = run_started_ = waiting_since_ = now;
   if (setup_.resume) {
@@ -320,7 +323,9 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   member->last_heard = now;
   const uint32_t rank = member->rank;
   timeline_.contribution(rank, peer, message.envelope, now);
-  if (message.envelope.has_contribution()) {
+  // A redone exchange round reports the same compute again: counted once.
+  const bool redo_report = message.envelope.contribution().exchange().attempt() > 0;
+  if (message.envelope.has_contribution() && !redo_report) {
     if (!worker_summary_.contribution_arrived(peer, step, message.envelope.contribution(), now)) {
       log_->warn(
           "worker '{}' (rank {})'s contribution for step {} has negative or non-finite "
@@ -347,6 +352,13 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   }
   Planned& p = planned->second;
   const v1::Contribution& c = message.envelope.contribution();
+  if (exchange_mode() && c.exchange().attempt() != exchange_attempt_) {
+    log_->warn(
+        "dropped worker '{}' (rank {})'s report of exchange attempt {} for step {}: the step "
+        "runs attempt {}",
+        peer, rank, c.exchange().attempt(), step, exchange_attempt_);
+    return;
+  }
 
   // Everything is checked before anything is used.
   std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
@@ -497,6 +509,11 @@ void Coordinator::start_step(double now) {
   if (shares_) log_standby(*shares_);
   planned_.clear();
   std::vector<uint32_t> expected;
+  std::vector<uint32_t> expected_ranks;
+  for (const WorkerPlan& plan : plans) expected_ranks.push_back(plan.rank);
+  exchange_attempt_ = 0;
+  exchange_members_ = expected_ranks;
+  std::sort(exchange_members_.begin(), exchange_members_.end());
   const double tau = threshold_.tau();
   for (WorkerPlan& plan : plans) {
     Planned& p = planned_[plan.rank];
@@ -515,7 +532,7 @@ void Coordinator::start_step(double now) {
       out.set_epoch(mb.epoch);
       out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
     }
-    if (exchange_mode()) plan_exchange(body, plans);
+    if (exchange_mode()) plan_exchange(body, expected_ranks, 0);
     expected.push_back(plan.rank);
     timeline_.plan(step_, body, clock_());
     send(membership_.at(plan.rank).name, std::move(m));
@@ -536,6 +553,7 @@ void Coordinator::start_step(double now) {
 }
 
 void Coordinator::close_step(double now) {
+  if (exchange_mode() && redo_exchange(now)) return;
   timeline_.span("step", step_started_, now);
   // Exchange: the members summed among themselves and each checked the sum
   // it holds (worker/data_plane.cc); the coordinator has no sum to judge yet.
@@ -545,6 +563,7 @@ void Coordinator::close_step(double now) {
   record.set_discarded(guarded.discarded);
   record.set_refused_norm(guarded.refused_norm);
   record.set_step_seconds(now - step_started_);
+  if (exchange_mode()) record.set_exchange_rounds(exchange_attempt_ + 1);
   record_shares(shares_, record, closed.planned);
   record.set_policy(word(config_.step().policy()));
   observe_step(speed_planner_, record);

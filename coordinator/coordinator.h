@@ -180,7 +180,9 @@ class Coordinator {
   // and applies the sum that one member forwards after the commit is out.
   bool exchange_mode() const { return config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE; }
   std::optional<std::string> exchange_hello_problem(const v1::Hello& hello) const;
-  void plan_exchange(v1::Plan& plan, const std::vector<WorkerPlan>& plans) const;
+  // The round of `ranks` under `attempt` (0: the step's first round, after
+  // the compute; above: a redo among the members left, on what they computed).
+  void plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks, uint32_t attempt) const;
   double exchange_deadline(double now, double tau) const;
   std::optional<std::string> exchange_tensor_problem(const Message& report) const;
   void accept_exchange_report(uint32_t rank, Message report, double now);
@@ -189,6 +191,15 @@ class Coordinator {
   // Drops the step unless every member's round succeeded; discarded (as the
   // star guard discards) when a member found the sum unusable.
   GuardedStep settle_exchange();
+  // Every member of the current round reported it ok, and the lowest sent
+  // the sum.
+  bool exchange_succeeded() const;
+  // A member found the exchanged sum unusable (NaN, infinite, too large).
+  bool exchange_sum_unusable() const;
+  // When the round failed but members are left who reported, and the step
+  // has rounds left (data_plane.rounds_per_step): plans the round again
+  // among them under the next attempt and returns true; the step stays open.
+  bool redo_exchange(double now);
   void commit_exchange(ClosedStep& closed, double divisor);
   // The committed sum into the coordinator's replica, if not done yet.
   void apply_pending();
@@ -202,6 +213,11 @@ class Coordinator {
   std::map<uint32_t, std::string> exchange_endpoints_;  // rank -> its hello's endpoint
   std::optional<Message> exchange_sum_;                 // the round's sum, from its lowest member
   std::optional<PendingApply> pending_apply_;
+  // This process's start (Unix microseconds): the `run` of its exchange
+  // rounds, later than any earlier process's of the same run.
+  uint64_t exchange_run_ = 0;
+  uint32_t exchange_attempt_ = 0;  // the current step's round: 0, or the redo's number
+  std::vector<uint32_t> exchange_members_;  // the current round's, ascending
 
   CoordinatorSetup setup_;
   const v1::RunConfig& config_;

@@ -9,13 +9,18 @@
 // carries the round's sum, so the coordinator receives one gradient per step
 // whatever N. The coordinator decides once for everyone, since members can
 // disagree on a round (one that dies after sending its sum to some): the
-// round is committed only if every planned member reported success;
-// otherwise the step is dropped and every micro-batch of it requeued (or
-// lost, without requeue), so the ledger stays exact. The commit carries the
+// round is committed only if every planned member reported success.
+// Otherwise the round is redone among the members that reported (the ones
+// blamed, dead or silent are out of the step, their micro-batches requeued),
+// on what they computed, under the next attempt, up to
+// data_plane.rounds_per_step rounds; past that, or with no member left, the
+// step is dropped and every micro-batch of it requeued (or lost, without
+// requeue), so the ledger stays exact. The commit carries the
 // divisors and the learning rate, no tensors; the coordinator divides and
 // applies the sum to its own replica after the commit and the next plans
 // are out, off the step's critical path.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,13 +44,11 @@ std::optional<std::string> Coordinator::exchange_hello_problem(const v1::Hello& 
       "update dctrain-worker, or set data_plane { kind: \"star\" }");
 }
 
-void Coordinator::plan_exchange(v1::Plan& plan, const std::vector<WorkerPlan>& plans) const {
+void Coordinator::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
+                                uint32_t attempt) const {
   v1::ExchangePlan& x = *plan.mutable_exchange();
-  // One round per step: a failed round drops the step (nothing is redone
-  // under a later attempt), so the attempt is always 0.
-  x.set_attempt(0);
-  std::vector<uint32_t> ranks;
-  for (const WorkerPlan& p : plans) ranks.push_back(p.rank);
+  x.set_attempt(attempt);
+  x.set_run(exchange_run_);
   std::sort(ranks.begin(), ranks.end());
   bool curve = false;
   for (uint32_t r : ranks) {
@@ -58,6 +61,13 @@ void Coordinator::plan_exchange(v1::Plan& plan, const std::vector<WorkerPlan>& p
   // members' links are CURVE too (a member's key is "" only on plain links).
   if (curve) {
     for (uint32_t r : ranks) x.add_member_keys(membership_.at(r).key);
+  }
+  if (attempt > 0) {
+    // A redo: the members computed already; each waits the timeout from
+    // now, and its checksum was checked with its first report.
+    x.set_deadline_seconds(0.0);
+    x.set_checksum_follows(true);
+    return;
   }
   const double tau = plan.tau();
   const v1::LivenessConfig& live = config_.liveness();
@@ -102,7 +112,10 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   p.contribution = c;
   p.contribution->mutable_exchange()->clear_error();
   last_contribution_ = now;
-  if (x.ok() && x.carries_sum()) exchange_sum_ = std::move(report);
+  // Only the round's lowest member forwards the sum.
+  if (x.ok() && x.carries_sum() && !exchange_members_.empty() && rank == exchange_members_.front()) {
+    exchange_sum_ = std::move(report);
+  }
   reducer_.settle(rank);
   if (x.ok()) return;
   log_->warn("worker '{}' (rank {}): exchange of step {} failed: {}", membership_.at(rank).name,
@@ -118,18 +131,64 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   }
 }
 
+bool Coordinator::exchange_succeeded() const {
+  if (exchange_members_.empty() || !exchange_sum_) return false;
+  for (uint32_t rank : exchange_members_) {
+    const Planned& p = planned_.at(rank);
+    if (!p.contribution || !p.contribution->exchange().ok()) return false;
+  }
+  return planned_.at(exchange_members_.front()).contribution->exchange().carries_sum();
+}
+
+bool Coordinator::exchange_sum_unusable() const {
+  // Every member holds the same sum, so one that found it unusable speaks
+  // for all.
+  for (const auto& [rank, p] : planned_) {
+    if (p.contribution && p.contribution->exchange().sum_unusable()) return true;
+  }
+  return false;
+}
+
+bool Coordinator::redo_exchange(double now) {
+  if (exchange_succeeded() || exchange_sum_unusable()) return false;
+  std::vector<uint32_t> left;
+  for (const auto& [rank, p] : planned_) {
+    if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
+  }
+  const uint32_t rounds = config_.data_plane().rounds_per_step();
+  if (left.empty() || exchange_attempt_ + 1 >= rounds) return false;
+  ++exchange_attempt_;
+  v1::RunTotals& t = metrics_.totals();
+  t.set_exchange_rounds_redone(t.exchange_rounds_redone() + 1);
+  log_->warn(
+      "step {}: the exchange failed; redone among the {} members left (ranks {}) on what they "
+      "computed, round {} of at most {}",
+      step_, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
+  exchange_sum_.reset();
+  exchange_members_ = left;
+  reducer_.begin(left, false);
+  const double tau = threshold_.tau();
+  for (uint32_t rank : left) {
+    planned_.at(rank).contribution.reset();
+    Message m;
+    m.envelope = make_envelope(step_, kCoordinatorName);
+    v1::Plan& body = *m.envelope.mutable_plan();
+    body.set_tau(tau);
+    body.set_parameter_checksum(start_checksum_);
+    plan_exchange(body, left, exchange_attempt_);
+    send(membership_.at(rank).name, std::move(m));
+  }
+  // The members wait the timeout from the plan's arrival; the liveness
+  // checks close the round for one that never reports.
+  const v1::LivenessConfig& live = config_.liveness();
+  deadline_ = now + config_.data_plane().timeout_seconds() + 2.0 * live.grace_seconds();
+  return true;
+}
+
 GuardedStep Coordinator::settle_exchange() {
   GuardedStep out;
-  bool ok = !planned_.empty();
-  for (const auto& [rank, p] : planned_) {
-    ok = ok && p.contribution && p.contribution->exchange().ok();
-    // Every member holds the same sum, so one that found it unusable
-    // speaks for all: a discarded step, as the star guard's.
-    out.discarded = out.discarded || (p.contribution && p.contribution->exchange().sum_unusable());
-  }
-  const uint32_t lowest = planned_.empty() ? 0 : planned_.begin()->first;
-  ok = ok && exchange_sum_ && planned_.at(lowest).contribution->exchange().carries_sum();
-  if (ok) return out;
+  out.discarded = exchange_sum_unusable();
+  if (exchange_succeeded()) return out;
   exchange_sum_.reset();
   uint32_t dropped = 0;
   for (auto& [rank, p] : planned_) {

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/allocator.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"
 #include "coordinator/options.h"
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
   dctrain::add_coordinator_options(app, options);
   CLI11_PARSE(app, argc, argv);
   dctrain::apply_log_level(options.log_level);
+  // Megabyte messages every step: reuse their memory (common/allocator.h).
+  dctrain::tune_allocator();
   // Before any other work: this may run the program again from the start on
   // a wider OpenBLAS core.
   dctrain::BlasReport blas = dctrain::settle_blas_core(argv);

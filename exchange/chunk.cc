@@ -23,7 +23,8 @@ constexpr size_t kLengthAt = 40;       // u64
 constexpr size_t kOffsetAt = 48;       // u64
 constexpr size_t kCountAt = 56;        // u64
 constexpr size_t kSamplesAt = 64;      // u64
-static_assert(kSamplesAt + sizeof(uint64_t) == kChunkHeaderBytes);
+constexpr size_t kRunAt = 72;          // u64
+static_assert(kRunAt + sizeof(uint64_t) == kChunkHeaderBytes);
 
 template <typename T>
 void put(std::array<std::byte, kChunkHeaderBytes>& out, size_t at, T value) {
@@ -54,6 +55,7 @@ std::array<std::byte, kChunkHeaderBytes> encode_header(const ChunkHeader& header
   put(out, kOffsetAt, header.offset);
   put(out, kCountAt, header.count);
   put(out, kSamplesAt, header.samples);
+  put(out, kRunAt, header.round.run);
   return out;
 }
 
@@ -90,6 +92,7 @@ std::optional<ChunkHeader> parse_header(std::span<const std::byte> bytes, std::s
   h.offset = get<uint64_t>(bytes, kOffsetAt);
   h.count = get<uint64_t>(bytes, kCountAt);
   h.samples = get<uint64_t>(bytes, kSamplesAt);
+  h.round.run = get<uint64_t>(bytes, kRunAt);
   if (h.offset > h.length || h.count > h.length - h.offset) {
     why = fmt::format("piece [{}, +{}) lies outside a buffer of {} floats", h.offset, h.count,
                       h.length);

@@ -1,5 +1,5 @@
 // The header that travels in front of every piece of the data plane: which
-// round (step and attempt) it belongs to, who sent it, which part of the
+// round (run, step and attempt) it belongs to, who sent it, which part of the
 // buffer it holds and among which members the round runs. A fixed layout of
 // little-endian integers, so a receiver checks a piece without parsing
 // anything else, and a piece of another round is never summed.
@@ -19,14 +19,24 @@ namespace dctrain {
 static_assert(std::endian::native == std::endian::little,
               "the data plane sends floats and headers as little-endian bytes");
 
-// One allreduce: the step it serves and the attempt (a step whose exchange
-// failed is redone under the next attempt). Rounds are ordered, so a piece
+// One allreduce: the step it serves, the attempt (a step whose exchange
+// failed is redone under the next attempt) and the run: the coordinator
+// process that planned it (its start time), so that after a coordinator is
+// restarted from a checkpoint, and its steps count again from there, no
+// piece of the earlier process's rounds is taken for one of the new
+// process's. Rounds are ordered by run, then step, then attempt, so a piece
 // of an earlier round is recognised as stale and one of a later round is
 // kept until that round begins.
 struct ExchangeRound {
   uint64_t step = 0;
   uint32_t attempt = 0;
-  auto operator<=>(const ExchangeRound&) const = default;
+  uint64_t run = 0;
+  std::strong_ordering operator<=>(const ExchangeRound& other) const {
+    if (const auto by_run = run <=> other.run; by_run != 0) return by_run;
+    if (const auto by_step = step <=> other.step; by_step != 0) return by_step;
+    return attempt <=> other.attempt;
+  }
+  bool operator==(const ExchangeRound&) const = default;
 };
 
 enum class PieceKind : uint8_t {
@@ -49,8 +59,8 @@ struct ChunkHeader {
 };
 
 inline constexpr uint32_t kChunkMagic = 0x58454344;  // "DCEX"
-inline constexpr uint16_t kChunkVersion = 1;
-inline constexpr size_t kChunkHeaderBytes = 72;
+inline constexpr uint16_t kChunkVersion = 2;
+inline constexpr size_t kChunkHeaderBytes = 80;
 
 std::array<std::byte, kChunkHeaderBytes> encode_header(const ChunkHeader& header);
 

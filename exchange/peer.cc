@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -45,7 +44,7 @@ void sum_in_order(std::span<const std::byte* const> sources, size_t count, float
 }
 
 std::string describe(const ExchangeRound& round) {
-  return fmt::format("step {}, attempt {}", round.step, round.attempt);
+  return fmt::format("step {}, attempt {}, run {}", round.step, round.attempt, round.run);
 }
 
 }  // namespace
@@ -125,11 +124,6 @@ struct ExchangePeer::Round {
   std::vector<bool> conflict;
   std::string first_conflict;
 };
-
-void tune_allocator() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 128 << 20);
-}
 
 ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, ExchangeOptions options)
     : rank_(rank),

@@ -48,6 +48,7 @@
 #include <zmq.hpp>
 
 #include "comm/security.h"
+#include "common/allocator.h"
 #include "exchange/chunk.h"
 #include "exchange/plan.h"
 #include "exchange/zero_copy.h"
@@ -66,9 +67,9 @@ struct ExchangeOptions {
   // megabytes). Two let sends and receives proceed in parallel where cores
   // are to spare; on the 2 shared cores here one is as fast (README).
   int io_threads = 2;
-  // Set glibc's mmap and trim thresholds for the process (mallopt) so the
+  // Set glibc's allocator for the process (common/allocator.h) so the
   // buffers ZeroMQ allocates for received pieces are reused, not mapped
-  // fresh and page-faulted for every piece: see tune_allocator().
+  // fresh and page-faulted for every piece.
   bool tune_allocator = true;
   // CURVE on the data plane, as on the control plane (comm/security.h):
   // `security.own` is this peer's key pair; its inbox is a CURVE server
@@ -83,13 +84,6 @@ struct ExchangeOptions {
   std::vector<std::string> member_keys;  // by rank
 };
 
-// ZeroMQ allocates a buffer for every message it receives and the receiver
-// frees it; glibc maps buffers of a megabyte or more fresh and returns them
-// to the kernel on free (or trims them off the heap), so every received
-// piece page-faults in new memory: about three times slower at 17.5 MiB
-// among 4 processes here (exchange/README.md). This keeps allocations up to 32 MiB on the heap and
-// lets up to 128 MiB of freed memory stay there. Process-wide; idempotent.
-void tune_allocator();
 
 struct ExchangeStats {
   uint64_t bytes_sent = 0;      // payload bytes handed to ZeroMQ

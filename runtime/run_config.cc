@@ -221,6 +221,7 @@ void apply_defaults(v1::RunConfig& c) {
   v1::DataPlaneConfig& dp = *c.mutable_data_plane();
   DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_STAR);
   DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
+  if (!dp.has_rounds_per_step()) dp.set_rounds_per_step(2);
 }
 
 #undef DCTRAIN_DEFAULT
@@ -402,6 +403,24 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   if (!(c.data_plane().timeout_seconds() > 0.0)) {
     problem("data_plane.timeout_seconds is {}; use seconds > 0 (e.g. 10)",
             c.data_plane().timeout_seconds());
+  }
+  if (c.data_plane().rounds_per_step() < 1) {
+    problem("data_plane.rounds_per_step is 0; use 1 (never redo a failed round) or more");
+  }
+  // What the exchange cannot do: the coordinator never sees a worker's own
+  // gradient there, and the members' round waits for every member.
+  if (c.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
+    if (guard.norm_multiple() != 0.0) {
+      problem(
+          "guard.norm_multiple needs every worker's gradient at the coordinator, but the data "
+          "plane 'exchange' sums them among the workers: use data_plane {{ kind: \"star\" }} or "
+          "leave the norm guard off");
+    }
+    if (c.step().policy() == v1::POLICY_BACKUP) {
+      problem(
+          "step.policy 'backup' closes a step without its slowest workers, but an exchange round "
+          "needs every member: use data_plane {{ kind: \"star\" }} with 'backup'");
+    }
   }
   const v1::StopConfig& stop = c.stop();
   if (stop.target_accuracy() < 0.0 || stop.target_accuracy() > 1.0) {

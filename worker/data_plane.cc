@@ -128,8 +128,9 @@ void WorkerDataPlane::admit(uint64_t step, const v1::ExchangePlan& plan) {
 }
 
 v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
-                                             const v1::ExchangePlan& plan, std::span<float> buffer,
-                                             uint64_t samples,
+                                             const v1::ExchangePlan& plan,
+                                             std::span<const float> contribution,
+                                             std::span<float> result, uint64_t samples,
                                              std::chrono::steady_clock::time_point deadline) {
   v1::ExchangeReport report;
   report.set_attempt(plan.attempt());
@@ -169,7 +170,8 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   }
   ExchangeOutcome out;
   try {
-    out = peer_.exchange({step, plan.attempt()}, members, buffer, samples, buffer, deadline);
+    out = peer_.exchange({step, plan.attempt(), plan.run()}, members, contribution, samples, result,
+                         deadline);
   } catch (const std::exception& e) {
     return fail(fmt::format("step {}: {}", step, e.what()));
   }
@@ -179,7 +181,7 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   // The star's coordinator checks the reduced update before anyone applies
   // it; here each member holds the sum itself, so each checks it (all hold
   // the same bits, so all refuse alike) and the coordinator drops the step.
-  if (out.ok && !usable(buffer)) {
+  if (out.ok && !usable(result)) {
     report.set_ok(false);
     report.set_sum_unusable(true);
     report.set_error(fmt::format(

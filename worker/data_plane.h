@@ -41,8 +41,10 @@ class WorkerDataPlane {
   // the interface that reaches the coordinator with that port.
   const std::string& endpoint() const { return endpoint_; }
 
-  // One step's round: `buffer` (this member's partial sum, [gradient |
-  // statistics]) becomes the rank-order sum of every member's on success.
+  // One round: `result` becomes the rank-order sum of every member's
+  // `contribution` (this member's partial sum, [gradient | statistics]) on
+  // success. `contribution` is left as it was, so a failed round can be
+  // redone with it under the next attempt.
   // `deadline` is on the steady clock. Never throws for a failed round: the
   // report says what failed and whom the member blames. A round is refused
   // (not ok) when this worker runs CURVE and the plan names no keys (never
@@ -50,8 +52,8 @@ class WorkerDataPlane {
   // |x| >= 2^64 (common/usable_values.h; sum_unusable): such a sum is never
   // applied.
   v1::ExchangeReport exchange(uint64_t step, uint32_t rank, const v1::ExchangePlan& plan,
-                              std::span<float> buffer, uint64_t samples,
-                              std::chrono::steady_clock::time_point deadline);
+                              std::span<const float> contribution, std::span<float> result,
+                              uint64_t samples, std::chrono::steady_clock::time_point deadline);
 
   // With CURVE: the inbox admits the plan's member keys from now on. Called
   // when the plan arrives, before the compute: the other members connect

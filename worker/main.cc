@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "comm/blas_info.h"
+#include "common/allocator.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"
 #include "worker/options.h"
@@ -15,6 +16,8 @@ int main(int argc, char** argv) {
   dctrain::add_worker_options(app, options);
   CLI11_PARSE(app, argc, argv);
   dctrain::apply_log_level(options.log_level);
+  // Megabyte messages every step: reuse their memory (common/allocator.h).
+  dctrain::tune_allocator();
   // Before any other work: this may run the program again from the start on
   // a wider OpenBLAS core.
   dctrain::BlasReport blas = dctrain::settle_blas_core(argv);

@@ -96,6 +96,9 @@ class Trainer {
   // Data plane "exchange" (worker/trainer_exchange.cc): compute, sum with
   // the round's members, report; the sum waits for the coordinator's commit.
   std::vector<ComputeOutput> on_exchange_plan(const ComputeJob& job);
+  // One round over the held contribution: the first after the compute, or a
+  // redo (attempt > 0) among the members left after a failed one.
+  Message exchange_round(const ComputeJob& job);
   void on_commit(const Message& commit);
 
   WorkerOptions options_;
@@ -113,7 +116,16 @@ class Trainer {
   std::unique_ptr<ComputeLoop> loop_;
   std::vector<TensorSpec> expected_;
   WorkerDataPlane* data_plane_ = nullptr;
-  std::vector<float> exchange_buffer_;  // [gradient | statistics] when the model has statistics
+  // Data plane "exchange": the step's contribution as computed, kept until
+  // the commit, so that a failed round is redone without computing again.
+  struct HeldContribution {
+    uint64_t step = 0;
+    v1::Envelope envelope;           // the contribution (no tensors), before its report
+    std::span<const float> values;   // [gradient | statistics]
+  };
+  std::optional<HeldContribution> held_;
+  std::vector<float> exchange_values_;  // [gradient | statistics] when the model has statistics
+  std::vector<float> exchange_sum_;     // the round's sum, [gradient | statistics]
   std::optional<uint64_t> sum_step_;    // the step whose round's sum is held, until its commit
 };
 

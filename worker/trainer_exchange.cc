@@ -4,7 +4,10 @@
 // contribution without the gradient (the lowest member adds the round's
 // sum, for the coordinator's replica). The sum waits for the coordinator's
 // commit, which every member gets alike: divide by its divisors and apply,
-// or drop it.
+// or drop it. The contribution as computed is kept until then: when a round
+// fails, the coordinator may redo it among the members left (a plan for the
+// same step under the next attempt), and they sum what they computed again,
+// without the member that failed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "comm/envelope.h"
 #include "comm/framing.h"
 #include "worker/trainer.h"
 
@@ -29,25 +33,65 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
   }
   sum_step_.reset();
   data_plane_->admit(step, x);  // before the compute: see WorkerDataPlane::admit
+  std::vector<ComputeOutput> out;
+  if (x.attempt() > 0) {
+    // A redo: the step's first round failed, and the coordinator runs it
+    // again among the members left, on what each computed.
+    out.emplace_back(exchange_round(job));
+    return out;
+  }
+  held_.reset();
   Message contribution = loop_->run(plan, step, options_.name, job.received, false);
-  v1::Contribution& c = *contribution.envelope.mutable_contribution();
 
-  // [gradient | statistics] as one buffer: in place in the gradient arena
-  // when the model has no statistics (the arena is free until the commit).
+  // [gradient | statistics] as one buffer: the gradient arena itself when
+  // the model has no statistics (it is not touched again until the next
+  // step's compute, after the commit).
   Model& model = replica_->model();
   const size_t parameters = replica_->parameter_count();
   const size_t buffers = replica_->buffer_count();
-  std::span<float> buffer = model.gradients().flat();
+  std::span<const float> values = model.gradients().flat();
   if (buffers > 0) {
-    exchange_buffer_.resize(parameters + buffers);
-    std::copy_n(model.gradients().flat().data(), parameters, exchange_buffer_.data());
-    std::copy_n(model.statistics().flat().data(), buffers, exchange_buffer_.data() + parameters);
-    buffer = exchange_buffer_;
+    exchange_values_.resize(parameters + buffers);
+    std::copy_n(model.gradients().flat().data(), parameters, exchange_values_.data());
+    std::copy_n(model.statistics().flat().data(), buffers, exchange_values_.data() + parameters);
+    values = exchange_values_;
   }
+  held_ = HeldContribution{step, std::move(contribution.envelope), values};
+  out.emplace_back(exchange_round(job));
+  return out;
+}
+
+Message Trainer::exchange_round(const ComputeJob& job) {
+  const v1::ExchangePlan& x = job.message.envelope.plan().exchange();
+  const uint64_t step = job.message.envelope.step();
+  if (!held_ || held_->step != step) {
+    // Nothing to redo the round with (this worker did not compute the step,
+    // or has moved on): the round fails here, and the coordinator drops it.
+    Message failed;
+    failed.envelope = make_envelope(step, options_.name);
+    v1::Contribution& c = *failed.envelope.mutable_contribution();
+    c.set_parameter_checksum(replica_->parameter_checksum());
+    v1::ExchangeReport& r = *c.mutable_exchange();
+    r.set_attempt(x.attempt());
+    r.set_error(fmt::format(
+        "step {} attempt {}: this worker holds no contribution of the step to redo the round with",
+        step, x.attempt()));
+    log_->warn("{}", r.error());
+    return failed;
+  }
+  Message contribution;
+  contribution.envelope = held_->envelope;
+  v1::Contribution& c = *contribution.envelope.mutable_contribution();
+  // A redo reports only its own span: the compute's events went with the
+  // first round's report.
+  if (x.attempt() > 0) c.clear_trace();
+  const size_t parameters = replica_->parameter_count();
+  const size_t buffers = replica_->buffer_count();
+  exchange_sum_.resize(parameters + buffers);
 
   // A member waits for the others until each had its compute time (tau +
   // grace, from the plan's arrival) and then the run's timeout; with tau =
-  // inf, the timeout from the end of its own compute.
+  // inf, or in a redo (deadline 0), the timeout from now.
   double wait_from = clock_.now();
   if (x.deadline_seconds() > 0.0) {
     wait_from = std::max(wait_from, job.received + x.deadline_seconds());
@@ -57,13 +101,16 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(std::max(0.0, remaining)));
   const double exchange_begin = clock_.now();
-  v1::ExchangeReport report = data_plane_->exchange(step, rank_, x, buffer, c.samples(), deadline);
+  v1::ExchangeReport report =
+      data_plane_->exchange(step, rank_, x, held_->values, exchange_sum_, c.samples(), deadline);
   // The round as its own span of the step's timeline: the compute's events
   // were packed before it, so they are packed again with it.
   TraceRecorder& trace = loop_->trace();
-  trace.span(
-      "exchange", exchange_begin, clock_.now(),
-      {{"ok", report.ok() ? 1 : 0}, {"members", x.member_ranks_size()}, {"floats", buffer.size()}});
+  trace.span("exchange", exchange_begin, clock_.now(),
+             {{"ok", report.ok() ? 1 : 0},
+              {"members", x.member_ranks_size()},
+              {"attempt", x.attempt()},
+              {"floats", exchange_sum_.size()}});
   trace.report_into(c, clock_.now());
 
   if (report.ok()) {
@@ -72,20 +119,19 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
       // One member forwards the sum: the coordinator's traffic per step
       // stays one gradient whatever the number of workers.
       report.set_carries_sum(true);
-      add_tensor(contribution, "gradient", buffer.first(parameters));
-      if (buffers > 0) add_tensor(contribution, "statistics", buffer.subspan(parameters));
+      const std::span<const float> sum = exchange_sum_;
+      add_tensor(contribution, "gradient", sum.first(parameters));
+      if (buffers > 0) add_tensor(contribution, "statistics", sum.subspan(parameters));
     }
   }
   *c.mutable_exchange() = std::move(report);
   c.set_overhead_seconds(std::max(0.0, clock_.now() - job.received - c.compute_seconds()));
   log_->debug(
-      "step {}: {} micro-batches done, {} dropped, {:.3f} s compute, exchange {} in "
+      "step {}: {} micro-batches done, {} dropped, {:.3f} s compute, exchange (attempt {}) {} in "
       "{:.3f} s",
-      step, c.completed_size(), c.dropped_size(), c.compute_seconds(),
+      step, c.completed_size(), c.dropped_size(), c.compute_seconds(), x.attempt(),
       c.exchange().ok() ? "ok" : "failed", c.exchange().exchange_seconds());
-  std::vector<ComputeOutput> out;
-  out.emplace_back(std::move(contribution));
-  return out;
+  return contribution;
 }
 
 void Trainer::on_commit(const Message& commit) {
@@ -93,6 +139,7 @@ void Trainer::on_commit(const Message& commit) {
   const uint64_t step = commit.envelope.step();
   const bool held = sum_step_ == step;
   sum_step_.reset();
+  held_.reset();
   if (!u.applied()) return;  // dropped by the coordinator: the sum goes
   if (!held) {
     throw std::runtime_error(fmt::format(
@@ -102,12 +149,8 @@ void Trainer::on_commit(const Message& commit) {
   }
   const size_t parameters = replica_->parameter_count();
   const size_t buffers = replica_->buffer_count();
-  std::span<float> gradient = replica_->model().gradients().flat();
-  std::span<float> statistics;
-  if (buffers > 0) {
-    gradient = std::span<float>(exchange_buffer_).first(parameters);
-    statistics = std::span<float>(exchange_buffer_).subspan(parameters, buffers);
-  }
+  const std::span<float> gradient = std::span<float>(exchange_sum_).first(parameters);
+  const std::span<float> statistics = std::span<float>(exchange_sum_).subspan(parameters, buffers);
   // The same float operations as the coordinator's Reducer::finish, so every
   // replica, the coordinator's included, gets the same bits.
   if (u.gradient_divisor() > 0.0) {

@@ -55,7 +55,9 @@ struct Pair {
     std::vector<std::thread> threads;
     for (uint32_t r = 0; r < planes.size(); ++r) {
       threads.emplace_back(
-          [&, r] { reports[r] = planes[r]->exchange(step, r, plan, buffers[r], 10, deadline); });
+          [&, r] {
+            reports[r] = planes[r]->exchange(step, r, plan, buffers[r], buffers[r], 10, deadline);
+          });
     }
     for (auto& t : threads) t.join();
     return reports;
@@ -87,6 +89,37 @@ void expect_sum(const std::vector<v1::ExchangeReport>& reports,
   }
 }
 
+TEST(ExchangeDataPlane, AFailedRoundLeavesTheContributionForTheNextAttempt) {
+  Pair pair({SocketSecurity{}, SocketSecurity{}});
+  const size_t n = 3001;
+  const std::vector<std::vector<float>> contributions = clean_buffers(n);
+  const std::vector<std::vector<float>> kept = contributions;
+  std::vector<std::vector<float>> results(2, std::vector<float>(n, 7.0f));
+  // Attempt 0: member 1 never takes part; member 0 fails by its deadline.
+  const v1::ExchangePlan first = pair.plan(false);
+  const v1::ExchangeReport failed =
+      pair.planes[0]->exchange(5, 0, first, contributions[0], results[0], 10,
+                               Clock::now() + std::chrono::milliseconds(300));
+  EXPECT_FALSE(failed.ok());
+  ASSERT_EQ(failed.suspects_size(), 1);
+  EXPECT_EQ(failed.suspects(0), 1u);
+  EXPECT_EQ(contributions[0], kept[0]) << "the contribution must survive a failed round";
+  // Attempt 1 of the same step, both members, from the same contributions.
+  v1::ExchangePlan again = first;
+  again.set_attempt(1);
+  std::vector<v1::ExchangeReport> reports(2);
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  std::thread t([&] {
+    reports[1] =
+        pair.planes[1]->exchange(5, 1, again, contributions[1], results[1], 10, deadline);
+  });
+  reports[0] = pair.planes[0]->exchange(5, 0, again, contributions[0], results[0], 10, deadline);
+  t.join();
+  expect_sum(reports, results, n);
+  EXPECT_EQ(reports[0].attempt(), 1u);
+  EXPECT_EQ(contributions, kept);
+}
+
 TEST(ExchangeDataPlane, WithCurveTheRoundRunsOnThePlansKeysAndAPlanWithoutKeysIsRefused) {
   Pair pair({curve_security(), curve_security()});
   const size_t n = 50'001;
@@ -113,8 +146,8 @@ TEST(ExchangeDataPlane, WithCurveTheRoundRunsOnThePlansKeysAndAPlanWithoutKeysIs
   for (auto& p : pair.planes) p->admit(3, wrong);
   const auto deadline = Clock::now() + std::chrono::milliseconds(1500);
   std::thread t(
-      [&] { reports[1] = pair.planes[1]->exchange(3, 1, wrong, buffers[1], 10, deadline); });
-  reports[0] = pair.planes[0]->exchange(3, 0, wrong, buffers[0], 10, deadline);
+      [&] { reports[1] = pair.planes[1]->exchange(3, 1, wrong, buffers[1], buffers[1], 10, deadline); });
+  reports[0] = pair.planes[0]->exchange(3, 0, wrong, buffers[0], buffers[0], 10, deadline);
   t.join();
   EXPECT_FALSE(reports[0].ok());
   EXPECT_FALSE(reports[1].ok());

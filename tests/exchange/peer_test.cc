@@ -487,6 +487,30 @@ TEST(Exchange, ALatePieceOfAnEarlierRoundIsNeverSummed) {
   EXPECT_EQ(run.outcomes[1].stats.stale, 0u);
 }
 
+TEST(Exchange, APieceOfARunBeforeACoordinatorRestartIsNeverSummedWhateverItsStep) {
+  // A coordinator restarted from a checkpoint plans its steps again from
+  // there: a piece of the earlier run's step 50 must not wait for the new
+  // run's step 50 (as a piece of a later round would).
+  Group group(2, options(4 * 100, false));
+  const std::vector<uint32_t> members{0, 1};
+  const size_t length = 1001;
+  const uint64_t first_run = 1000, restarted = 2000;
+  const std::vector<float> huge(length, 1e30f);
+  std::vector<float> lost(length);
+  const auto failed = group.peers[1]->exchange({50, 0, first_run}, members, huge, 99, lost,
+                                               Clock::now() + milliseconds(500));
+  EXPECT_FALSE(failed.ok);
+  const ExchangePlan plan(length, 2, 100);
+  const auto c = contributions_for(2, length, 13);
+  const RoundRun early = run_round(group, {3, 0, restarted}, members, c, milliseconds(60000));
+  expect_rank_order_sum(early, members, c);
+  EXPECT_EQ(early.outcomes[0].stats.stale, plan.pieces(0)) << "every piece of the old run dropped";
+  EXPECT_EQ(early.outcomes[0].stats.early, 0u);
+  const auto d = contributions_for(2, length, 14);
+  const RoundRun same_step = run_round(group, {50, 0, restarted}, members, d, milliseconds(60000));
+  expect_rank_order_sum(same_step, members, d);
+}
+
 TEST(Exchange, CallerMistakesAreRefusedWithAReason) {
   Group group(2);
   std::vector<float> a(10), b(10), shorter(9);

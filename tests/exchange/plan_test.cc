@@ -66,7 +66,7 @@ TEST(ChunkHeader, RoundTripsAndRefusesGarbage) {
                 6,
                 7,
                 members_digest(std::vector<uint32_t>{0, 2, 6}),
-                ExchangeRound{123456789012ull, 3},
+                ExchangeRound{123456789012ull, 3, 1764089000123456ull},
                 1000003,
                 262144,
                 999000,
@@ -88,7 +88,7 @@ TEST(ChunkHeader, RoundTripsAndRefusesGarbage) {
   EXPECT_EQ(back->samples, 77u);
 
   EXPECT_FALSE(parse_header(std::span(bytes).first(40), why));
-  EXPECT_NE(why.find("72"), std::string::npos) << why;
+  EXPECT_NE(why.find("80"), std::string::npos) << why;
   auto bad = bytes;
   bad[0] = std::byte{0};
   EXPECT_FALSE(parse_header(bad, why));
@@ -103,6 +103,17 @@ TEST(ChunkHeader, RoundTripsAndRefusesGarbage) {
   h.count = 1004;  // one float past the buffer
   EXPECT_FALSE(parse_header(encode_header(h), why));
   EXPECT_NE(why.find("outside"), std::string::npos) << why;
+}
+
+TEST(ChunkHeader, RoundsAreOrderedByRunThenStepThenAttempt) {
+  // A restarted coordinator's run begins at an earlier step than the one
+  // before it ended with; its rounds still come after every one of those.
+  const ExchangeRound before_restart{120, 2, 1000};
+  const ExchangeRound after_restart{100, 0, 2000};
+  EXPECT_LT(before_restart, after_restart);
+  EXPECT_LT((ExchangeRound{100, 0, 2000}), (ExchangeRound{100, 1, 2000}));
+  EXPECT_LT((ExchangeRound{100, 9, 2000}), (ExchangeRound{101, 0, 2000}));
+  EXPECT_NE((ExchangeRound{100, 0, 1000}), (ExchangeRound{100, 0, 2000}));
 }
 
 TEST(ChunkHeader, TheDigestTellsMemberListsApart) {

@@ -219,21 +219,25 @@ TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNot
   // close, or, where a connection outlives its process (a host that
   // vanished), the members still in the round name it within the
   // exchange's timeout (1 s, before the liveness check's 3 s of silence).
-  // Either way the step is dropped and all its micro-batches requeued.
+  // Either way its micro-batches are requeued, and the round is redone
+  // between w0 and w1 on what they computed: the step goes on without it.
   const std::regex blamed(
       "worker 'w2' \\(rank 2\\) is out of step \\d+ because (it died \\(its connection "
       "closed\\)|worker 'w[01]' \\(rank [01]\\) did not get its part of the exchange)");
   ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), blamed); }, 30s))
       << cluster.log();
   // The members still in the round find out by its deadline.
-  EXPECT_TRUE(eventually(
+  const std::regex redone(
+      "step (\\d+): the exchange failed; redone among the 2 members left \\(ranks 0, 1\\)");
+  std::smatch redo;
+  ASSERT_TRUE(eventually(
       [&] {
-        return cluster.log().find(
-                   "the exchange did not succeed on every member; the step is "
-                   "dropped") != std::string::npos;
+        const std::string log = cluster.log();
+        return std::regex_search(log, redo, redone);
       },
       30s))
       << cluster.log();
+  const uint32_t redone_step = static_cast<uint32_t>(std::stoul(redo[1].str()));
   const size_t steps_without = cluster.records().steps.size();
   cluster.start_worker("w2");
   ASSERT_TRUE(eventually(
@@ -257,6 +261,21 @@ TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNot
     w2_contributed |= w.name() == "w2" && w.contributed();
   }
   EXPECT_TRUE(w2_contributed) << steps.back().ShortDebugString();
+  // The redone step was applied with w0's and w1's contributions only.
+  EXPECT_GE(summary.exchange_rounds_redone(), 1u);
+  bool found = false;
+  for (const v1::StepRecord& r : steps) {
+    if (r.step() != redone_step) continue;
+    found = true;
+    EXPECT_EQ(r.exchange_rounds(), 2u) << r.ShortDebugString();
+    EXPECT_TRUE(r.applied()) << r.ShortDebugString();
+    EXPECT_GT(r.orphaned(), 0u) << r.ShortDebugString();
+    for (const v1::WorkerStep& w : r.workers()) {
+      EXPECT_EQ(w.contributed(), w.name() != "w2") << r.ShortDebugString();
+    }
+    EXPECT_GT(r.samples(), 0u) << r.ShortDebugString();
+  }
+  EXPECT_TRUE(found) << "no step record for the redone step " << redone_step;
 }
 
 }  // namespace

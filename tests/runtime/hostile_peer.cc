@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
           std::vector<float> buffer = gradient;
           buffer.insert(buffer.end(), statistics.begin(), statistics.end());
           const dctrain::ExchangeOutcome out =
-              exchange->exchange({e.step(), x.attempt()}, members, buffer, samples, buffer,
+              exchange->exchange({e.step(), x.attempt(), x.run()}, members, buffer, samples, buffer,
                                  Clock::now() + std::chrono::seconds(30));
           dctrain::v1::ExchangeReport& report = *body.mutable_exchange();
           report.set_ok(out.ok);

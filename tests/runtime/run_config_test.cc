@@ -221,6 +221,35 @@ TEST(RunConfig, DataPlaneIsAWordWithStarAsDefaultAndAPositiveTimeout) {
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_TRUE(mentions(problems[0], "data_plane.timeout_seconds")) << problems[0];
 
+  // A failed round is redone once unless said otherwise; 0 rounds is no run.
+  EXPECT_EQ(c.data_plane().rounds_per_step(), 2u);
+  x.mutable_data_plane()->set_timeout_seconds(10.0);
+  x.mutable_data_plane()->set_rounds_per_step(1);
+  EXPECT_TRUE(validate(x).empty());
+  x.mutable_data_plane()->set_rounds_per_step(0);
+  const std::vector<std::string> zero = validate(x);
+  ASSERT_EQ(zero.size(), 1u);
+  EXPECT_TRUE(mentions(zero[0], "data_plane.rounds_per_step")) << zero[0];
+  x.mutable_data_plane()->set_rounds_per_step(2);
+
+  // The exchange never shows the coordinator a worker's own gradient, and
+  // its round waits for every member: the norm guard and 'backup' need the
+  // star, and say so rather than being ignored.
+  v1::RunConfig guarded = x;
+  guarded.mutable_guard()->set_norm_multiple(10.0);
+  const std::vector<std::string> norm = validate(guarded);
+  ASSERT_EQ(norm.size(), 1u);
+  EXPECT_TRUE(mentions(norm[0], "guard.norm_multiple")) << norm[0];
+  EXPECT_TRUE(mentions(norm[0], "star")) << norm[0];
+  v1::RunConfig backup = x;
+  backup.mutable_step()->set_policy(v1::POLICY_BACKUP);
+  backup.mutable_step()->set_backup_workers(1);
+  bool refused = false;
+  for (const std::string& p : validate(backup)) refused |= mentions(p, "'backup'");
+  EXPECT_TRUE(refused);
+  backup.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
+  for (const std::string& p : validate(backup)) EXPECT_FALSE(mentions(p, "exchange")) << p;
+
   try {
     parse_run_config(std::string(kGood) + "data_plane { kind: \"ring\" }", "ring.cfg");
     FAIL() << "an unknown data plane must not parse";
