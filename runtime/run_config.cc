@@ -219,7 +219,7 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(g, peer_log_seconds, 10.0);
 
   v1::DataPlaneConfig& dp = *c.mutable_data_plane();
-  DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_STAR);
+  DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_EXCHANGE);
   DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
   if (!dp.has_rounds_per_step()) dp.set_rounds_per_step(2);
 }

@@ -192,7 +192,8 @@ std::vector<double> losses_of(Job& run) {
 // The same run on loopback with the star plane, no namespaces, no keys: the
 // baseline the runs across hosts must equal bit for bit.
 std::vector<double> loopback_losses(const std::string& name, const std::string& config) {
-  Job run(make_dir(name), config);
+  EXPECT_EQ(config.find("data_plane"), std::string::npos) << "the baseline is the star's";
+  Job run(make_dir(name), config + "\ndata_plane { kind: \"star\" }\n");
   run.start_coordinator({}, "tcp://127.0.0.1:*");
   for (int i = 0; i < kWorkers; ++i) run.start_worker({}, fmt::format("w{}", i));
   run.expect_clean_finish(120s);
@@ -290,7 +291,9 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
   // cannot. Deadline tau + grace = 1.15 s: the slow link's contribution
   // arrives after it, every step: after 8 missed deadlines in a row the
   // coordinator releases it, and the run ends with the other two.
-  std::string config = mnist_config("tau: 0.15", "stop { max_epochs: 1 }");
+  // On the star: the exchange's slow link is OverTheExchangeASlowLink... below.
+  std::string config =
+      mnist_config("tau: 0.15", "stop { max_epochs: 1 }\ndata_plane { kind: \"star\" }");
   config.replace(config.find("join_timeout_seconds: 60"), 24,
                  "join_timeout_seconds: 60 release_after_missed_steps: 8");
   // Declared before the processes, so they are gone before it is removed.

@@ -46,6 +46,12 @@ class CoordinatorFixture : public ::testing::Test {
   // The coordinator and the workers, from `config` as the program finishes
   // it; with `hello_on_start` every worker says hello at once.
   void start() {
+    // FakeWorker sends its gradient to the coordinator and has no data
+    // plane: the coordinator's logic is tested here on the star; the
+    // exchange is tested over real processes (exchange_process_test).
+    if (config.data_plane().kind() == v1::DATA_PLANE_UNSET) {
+      config.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
+    }
     finalize_run_config(config);
     train = open_dataset(config, Split::kTrain, "");
     resolve_step_budget(config, train_samples(config, *train));  // as the program does

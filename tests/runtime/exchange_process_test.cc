@@ -40,6 +40,7 @@ using testing::small_config;
 // A timeout no load on a shared machine reaches: these runs expect every
 // round to succeed.
 const std::string kExchange = "data_plane { kind: \"exchange\" timeout_seconds: 30 }\n";
+const std::string kStar = "data_plane { kind: \"star\" }\n";
 
 // The parameters of the checkpoint a finished run wrote.
 std::vector<float> final_parameters(const Cluster& cluster, const v1::RunConfig& config) {
@@ -107,7 +108,7 @@ TEST(ExchangeProcesses, TauInfinityWithThreeWorkersMatchesOneProcessAndTheStarPa
   std::printf("max |single - exchange| = %g (largest parameter %g)\n", max_diff, max_abs);
 
   // The star path on the same run: the same bits (rank-order sums on both).
-  Cluster star("x-equivalence-star", small_config(3, run), 3);
+  Cluster star("x-equivalence-star", small_config(3, kStar + run), 3);
   star.start_coordinator();
   star.start_workers();
   star.expect_clean_finish();

@@ -35,6 +35,7 @@ step { global_batch: 64 micro_batch: 8 tau: inf }
 liveness { heartbeat_seconds: 0.5 silence_seconds: 20 grace_seconds: 5 join_timeout_seconds: 120 }
 eval { every_steps: 0 batch: 500 }
 stop { max_epochs: 1 }
+data_plane { kind: "star" }
 )";
 
 // Runs the mnist slice with the peer; `poison_step` < 0: it never poisons.

@@ -202,12 +202,19 @@ TEST(RunConfig, ShippedExperimentsAreValid) {
   EXPECT_GE(seen, 3);
 }
 
-TEST(RunConfig, DataPlaneIsAWordWithStarAsDefaultAndAPositiveTimeout) {
+TEST(RunConfig, DataPlaneIsAWordWithExchangeAsDefaultAndAPositiveTimeout) {
   v1::RunConfig c = parse_run_config(kGood, "x");
   finalize_run_config(c);
-  EXPECT_EQ(c.data_plane().kind(), v1::DATA_PLANE_STAR);
+  EXPECT_EQ(c.data_plane().kind(), v1::DATA_PLANE_EXCHANGE);
   EXPECT_DOUBLE_EQ(c.data_plane().timeout_seconds(), 10.0);
   EXPECT_TRUE(validate(c).empty());
+
+  v1::RunConfig star =
+      parse_run_config(std::string(kGood) + "data_plane { kind: \"star\" }", "star.cfg");
+  finalize_run_config(star);
+  EXPECT_EQ(star.data_plane().kind(), v1::DATA_PLANE_STAR);
+  EXPECT_TRUE(mentions(to_text(star), "kind: \"star\"")) << to_text(star);
+  EXPECT_TRUE(validate(star).empty());
 
   v1::RunConfig x =
       parse_run_config(std::string(kGood) + "data_plane { kind: \"exchange\" }", "exchange.cfg");

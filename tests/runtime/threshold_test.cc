@@ -554,6 +554,7 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
     delay { kind: "bimodal" probability: 0.15 stall_seconds: 0.02 }
     liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 30 join_timeout_seconds: 120 }
     stop { max_epochs: 6 }
+    data_plane { kind: "star" }  # FakeWorker has no data plane
   )",
                                           "test");
   finalize_run_config(config);

@@ -53,7 +53,9 @@ TEST(TraceProcess, ThreeWorkersWithDelaysGiveAlignedTracksForTracedStepsOnly) {
   const auto dir = testing::fresh_dir("trace-run");
   // Each worker gets 4 micro-batches of 8; each sleeps 30 ms after its
   // compute, so with tau 40 ms a worker completes 2 and drops 2. The grace
-  // is wide so that no worker misses a deadline on a loaded machine.
+  // is wide so that no worker misses a deadline on a loaded machine. On the
+  // star, whose coordinator track has a reduce and an update to send (the
+  // exchange's track is tested in exchange_process_test).
   std::ofstream(dir / "run.cfg") << R"(
 name: "trace"
 seed: 3
@@ -68,6 +70,7 @@ eval { every_steps: 7 batch: 100 }
 checkpoint { every_steps: 7 }
 trace { window_steps: 4 every_steps: 7 }
 stop { max_steps: 16 }
+data_plane { kind: "star" }
 )";
   const auto run = dir / "run";
   Process launch(kBin + "/dctrain-launch",
