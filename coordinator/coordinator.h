@@ -216,7 +216,7 @@ class Coordinator {
   // This process's start (Unix microseconds): the `run` of its exchange
   // rounds, later than any earlier process's of the same run.
   uint64_t exchange_run_ = 0;
-  uint32_t exchange_attempt_ = 0;  // the current step's round: 0, or the redo's number
+  uint32_t exchange_attempt_ = 0;           // the current step's round: 0, or the redo's number
   std::vector<uint32_t> exchange_members_;  // the current round's, ascending
 
   CoordinatorSetup setup_;

@@ -113,7 +113,8 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   p.contribution->mutable_exchange()->clear_error();
   last_contribution_ = now;
   // Only the round's lowest member forwards the sum.
-  if (x.ok() && x.carries_sum() && !exchange_members_.empty() && rank == exchange_members_.front()) {
+  if (x.ok() && x.carries_sum() && !exchange_members_.empty() &&
+      rank == exchange_members_.front()) {
     exchange_sum_ = std::move(report);
   }
   reducer_.settle(rank);

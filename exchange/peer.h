@@ -84,7 +84,6 @@ struct ExchangeOptions {
   std::vector<std::string> member_keys;  // by rank
 };
 
-
 struct ExchangeStats {
   uint64_t bytes_sent = 0;      // payload bytes handed to ZeroMQ
   uint64_t bytes_received = 0;  // payload bytes of this round's accepted pieces

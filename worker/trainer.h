@@ -120,8 +120,8 @@ class Trainer {
   // the commit, so that a failed round is redone without computing again.
   struct HeldContribution {
     uint64_t step = 0;
-    v1::Envelope envelope;           // the contribution (no tensors), before its report
-    std::span<const float> values;   // [gradient | statistics]
+    v1::Envelope envelope;          // the contribution (no tensors), before its report
+    std::span<const float> values;  // [gradient | statistics]
   };
   std::optional<HeldContribution> held_;
   std::vector<float> exchange_values_;  // [gradient | statistics] when the model has statistics

@@ -54,10 +54,9 @@ struct Pair {
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     std::vector<std::thread> threads;
     for (uint32_t r = 0; r < planes.size(); ++r) {
-      threads.emplace_back(
-          [&, r] {
-            reports[r] = planes[r]->exchange(step, r, plan, buffers[r], buffers[r], 10, deadline);
-          });
+      threads.emplace_back([&, r] {
+        reports[r] = planes[r]->exchange(step, r, plan, buffers[r], buffers[r], 10, deadline);
+      });
     }
     for (auto& t : threads) t.join();
     return reports;
@@ -97,9 +96,8 @@ TEST(ExchangeDataPlane, AFailedRoundLeavesTheContributionForTheNextAttempt) {
   std::vector<std::vector<float>> results(2, std::vector<float>(n, 7.0f));
   // Attempt 0: member 1 never takes part; member 0 fails by its deadline.
   const v1::ExchangePlan first = pair.plan(false);
-  const v1::ExchangeReport failed =
-      pair.planes[0]->exchange(5, 0, first, contributions[0], results[0], 10,
-                               Clock::now() + std::chrono::milliseconds(300));
+  const v1::ExchangeReport failed = pair.planes[0]->exchange(
+      5, 0, first, contributions[0], results[0], 10, Clock::now() + std::chrono::milliseconds(300));
   EXPECT_FALSE(failed.ok());
   ASSERT_EQ(failed.suspects_size(), 1);
   EXPECT_EQ(failed.suspects(0), 1u);
@@ -110,8 +108,7 @@ TEST(ExchangeDataPlane, AFailedRoundLeavesTheContributionForTheNextAttempt) {
   std::vector<v1::ExchangeReport> reports(2);
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   std::thread t([&] {
-    reports[1] =
-        pair.planes[1]->exchange(5, 1, again, contributions[1], results[1], 10, deadline);
+    reports[1] = pair.planes[1]->exchange(5, 1, again, contributions[1], results[1], 10, deadline);
   });
   reports[0] = pair.planes[0]->exchange(5, 0, again, contributions[0], results[0], 10, deadline);
   t.join();
@@ -145,8 +142,9 @@ TEST(ExchangeDataPlane, WithCurveTheRoundRunsOnThePlansKeysAndAPlanWithoutKeysIs
   std::vector<v1::ExchangeReport> reports(2);
   for (auto& p : pair.planes) p->admit(3, wrong);
   const auto deadline = Clock::now() + std::chrono::milliseconds(1500);
-  std::thread t(
-      [&] { reports[1] = pair.planes[1]->exchange(3, 1, wrong, buffers[1], buffers[1], 10, deadline); });
+  std::thread t([&] {
+    reports[1] = pair.planes[1]->exchange(3, 1, wrong, buffers[1], buffers[1], 10, deadline);
+  });
   reports[0] = pair.planes[0]->exchange(3, 0, wrong, buffers[0], buffers[0], 10, deadline);
   t.join();
   EXPECT_FALSE(reports[0].ok());
