@@ -161,8 +161,10 @@ size_t count(const std::string& text, const std::string& part) {
 }
 
 // Two workers, 10 steps, through a wiretap: the losses and what the tap saw.
+// On the star, so that every gradient and update passes the tap (the
+// exchange's links are tapped in tests/exchange/peer_test.cc).
 std::pair<std::vector<double>, std::string> tapped_run(const std::string& name, bool curve) {
-  Job job(name, config_text(2, "stop { max_steps: 10 }"));
+  Job job(name, config_text(2, "stop { max_steps: 10 }\ndata_plane { kind: \"star\" }"));
   job.keygen({"coordinator", "tapped-worker-0", "tapped-worker-1"});
   job.allow("tapped-worker-0");
   job.allow("tapped-worker-1");

@@ -195,18 +195,27 @@ TEST(ExchangeProcesses, DelaysPastTauDropMicroBatchesThatAreRequeuedAndTheLedger
   EXPECT_TRUE(requeued);
 }
 
-TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNothingIsLost) {
-  // w2 computes four times slower than the others, so they spend most of
-  // each step in the exchange, waiting for its pieces; it dies there.
-  Cluster cluster("x-sigkill",
-                  small_config(3,
-                               "data_plane { kind: \"exchange\" timeout_seconds: 1 }\n"
-                               "delay { kind: \"constant\" seconds: 0.03 slow_workers: [2] "
-                               "slowdown: 4 }\n"
-                               "stop { max_epochs: 3 }"),
-                  3);
+// w2 computes four times slower than the others, so they spend most of
+// each step in the exchange, waiting for its pieces. `rounds`: the data
+// plane's rounds_per_step.
+std::string slow_w2_config(int rounds) {
+  return small_config(3, fmt::format("data_plane {{ kind: \"exchange\" timeout_seconds: 1 "
+                                     "rounds_per_step: {} }}\n"
+                                     "delay {{ kind: \"constant\" seconds: 0.03 slow_workers: [2] "
+                                     "slowdown: 4 }}\n"
+                                     "stop {{ max_epochs: 3 }}",
+                                     rounds));
+}
+
+// Starts the run with w0, w1, w2 joined one at a time (so that w2 is rank 2,
+// the slow one), lets it take 3 steps and SIGKILLs w2 in the exchange. It
+// is out of the step at once: the coordinator sees its connection close,
+// or, where a connection outlives its process (a host that vanished), the
+// members still in the round name it within the exchange's timeout (1 s,
+// before the liveness check's 3 s of silence). Either way its micro-batches
+// are requeued.
+void kill_w2_in_the_exchange(Cluster& cluster) {
   cluster.start_coordinator();
-  // One at a time, so that w2 is rank 2, the slow one.
   for (int i = 0; i < 3; ++i) {
     cluster.start_worker(fmt::format("w{}", i));
     const std::string joined = fmt::format("worker 'w{}' joined as rank {}", i, i);
@@ -216,18 +225,48 @@ TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNot
   ASSERT_TRUE(eventually([&] { return cluster.records().steps.size() >= 3; }, 60s))
       << cluster.log();
   cluster.worker("w2").kill(SIGKILL);
-  // It is out of the step at once: the coordinator sees its connection
-  // close, or, where a connection outlives its process (a host that
-  // vanished), the members still in the round name it within the
-  // exchange's timeout (1 s, before the liveness check's 3 s of silence).
-  // Either way its micro-batches are requeued, and the round is redone
-  // between w0 and w1 on what they computed: the step goes on without it.
   const std::regex blamed(
       "worker 'w2' \\(rank 2\\) is out of step \\d+ because (it died \\(its connection "
       "closed\\)|worker 'w[01]' \\(rank [01]\\) did not get its part of the exchange)");
   ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), blamed); }, 30s))
       << cluster.log();
-  // The members still in the round find out by its deadline.
+}
+
+// Restarts w2, lets the run finish, and checks that every sample was done
+// exactly once and that w2 contributes again. Returns the step records.
+std::vector<v1::StepRecord> restart_w2_and_finish(Cluster& cluster, v1::RunSummary& summary) {
+  const size_t steps_without = cluster.records().steps.size();
+  cluster.start_worker("w2");
+  EXPECT_TRUE(eventually(
+      [&] {
+        const std::string log = cluster.log();
+        return log.find("worker 'w2' joined as rank") != log.rfind("worker 'w2' joined as rank");
+      },
+      30s))
+      << cluster.log();
+  cluster.expect_clean_finish(120s);
+  summary = cluster.summary();
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 1440u) << "3 epochs of 480, each sample exactly once";
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  EXPECT_EQ(summary.checksum_mismatches(), 0u);
+  EXPECT_GT(summary.microbatches_orphaned(), 0u);
+  const auto steps = cluster.records().steps;
+  EXPECT_GT(steps.size(), steps_without + 1);
+  bool w2_contributed = false;
+  for (const v1::WorkerStep& w : steps.back().workers()) {
+    w2_contributed |= w.name() == "w2" && w.contributed();
+  }
+  EXPECT_TRUE(w2_contributed) << steps.back().ShortDebugString();
+  return steps;
+}
+
+TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNothingIsLost) {
+  Cluster cluster("x-sigkill", slow_w2_config(2), 3);
+  kill_w2_in_the_exchange(cluster);
+  if (HasFatalFailure()) return;
+  // The round is redone between w0 and w1 on what they computed: the step
+  // goes on without w2.
   const std::regex redone(
       "step (\\d+): the exchange failed; redone among the 2 members left \\(ranks 0, 1\\)");
   std::smatch redo;
@@ -239,29 +278,8 @@ TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNot
       30s))
       << cluster.log();
   const uint32_t redone_step = static_cast<uint32_t>(std::stoul(redo[1].str()));
-  const size_t steps_without = cluster.records().steps.size();
-  cluster.start_worker("w2");
-  ASSERT_TRUE(eventually(
-      [&] {
-        const std::string log = cluster.log();
-        return log.find("worker 'w2' joined as rank") != log.rfind("worker 'w2' joined as rank");
-      },
-      30s))
-      << cluster.log();
-  cluster.expect_clean_finish(120s);
-  const v1::RunSummary summary = cluster.summary();
-  EXPECT_EQ(summary.samples_lost(), 0u);
-  EXPECT_EQ(summary.samples(), 1440u) << "3 epochs of 480, each sample exactly once";
-  EXPECT_EQ(summary.audits_failed(), 0u);
-  EXPECT_EQ(summary.checksum_mismatches(), 0u);
-  EXPECT_GT(summary.microbatches_orphaned(), 0u);
-  const auto steps = cluster.records().steps;
-  ASSERT_GT(steps.size(), steps_without + 1);
-  bool w2_contributed = false;
-  for (const v1::WorkerStep& w : steps.back().workers()) {
-    w2_contributed |= w.name() == "w2" && w.contributed();
-  }
-  EXPECT_TRUE(w2_contributed) << steps.back().ShortDebugString();
+  v1::RunSummary summary;
+  const std::vector<v1::StepRecord> steps = restart_w2_and_finish(cluster, summary);
   // The redone step was applied with w0's and w1's contributions only.
   EXPECT_GE(summary.exchange_rounds_redone(), 1u);
   bool found = false;
@@ -277,6 +295,30 @@ TEST(ExchangeProcesses, WorkerKilledWhileTheOthersWaitInTheExchangeIsNamedAndNot
     EXPECT_GT(r.samples(), 0u) << r.ShortDebugString();
   }
   EXPECT_TRUE(found) << "no step record for the redone step " << redone_step;
+}
+
+TEST(ExchangeProcesses, WithOneRoundPerStepAFailedRoundDropsTheStepAndNothingIsLost) {
+  Cluster cluster("x-sigkill-drop", slow_w2_config(1), 3);
+  kill_w2_in_the_exchange(cluster);
+  if (HasFatalFailure()) return;
+  ASSERT_TRUE(eventually(
+      [&] {
+        return cluster.log().find(
+                   "the exchange did not succeed on every member; the step is dropped") !=
+               std::string::npos;
+      },
+      30s))
+      << cluster.log();
+  v1::RunSummary summary;
+  const std::vector<v1::StepRecord> steps = restart_w2_and_finish(cluster, summary);
+  EXPECT_EQ(summary.exchange_rounds_redone(), 0u);
+  EXPECT_EQ(cluster.log().find("redone among"), std::string::npos) << cluster.log();
+  bool dropped = false;
+  for (const v1::StepRecord& r : steps) {
+    EXPECT_EQ(r.exchange_rounds(), 1u) << r.ShortDebugString();
+    dropped |= !r.applied() && r.samples() == 0 && r.orphaned() > 0;
+  }
+  EXPECT_TRUE(dropped) << "no step record of the dropped step";
 }
 
 }  // namespace
