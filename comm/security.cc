@@ -26,6 +26,8 @@ constexpr size_t kZ85KeyLength = 40;
 constexpr size_t kKeyBytes = 32;
 // Distinct refusals (key, address) logged one by one before summing up.
 constexpr size_t kMaxLoggedRefusals = 256;
+// Requests of keys not (yet) admitted that a holding handler keeps waiting.
+constexpr size_t kMaxHeldRequests = 64;
 
 std::string_view trim(std::string_view s) {
   const size_t b = s.find_first_not_of(" \t\r\n");
@@ -266,8 +268,11 @@ bool is_local_only_endpoint(const std::string& address) {
 }
 
 ZapHandler::ZapHandler(zmq::context_t& context, AllowList allowed,
-                       std::shared_ptr<spdlog::logger> log)
-    : allowed_(std::move(allowed)), log_(std::move(log)), socket_(context, zmq::socket_type::rep) {
+                       std::shared_ptr<spdlog::logger> log, std::chrono::milliseconds hold)
+    : allowed_(std::move(allowed)),
+      log_(std::move(log)),
+      socket_(context, zmq::socket_type::router),
+      hold_(hold) {
   socket_.set(zmq::sockopt::linger, 0);
   try {
     socket_.bind("inproc://zeromq.zap.01");
@@ -290,45 +295,79 @@ void ZapHandler::allow(AllowList allowed) {
   allowed_ = std::move(allowed);
 }
 
+void ZapHandler::reply(Request& request, const std::vector<std::string>& frames) {
+  // The envelope back first (routing id, empty delimiter), then the reply.
+  for (zmq::message_t& part : request.envelope) {
+    (void)socket_.send(part, zmq::send_flags::sndmore);
+  }
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    (void)socket_.send(zmq::buffer(frames[i]), flags);  // inproc to ZeroMQ's own session
+  }
+}
+
 void ZapHandler::serve() {
-  std::vector<zmq::message_t> request;
   while (!stop_) {
     zmq::pollitem_t item{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0};
-    // A short wait so that the destructor's stop is seen promptly.
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(50)) == 0) continue;
-    request.clear();
-    zmq::message_t part;
-    bool more = true;
-    while (more && socket_.recv(part, zmq::recv_flags::dontwait)) {
-      more = part.more();
-      request.push_back(std::move(part));
+    // A short wait so that the destructor's stop is seen promptly and held
+    // requests are looked at again soon after an allow().
+    const auto wait = std::chrono::milliseconds(held_.empty() ? 50 : 5);
+    if (zmq::poll(&item, 1, wait) > 0) {
+      Request request;
+      request.arrived = std::chrono::steady_clock::now();
+      zmq::message_t part;
+      bool more = true;
+      bool in_envelope = true;
+      while (more && socket_.recv(part, zmq::recv_flags::dontwait)) {
+        more = part.more();
+        const bool delimiter = part.size() == 0;
+        if (in_envelope) {
+          request.envelope.push_back(std::move(part));
+          in_envelope = !delimiter;
+        } else {
+          request.frames.push_back(std::move(part));
+        }
+      }
+      // Bounded: a flood of unknown keys is refused at once past it.
+      if (const auto frames = answer(request, held_.size() < kMaxHeldRequests)) {
+        reply(request, *frames);
+      } else {
+        held_.push_back(std::move(request));
+      }
     }
-    const std::vector<std::string> reply = answer(request);
-    for (size_t i = 0; i < reply.size(); ++i) {
-      const auto flags = i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-      (void)socket_.send(zmq::buffer(reply[i]), flags);  // REP: never blocks after a request
+    // Held requests: admitted since, or refused once their time is up.
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = held_.begin(); it != held_.end();) {
+      const bool expired = now - it->arrived >= hold_;
+      if (const auto frames = answer(*it, !expired)) {
+        reply(*it, *frames);
+        it = held_.erase(it);
+      } else {
+        ++it;
+      }
     }
   }
 }
 
-std::vector<std::string> ZapHandler::answer(const std::vector<zmq::message_t>& request) {
+std::optional<std::vector<std::string>> ZapHandler::answer(const Request& request, bool may_hold) {
   // Frames: version, request id, domain, address, routing id, mechanism,
   // credentials (CURVE: the client's 32-byte public key).
+  const std::vector<zmq::message_t>& frames = request.frames;
   const auto frame = [&](size_t i) {
-    return i < request.size() ? request[i].to_string() : std::string();
+    return i < frames.size() ? frames[i].to_string() : std::string();
   };
   const std::string request_id = frame(1);
   const std::string address = frame(3);
   const std::string mechanism = frame(5);
-  if (frame(0) != "1.0" || request.size() < 6) {
-    log_->warn("authentication: malformed ZAP request ({} frames); refused", request.size());
+  if (frame(0) != "1.0" || frames.size() < 6) {
+    log_->warn("authentication: malformed ZAP request ({} frames); refused", frames.size());
     ++refused_;
-    return {"1.0", request_id, "500", "malformed request", "", ""};
+    return std::vector<std::string>{"1.0", request_id, "500", "malformed request", "", ""};
   }
   std::string key;
-  if (mechanism == "CURVE" && request.size() >= 7 && request[6].size() == kKeyBytes) {
+  if (mechanism == "CURVE" && frames.size() >= 7 && frames[6].size() == kKeyBytes) {
     std::array<char, kZ85KeyLength + 1> z85{};
-    zmq_z85_encode(z85.data(), static_cast<const uint8_t*>(request[6].data()), kKeyBytes);
+    zmq_z85_encode(z85.data(), static_cast<const uint8_t*>(frames[6].data()), kKeyBytes);
     key = z85.data();
   }
   std::unique_lock<std::mutex> lock(allowed_mutex_);
@@ -338,8 +377,9 @@ std::vector<std::string> ZapHandler::answer(const std::vector<zmq::message_t>& r
     lock.unlock();
     log_->debug("authentication: admitted key {}{} from {}", key,
                 comment.empty() ? "" : " (" + comment + ")", address);
-    return {"1.0", request_id, "200", "OK", key, ""};
+    return std::vector<std::string>{"1.0", request_id, "200", "OK", key, ""};
   }
+  if (!key.empty() && may_hold && hold_.count() > 0) return std::nullopt;  // may come
   ++refused_;
   const std::string who = key.empty() ? mechanism + " (no key)" : key;
   if (logged_.size() < kMaxLoggedRefusals) {
@@ -356,7 +396,7 @@ std::vector<std::string> ZapHandler::answer(const std::vector<zmq::message_t>& r
     log_->warn("authentication: {} distinct peers refused; further refusals are only counted",
                kMaxLoggedRefusals);
   }
-  return {"1.0", request_id, "400", "key not in the allow-list", "", ""};
+  return std::vector<std::string>{"1.0", request_id, "400", "key not in the allow-list", "", ""};
 }
 
 }  // namespace dctrain

@@ -26,11 +26,13 @@
 #include <spdlog/logger.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -116,16 +118,22 @@ std::string authenticated_key(const zmq::message_t& part);
 // tcp://*:PORT and tcp://0.0.0.0:PORT are not.
 bool is_local_only_endpoint(const std::string& address);
 
-// ZeroMQ's authentication handler (ZAP, RFC 27) for one context: a REP on
-// inproc://zeromq.zap.01, answered on a thread of its own. It admits a CURVE
-// client whose public key is in the allow-list, with the key as the
+// ZeroMQ's authentication handler (ZAP, RFC 27) for one context: a ROUTER
+// on inproc://zeromq.zap.01, answered on a thread of its own. It admits a
+// CURVE client whose public key is in the allow-list, with the key as the
 // connection's User-Id, and refuses every other (NULL and PLAIN included).
 // Each refused key is logged once per address, not once per reconnection.
-// Construct it before any server socket of the context binds; it stops and
-// joins in its destructor, so declare it after the context it serves.
+// With `hold` > 0, a CURVE key not (yet) in the list is not refused at once:
+// its request waits up to `hold` for an allow() that names it (a data-plane
+// peer admits a round's members when its plan arrives, which may be after a
+// faster member's first connection; ZeroMQ would not retry a refused
+// handshake). Construct it before any server socket of the context binds;
+// it stops and joins in its destructor, so declare it after the context it
+// serves.
 class ZapHandler {
  public:
-  ZapHandler(zmq::context_t& context, AllowList allowed, std::shared_ptr<spdlog::logger> log);
+  ZapHandler(zmq::context_t& context, AllowList allowed, std::shared_ptr<spdlog::logger> log,
+             std::chrono::milliseconds hold = std::chrono::milliseconds(0));
   ~ZapHandler();
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
@@ -138,9 +146,17 @@ class ZapHandler {
   void allow(AllowList allowed);
 
  private:
+  // A request as received: the ROUTER's envelope (routing id, empty
+  // delimiter) and the ZAP frames.
+  struct Request {
+    std::vector<zmq::message_t> envelope;
+    std::vector<zmq::message_t> frames;
+    std::chrono::steady_clock::time_point arrived;
+  };
   void serve();
-  // The reply to one request (frames as received).
-  std::vector<std::string> answer(const std::vector<zmq::message_t>& request);
+  // The reply to one request (ZAP frames), or nothing while it is held.
+  std::optional<std::vector<std::string>> answer(const Request& request, bool may_hold);
+  void reply(Request& request, const std::vector<std::string>& frames);
 
   std::mutex allowed_mutex_;  // allow() runs on the owner's thread, answer() on serve()'s
   AllowList allowed_;
@@ -153,7 +169,9 @@ class ZapHandler {
   // flood of fresh keys is summed up, not logged one by one.
   std::set<std::string> logged_;
   bool logged_full_ = false;
-  std::thread thread_;  // last: starts once everything above exists
+  std::chrono::milliseconds hold_;
+  std::vector<Request> held_;  // serve()'s only
+  std::thread thread_;         // last: starts once everything above exists
 };
 
 }  // namespace dctrain

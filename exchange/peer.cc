@@ -145,7 +145,7 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
   if (options_.security.curve) {
     // Before the bind, so that no connection goes unauthenticated.
     zap_ = std::make_unique<ZapHandler>(context_, AllowList::of(options_.allowed_keys),
-                                        spdlog::default_logger());
+                                        spdlog::default_logger(), options_.key_hold);
     secure_socket(inbox_, SocketRole::kServer, options_.security);
   }
   try {

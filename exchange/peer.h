@@ -80,6 +80,11 @@ struct ExchangeOptions {
   // key, so one member cannot send as another. set_member_keys() replaces
   // both lists. Nothing of this is used when !security.curve.
   SocketSecurity security;
+  // With CURVE: how long the inbox holds a connection whose key is not (yet)
+  // among the members' before refusing it. A member admits a round's keys
+  // when its plan arrives, which can be after a faster member, done
+  // computing, connects; ZeroMQ would not retry a refused handshake.
+  std::chrono::milliseconds key_hold{10000};
   std::set<std::string> allowed_keys;
   std::vector<std::string> member_keys;  // by rank
 };

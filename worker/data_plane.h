@@ -57,8 +57,10 @@ class WorkerDataPlane {
 
   // With CURVE: the inbox admits the plan's member keys from now on. Called
   // when the plan arrives, before the compute: the other members connect
-  // once their own compute is done, and ZeroMQ never retries a handshake
-  // that was refused, so the keys must be admitted first.
+  // once their own compute is done. A member that connects before this one
+  // has its plan is held by the inbox until the keys are admitted
+  // (ExchangeOptions::key_hold), not refused: ZeroMQ never retries a
+  // handshake that was refused.
   void admit(uint64_t step, const v1::ExchangePlan& plan);
 
  private:

@@ -583,6 +583,19 @@ TEST(Exchange, WithCurveTheSumIsTheSameBitsAndAKeyNotAdmittedGetsNothingIn) {
   EXPECT_THROW(lone.connect({"", group.endpoints[1]}), std::invalid_argument);
 }
 
+TEST(Exchange, WithCurveAFirstConnectionBeforeItsKeyIsAdmittedWaitsForIt) {
+  // Rank 1 learns the round's keys (its plan arrives) 300 ms after rank 0,
+  // done computing, connected: the handshake waits for the admission
+  // instead of being refused for good, and the round goes through.
+  const std::vector<CurveKeyPair> keys = {generate_curve_keypair(), generate_curve_keypair()};
+  Group group = curve_group(keys, {1});  // nobody admits rank 0's key yet
+  std::this_thread::sleep_for(milliseconds(300));
+  for (auto& p : group.peers) p->set_member_keys({keys[0].public_key, keys[1].public_key});
+  const std::vector<uint32_t> all{0, 1};
+  const auto c = contributions_for(2, 20'001, 23);
+  expect_rank_order_sum(run_round(group, {1, 0}, all, c, milliseconds(60000)), all, c);
+}
+
 // Two members; rank 1 reaches rank 0 through a wiretap. Rank 1 contributes
 // a text marker (its bytes are ASCII, so finite floats), rank 0 zeros, so
 // the sum is the marker's bits. Returns the sum on both and what the tap saw.
