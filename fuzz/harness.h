@@ -33,7 +33,9 @@ inline std::filesystem::path scratch_dir(const std::string& target) {
 }
 
 // The run the coordinator and session targets (and their seeds) use: no
-// checkpoints (each would fsync), no evaluation, 4 steps.
+// checkpoints (each would fsync), no evaluation, 4 steps; on the star data
+// plane, since the seed run's in-process workers (tests/runtime/fake_cluster.h)
+// send their gradients to the coordinator and have no exchange endpoint.
 inline constexpr char kRunConfig[] = R"(
 name: "fuzz"
 seed: 5
@@ -45,6 +47,7 @@ step { global_batch: 24 micro_batch: 4 tau: inf }
 liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_timeout_seconds: 120 }
 checkpoint { every_steps: 0 }
 stop { max_steps: 4 }
+data_plane { kind: "star" }
 )";
 
 inline v1::RunConfig run_config() {
