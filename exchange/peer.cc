@@ -548,8 +548,16 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     out.member_samples[m] = m == r.me ? samples : r.member_samples[m].value_or(0);
     out.samples += out.member_samples[m];
   }
+  // An owner's total can be held against this peer's count only once every
+  // member's count is in: while a contribution is still on its way (a slow
+  // link), the owner that already had it is not at fault, and the missing
+  // contribution names the member to blame.
+  bool every_count = true;
+  for (size_t m = 0; m < n; ++m) every_count = every_count && (m == r.me || r.member_samples[m]);
   for (size_t m = 0; m < n; ++m) {
-    if (m == r.me || !r.result_samples[m] || *r.result_samples[m] == out.samples) continue;
+    if (!every_count || m == r.me || !r.result_samples[m] || *r.result_samples[m] == out.samples) {
+      continue;
+    }
     r.conflict[m] = true;
     if (r.first_conflict.empty()) {
       r.first_conflict = fmt::format("rank {}: summed {} samples, this peer counts {}", members[m],
