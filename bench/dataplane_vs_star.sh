@@ -120,7 +120,7 @@ echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 echo "cores: $(nproc), shared by the coordinator, every worker and whatever else runs here;" \
   "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "$what, tau = inf, $steps steps per run (first $warmup not measured), $rounds rounds"
-update="$("$optimizer" --repeats 10 | sed -n "s/^$optimizer_row .*step *\([0-9.]*\) ms.*\$/\1/p")"
+update="$("$optimizer" --repeats 10 | sed -n "s/^$optimizer_row .*params: step *\([0-9.]*\) ms.*\$/\1/p")"
 echo "one optimizer step ($optimizer_row, bench_optimizer_step, 1 thread): $update ms"
 ((gloo)) || echo "no torch.distributed here (install python3-torch): no gloo reference"
 echo

@@ -65,6 +65,24 @@ void measure(const char* model, size_t n, const std::string& kind, ThreadPool* p
   const double copy = copy_seconds(n, arrays, repeats);
   std::printf("%-9s %-6s %9zu params: step %7.2f ms, copy of its %d arrays %7.2f ms, ratio %.2fx\n",
               model, kind.c_str(), n, step * 1e3, arrays, copy * 1e3, step / copy);
+  // From a summed gradient (the exchange's commit): averaging it in a pass
+  // of its own and then stepping, against the division inside the step. The
+  // gradient is refilled before each: dividing in place changes it.
+  const float divisor = 8.0f;
+  std::vector<float> summed(n, 0.08f);
+  const double separate = best_seconds(repeats, [&] {
+    std::copy(summed.begin(), summed.end(), gradients.flat().begin());
+    for (float& g : gradients.flat()) g /= divisor;
+    optimizer->step(parameters.flat(), gradients.flat(), 1e-3);
+  });
+  const double folded = best_seconds(repeats, [&] {
+    std::copy(summed.begin(), summed.end(), gradients.flat().begin());
+    optimizer->step(parameters.flat(), gradients.flat(), 1e-3, divisor);
+  });
+  std::printf(
+      "%-9s %-6s %9zu params: from a sum, divide then step %7.2f ms, divided in the step "
+      "%7.2f ms (both after a refill of the gradient), ratio %.2fx\n",
+      model, kind.c_str(), n, separate * 1e3, folded * 1e3, folded / separate);
 }
 
 }  // namespace

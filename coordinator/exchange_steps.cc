@@ -268,8 +268,14 @@ void Coordinator::apply_pending() {
   if (!pending_apply_) return;
   const PendingApply pending = *pending_apply_;
   pending_apply_.reset();
-  if (!pending.divided) reducer_.finish(pending.divisor, pending.statistics_divisor);
-  replica_.apply_update(reducer_.gradient(), reducer_.statistics(), pending.lr);
+  if (pending.divided) {
+    replica_.apply_update(reducer_.gradient(), reducer_.statistics(), pending.lr);
+  } else {
+    // As every member does: the gradient averaged inside the optimizer's pass.
+    reducer_.finish(0.0, pending.statistics_divisor);
+    const float divisor = pending.divisor > 0.0 ? static_cast<float>(pending.divisor) : 1.0f;
+    replica_.apply_summed_update(reducer_.gradient(), divisor, reducer_.statistics(), pending.lr);
+  }
   start_checksum_ = replica_.parameter_checksum();
 }
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "comm/transport.h"
+#include "common/usable_values.h"
 
 namespace dctrain {
 
@@ -123,6 +124,9 @@ struct ExchangePeer::Round {
   std::vector<std::optional<uint64_t>> result_samples;  // the totals the owners reported
   std::vector<bool> conflict;
   std::string first_conflict;
+  // A piece of the result (summed here or received) held a value that is not
+  // usable().
+  bool unusable = false;
 };
 
 ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, ExchangeOptions options)
@@ -264,7 +268,11 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
                            : static_cast<const std::byte*>(r.inputs[k][m].data());
   }
   const auto begin = Clock::now();
-  if (p.count > 0) sum_in_order(sources, p.count, r.result.data() + p.offset);
+  if (p.count > 0) {
+    const std::span<float> sum = r.result.subspan(p.offset, p.count);
+    sum_in_order(sources, p.count, sum.data());
+    r.unusable = r.unusable || !usable(sum);
+  }
   const auto end = Clock::now();
   r.stats->summing += end - begin;
   for (auto& m : r.inputs[k]) m = zmq::message_t();  // the receive buffers go back now
@@ -348,7 +356,11 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
                                 *r.result_samples[from]));
   }
   r.result_samples[from] = h.samples;
-  if (h.count > 0) std::memcpy(r.result.data() + h.offset, payload.data(), payload.size());
+  if (h.count > 0) {
+    const std::span<float> sum = r.result.subspan(h.offset, h.count);
+    std::memcpy(sum.data(), payload.data(), payload.size());
+    r.unusable = r.unusable || !usable(sum);
+  }
   r.result_in[from][*k] = true;
   --r.results_missing[from];
   if (--r.results_missing_total == 0) out.stats.gathered_after = Clock::now() - r.start;
@@ -451,6 +463,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   if (n == 1) {
     const std::byte* own[] = {reinterpret_cast<const std::byte*>(contribution.data())};
     sum_in_order(own, contribution.size(), result.data());
+    r.unusable = !usable(result);
     r.pieces_reduced = r.inputs.size();
   } else {
     // Piece k to every other member before piece k + 1 to any, starting
@@ -507,6 +520,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     for (int i = 0; i < 256 && receive_parts(inbox_, parts, false); ++i) handle(r, parts, out);
   }
   out.complete = r.complete() && !any_conflict();
+  out.usable = out.complete && !r.unusable;
   // For the error, if any: what this peer still had on its way out.
   std::vector<std::string> outgoing;
   for (uint32_t m : members) {

@@ -20,7 +20,8 @@
 // same float operations, in the same order, as coordinator/reducer.cc's
 // star reduce (a zero-filled sum to which each contribution is added in rank
 // order). The result is therefore bit-identical on every member, to the star
-// path and from run to run. The exchange only sums: dividing by the
+// path and from run to run. The exchange only sums, and says whether the
+// sum holds only usable values (ExchangeOutcome::usable): dividing by the
 // completed samples stays with the caller, as does checking that its own
 // contribution is finite.
 //
@@ -112,6 +113,11 @@ struct ExchangeOutcome {
   // The result holds the full sum. True whenever ok; also when the only
   // failure was a member that stopped taking this peer's pieces.
   bool complete = false;
+  // Every value of the result passed usable() (common/usable_values.h),
+  // checked piece by piece as each was summed here or arrived, while it was
+  // in cache, so that a caller need not read the whole sum again. Meaningful
+  // when complete.
+  bool usable = false;
   uint64_t samples = 0;                  // the members' sample counts, summed
   std::vector<uint64_t> member_samples;  // each member's, in rank order (as far as known)
 

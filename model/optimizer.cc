@@ -34,7 +34,12 @@ Optimizer::Optimizer(const ParamTable& table, std::vector<std::string> state_nam
   for (size_t i = 0; i < state_names_.size(); ++i) state_.emplace_back(table);
 }
 
-void Optimizer::check_sizes(std::span<float> parameters, std::span<const float> gradients) const {
+void Optimizer::check_step(std::span<float> parameters, std::span<const float> gradients,
+                           float gradient_divisor) const {
+  if (!(gradient_divisor > 0.0f) || !std::isfinite(gradient_divisor)) {
+    throw std::invalid_argument(name() + " step: gradient divisor " +
+                                std::to_string(gradient_divisor) + "; it must be finite and > 0");
+  }
   if (parameters.size() != table_->total() || gradients.size() != table_->total()) {
     throw std::invalid_argument(
         name() + " step: parameters have " + std::to_string(parameters.size()) + " and gradients " +
@@ -86,37 +91,41 @@ void with_flag(bool flag, Fn&& fn) {
 
 }  // namespace
 
-void Sgd::step(std::span<float> parameters, std::span<const float> gradients, double lr) {
-  check_sizes(parameters, gradients);
+void Sgd::step(std::span<float> parameters, std::span<const float> gradients, double lr,
+               float gradient_divisor) {
+  check_step(parameters, gradients, gradient_divisor);
   const float rate = static_cast<float>(lr);
   float* p = parameters.data();
   const float* g = gradients.data();
   float* b = momentum_ == 0.0f ? nullptr : state_[0].flat().data();
-  const float decay = weight_decay_, momentum = momentum_;
+  const float decay = weight_decay_, momentum = momentum_, divisor = gradient_divisor;
   // One loop per combination of the flags, chosen outside it, so that each
   // loop is branch-free and vectorizes.
-  with_flag(decay != 0.0f, [&](auto decayed) {
-    with_flag(b != nullptr, [&](auto has_momentum) {
-      with_flag(steps_ == 0, [&](auto first) {
-        with_flag(nesterov_, [&](auto nesterov) {
-          for_each_chunk(parameters.size(), [=](size_t begin, size_t end) {
-            for (size_t i = begin; i < end; ++i) {
-              float d = g[i];
-              if constexpr (decayed) d = d + decay * p[i];
-              if constexpr (has_momentum) {
-                if constexpr (first) {
-                  b[i] = d;
-                } else {
-                  b[i] = b[i] * momentum + d;
+  with_flag(divisor != 1.0f, [&](auto summed) {
+    with_flag(decay != 0.0f, [&](auto decayed) {
+      with_flag(b != nullptr, [&](auto has_momentum) {
+        with_flag(steps_ == 0, [&](auto first) {
+          with_flag(nesterov_, [&](auto nesterov) {
+            for_each_chunk(parameters.size(), [=](size_t begin, size_t end) {
+              for (size_t i = begin; i < end; ++i) {
+                float d = g[i];
+                if constexpr (summed) d = d / divisor;
+                if constexpr (decayed) d = d + decay * p[i];
+                if constexpr (has_momentum) {
+                  if constexpr (first) {
+                    b[i] = d;
+                  } else {
+                    b[i] = b[i] * momentum + d;
+                  }
+                  if constexpr (nesterov) {
+                    d = d + momentum * b[i];
+                  } else {
+                    d = b[i];
+                  }
                 }
-                if constexpr (nesterov) {
-                  d = d + momentum * b[i];
-                } else {
-                  d = b[i];
-                }
+                p[i] = p[i] + -rate * d;
               }
-              p[i] = p[i] + -rate * d;
-            }
+            });
           });
         });
       });
@@ -142,22 +151,25 @@ AdamW::AdamW(const ParamTable& table, const OptimizerSpec& spec)
 namespace {
 
 struct AdamWScalars {
-  float decay, b1, one_minus_b1, b2, one_minus_b2, correction2_sqrt, eps, neg_step_size;
+  float divisor, decay, b1, one_minus_b1, b2, one_minus_b2, correction2_sqrt, eps, neg_step_size;
 };
 
-// AdamW's elementwise update over [begin, end), torch's order of operations.
-// Its two divisions and square root per element make it bound by the divider
-// at SSE width, so it is compiled for wider vectors too and the widest the
-// CPU has is picked at load time. The result is the same bits on every
-// path: IEEE division and square root are correctly rounded at any width,
-// and -ffp-contract=off keeps multiplies and adds apart.
+// AdamW's elementwise update over [begin, end), torch's order of operations,
+// the gradient averaged on the way in (g[i] / divisor: the division that
+// averaging the array first would do; x / 1 is x). Its divisions and square
+// root per element make it bound by the divider at SSE width, so it is
+// compiled for wider vectors too and the widest the CPU has is picked at
+// load time. The result is the same bits on every path: IEEE division and
+// square root are correctly rounded at any width, and -ffp-contract=off
+// keeps multiplies and adds apart.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_update(
     const AdamWScalars& s, size_t begin, size_t end, float* __restrict p, const float* __restrict g,
     float* __restrict m, float* __restrict v) {
   for (size_t i = begin; i < end; ++i) {
+    const float gi = g[i] / s.divisor;
     p[i] = p[i] * s.decay;
-    m[i] = m[i] * s.b1 + s.one_minus_b1 * g[i];
-    v[i] = v[i] * s.b2 + s.one_minus_b2 * g[i] * g[i];
+    m[i] = m[i] * s.b1 + s.one_minus_b1 * gi;
+    v[i] = v[i] * s.b2 + s.one_minus_b2 * gi * gi;
     const float denom = std::sqrt(v[i]) / s.correction2_sqrt + s.eps;
     p[i] = p[i] + s.neg_step_size * (m[i] / denom);
   }
@@ -165,8 +177,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_update(
 
 }  // namespace
 
-void AdamW::step(std::span<float> parameters, std::span<const float> gradients, double lr) {
-  check_sizes(parameters, gradients);
+void AdamW::step(std::span<float> parameters, std::span<const float> gradients, double lr,
+                 float gradient_divisor) {
+  check_step(parameters, gradients, gradient_divisor);
   ++steps_;
   // Scalars in double, as torch computes them in Python, then cast to the
   // tensor type for the elementwise kernels.
@@ -179,8 +192,8 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
   const float correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
   const float eps = static_cast<float>(eps_);
   const float neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  const AdamWScalars scalars{decay, b1,           one_minus_b1, b2, one_minus_b2, correction2_sqrt,
-                             eps,   neg_step_size};
+  const AdamWScalars scalars{gradient_divisor, decay, b1,           one_minus_b1, b2, one_minus_b2,
+                             correction2_sqrt, eps,   neg_step_size};
   float* p = parameters.data();
   const float* g = gradients.data();
   float* m = state_[0].flat().data();

@@ -36,10 +36,19 @@ class Optimizer {
 
   virtual std::string name() const = 0;
 
-  // One update of `parameters` with the step's (averaged) gradient at
+  // One update of `parameters` with the step's averaged gradient at
   // learning rate lr. Both spans are laid out by the table given at
   // construction.
-  virtual void step(std::span<float> parameters, std::span<const float> gradients, double lr) = 0;
+  void step(std::span<float> parameters, std::span<const float> gradients, double lr) {
+    step(parameters, gradients, lr, 1.0f);
+  }
+  // The same from the step's summed gradient: each element is divided by
+  // `gradient_divisor` inside the update's own pass (gradients[i] / divisor,
+  // the single float division that averaging the array first would do, so
+  // the same bits) instead of in a pass of its own. A divisor of 1 divides
+  // nothing.
+  virtual void step(std::span<float> parameters, std::span<const float> gradients, double lr,
+                    float gradient_divisor) = 0;
 
   // Threads for the step (not owned; nullptr: the calling thread alone). The
   // update is elementwise, so how it is split never changes a bit.
@@ -57,7 +66,8 @@ class Optimizer {
 
  protected:
   Optimizer(const ParamTable& table, std::vector<std::string> state_names);
-  void check_sizes(std::span<float> parameters, std::span<const float> gradients) const;
+  void check_step(std::span<float> parameters, std::span<const float> gradients,
+                  float gradient_divisor) const;
   // Runs update(begin, end) over [0, count) in chunks, on the pool's threads
   // when there is a pool. The step is memory-bound: one core does not reach
   // the bandwidth that several do.
@@ -79,7 +89,9 @@ class Sgd final : public Optimizer {
  public:
   Sgd(const ParamTable& table, const OptimizerSpec& spec);
   std::string name() const override { return "sgd"; }
-  void step(std::span<float> parameters, std::span<const float> gradients, double lr) override;
+  using Optimizer::step;
+  void step(std::span<float> parameters, std::span<const float> gradients, double lr,
+            float gradient_divisor) override;
 
  private:
   float momentum_, weight_decay_;
@@ -93,7 +105,9 @@ class AdamW final : public Optimizer {
  public:
   AdamW(const ParamTable& table, const OptimizerSpec& spec);
   std::string name() const override { return "adamw"; }
-  void step(std::span<float> parameters, std::span<const float> gradients, double lr) override;
+  using Optimizer::step;
+  void step(std::span<float> parameters, std::span<const float> gradients, double lr,
+            float gradient_divisor) override;
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;

@@ -31,8 +31,19 @@ void Replica::apply_update(std::span<float> gradient, std::span<const float> sta
 
 void Replica::apply_update(std::span<float> gradient, std::span<const float> statistics,
                            double lr) {
-  if (clip_norm_ > 0.0) clip_grad_norm(gradient, clip_norm_);
-  optimizer_->step(model_->parameters().flat(), gradient, lr);
+  apply_summed_update(gradient, 1.0f, statistics, lr);
+}
+
+void Replica::apply_summed_update(std::span<float> gradient, float gradient_divisor,
+                                  std::span<const float> statistics, double lr) {
+  if (clip_norm_ > 0.0) {
+    if (gradient_divisor != 1.0f) {
+      for (float& g : gradient) g /= gradient_divisor;
+      gradient_divisor = 1.0f;
+    }
+    clip_grad_norm(gradient, clip_norm_);
+  }
+  optimizer_->step(model_->parameters().flat(), gradient, lr, gradient_divisor);
   if (buffer_count() > 0) model_->apply_statistics(statistics);
 }
 

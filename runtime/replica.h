@@ -37,6 +37,12 @@ class Replica {
   // The same at a rate decided elsewhere (the coordinator's schedule, which
   // may count samples rather than updates).
   void apply_update(std::span<float> gradient, std::span<const float> statistics, double lr);
+  // The same from the step's summed gradient: it is averaged (each element
+  // divided by gradient_divisor, the same bits as Reducer::finish) inside
+  // the optimizer's pass, or in place first when the run clips (the norm is
+  // the averaged gradient's). `statistics` are averaged already.
+  void apply_summed_update(std::span<float> gradient, float gradient_divisor,
+                           std::span<const float> statistics, double lr);
 
   // The rate of the next update, counting updates.
   double next_learning_rate() const;

@@ -9,8 +9,6 @@
 #include <optional>
 #include <stdexcept>
 
-#include "common/usable_values.h"
-
 namespace dctrain {
 
 std::string default_exchange_bind(const std::string& coordinator) {
@@ -181,7 +179,8 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   // The star's coordinator checks the reduced update before anyone applies
   // it; here each member holds the sum itself, so each checks it (all hold
   // the same bits, so all refuse alike) and the coordinator drops the step.
-  if (out.ok && !usable(result)) {
+  // The peer checked it piece by piece as the pieces landed.
+  if (out.ok && !out.usable) {
     report.set_ok(false);
     report.set_sum_unusable(true);
     report.set_error(fmt::format(

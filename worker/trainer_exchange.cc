@@ -152,16 +152,16 @@ void Trainer::on_commit(const Message& commit) {
   const std::span<float> gradient = std::span<float>(exchange_sum_).first(parameters);
   const std::span<float> statistics = std::span<float>(exchange_sum_).subspan(parameters, buffers);
   // The same float operations as the coordinator's Reducer::finish, so every
-  // replica, the coordinator's included, gets the same bits.
-  if (u.gradient_divisor() > 0.0) {
-    const auto d = static_cast<float>(u.gradient_divisor());
-    for (float& g : gradient) g /= d;
-  }
+  // replica, the coordinator's included, gets the same bits; the gradient's
+  // division inside the optimizer's pass, which saves one over it before
+  // the next compute.
   if (u.statistics_divisor() > 0.0) {
     const auto d = static_cast<float>(u.statistics_divisor());
     for (float& s : statistics) s /= d;
   }
-  replica_->apply_update(gradient, statistics, u.learning_rate());
+  const float divisor =
+      u.gradient_divisor() > 0.0 ? static_cast<float>(u.gradient_divisor()) : 1.0f;
+  replica_->apply_summed_update(gradient, divisor, statistics, u.learning_rate());
 }
 
 }  // namespace dctrain

@@ -4,7 +4,8 @@
 // and lengths that fit neither the member count nor the piece size; a round
 // repeated gives the same bits; a member that never sends, dies, stalls
 // after contributing or disagrees makes every other member fail by the
-// deadline naming it; a late piece of an earlier round is never summed;
+// deadline naming it; every member finds a value of the sum that is not
+// usable wherever it lies; a late piece of an earlier round is never summed;
 // with CURVE a wiretap on a link reads none of it, each round admits exactly
 // its members' keys, and a member cannot send as another.
 #include "exchange/peer.h"
@@ -13,6 +14,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <set>
 #include <thread>
@@ -125,6 +127,7 @@ void expect_rank_order_sum(const RoundRun& run, const std::vector<uint32_t>& mem
     const ExchangeOutcome& o = run.outcomes[i];
     ASSERT_TRUE(o.ok) << "rank " << members[i] << ": " << o.error;
     EXPECT_TRUE(o.complete);
+    EXPECT_TRUE(o.usable);
     EXPECT_TRUE(o.error.empty());
     EXPECT_TRUE(o.suspects().empty());
     EXPECT_EQ(o.samples, samples);
@@ -219,6 +222,33 @@ TEST(Exchange, MatchesTheStarReduceOfTheCoordinatorBitForBit) {
   auto reversed = c;
   std::reverse(reversed.begin(), reversed.end());
   EXPECT_FALSE(same_bits(rank_order_sum(reversed), expected));
+}
+
+TEST(Exchange, EveryMemberFindsAnUnusableValueWhicheverShardAndPieceHoldsIt) {
+  // Three shards of several pieces each: the value is summed on its owner
+  // and arrives at the others, in the first, a middle or the last piece.
+  const size_t members = 3, length = 3 * 1000 + 7;
+  Group group(members, options(1024));
+  const std::vector<uint32_t> ranks = {0, 1, 2};
+  uint64_t step = 1;
+  for (const size_t at : {size_t{0}, size_t{1500}, length - 1}) {
+    for (const float poison : {std::numeric_limits<float>::quiet_NaN(),
+                               -std::numeric_limits<float>::infinity(), 2.0e19f}) {
+      auto contributions = contributions_for(members, length, step);
+      contributions[at % members][at] = poison;
+      const RoundRun run =
+          run_round(group, {step++, 0, 1}, ranks, contributions, milliseconds(5000));
+      for (size_t i = 0; i < members; ++i) {
+        const ExchangeOutcome& o = run.outcomes[i];
+        ASSERT_TRUE(o.ok) << o.error;  // the round itself went through
+        EXPECT_FALSE(o.usable) << "rank " << i << ", " << poison << " at " << at;
+      }
+    }
+  }
+  // And a clean round after them is usable again.
+  const auto clean = contributions_for(members, length, step);
+  expect_rank_order_sum(run_round(group, {step, 0, 1}, ranks, clean, milliseconds(5000)), ranks,
+                        clean);
 }
 
 TEST(Exchange, ARepeatedRoundGivesTheSameBits) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "model/grad_clip.h"
@@ -60,6 +61,48 @@ TEST(AdamW, FirstStepByHand) {
   EXPECT_EQ(adamw->state_names()[1], "exp_avg_sq");
 }
 
+// The exchange's members hold the summed gradient and let the optimizer
+// average it on the way in; that must be the bits of averaging the array
+// first (Reducer::finish, the star's update), for every optimizer path,
+// threaded or not, and with a divisor whose reciprocal is inexact.
+TEST(Optimizer, DividingASumInsideTheStepGivesTheBitsOfAveragingItFirst) {
+  constexpr int kCount = 100003;
+  ParamTable table;
+  table.add("w", {kCount});
+  std::vector<float> start(kCount), sum(kCount);
+  for (int i = 0; i < kCount; ++i) {
+    start[i] = std::sin(static_cast<float>(i));
+    sum[i] = i % 13 == 0 ? -0.0f : std::cos(static_cast<float>(5 * i)) * 3e-3f;
+  }
+  const std::vector<OptimizerSpec> specs = {
+      {.name = "sgd"},
+      {.name = "sgd", .weight_decay = 0.1, .momentum = 0.9},
+      {.name = "sgd", .momentum = 0.5, .nesterov = true},
+      {.name = "adamw", .weight_decay = 0.01},
+  };
+  ThreadPool pool(3);
+  for (const OptimizerSpec& spec : specs) {
+    for (const float divisor : {1.0f, 3.0f, 96.0f, 7.0f}) {
+      SCOPED_TRACE(spec.name + " momentum " + std::to_string(spec.momentum) + " divisor " +
+                   std::to_string(divisor));
+      std::vector<float> averaged_first = start, divided_inside = start;
+      auto first = make_optimizer(spec, table);
+      auto inside = make_optimizer(spec, table);
+      inside->set_thread_pool(&pool);
+      for (int s = 0; s < 3; ++s) {
+        std::vector<float> average = sum;
+        for (float& g : average) g /= divisor;
+        first->step(averaged_first, average, 1e-2);
+        inside->step(divided_inside, sum, 1e-2, divisor);
+      }
+      EXPECT_EQ(checksum(averaged_first), checksum(divided_inside));
+      for (size_t k = 0; k < first->state().size(); ++k) {
+        EXPECT_EQ(checksum(first->state()[k].flat()), checksum(inside->state()[k].flat()));
+      }
+    }
+  }
+}
+
 TEST(Optimizer, RejectsBadSpecsAndSizes) {
   const ParamTable table = one_float();
   EXPECT_THROW(make_optimizer({.name = "lamb"}, table), std::invalid_argument);
@@ -68,6 +111,11 @@ TEST(Optimizer, RejectsBadSpecsAndSizes) {
   auto sgd = make_optimizer({.name = "sgd"}, table);
   std::vector<float> p(2), g(2);
   EXPECT_THROW(sgd->step(p, g, 0.1), std::invalid_argument);
+  std::vector<float> q(1), h(1);
+  for (const float divisor : {0.0f, -2.0f, std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_THROW(sgd->step(q, h, 0.1, divisor), std::invalid_argument) << divisor;
+  }
 }
 
 TEST(Optimizer, SameGradientSameBitsOnEveryReplica) {
