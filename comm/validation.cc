@@ -36,8 +36,8 @@ bool frame_finite(const zmq::message_t& frame) {
 
 }  // namespace
 
-std::optional<std::string> check_tensors(const Message& message,
-                                         std::span<const TensorSpec> expected) {
+std::optional<std::string> check_tensor_layout(const Message& message,
+                                               std::span<const TensorSpec> expected) {
   const auto& tensors = message.envelope.tensors();
   if (static_cast<size_t>(tensors.size()) != expected.size()) {
     return fmt::format("{} carries {} tensors, expected {}", body_name(message.envelope),
@@ -57,6 +57,18 @@ std::optional<std::string> check_tensors(const Message& message,
       return fmt::format("{}: tensor '{}' is missing frames", body_name(message.envelope),
                          t.name());
     }
+    frame += n;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> check_tensors(const Message& message,
+                                         std::span<const TensorSpec> expected) {
+  if (auto problem = check_tensor_layout(message, expected)) return problem;
+  const auto& tensors = message.envelope.tensors();
+  size_t frame = 0;
+  for (const v1::TensorHeader& t : tensors) {
+    const size_t n = frames_for(t.count());
     for (size_t k = 0; k < n; ++k) {
       if (!frame_finite(message.frames[frame + k])) {
         return fmt::format("{}: tensor '{}' holds NaN or infinite values",

@@ -18,6 +18,10 @@ struct TensorSpec {
   uint64_t count = 0;
 };
 
+// The tensors are exactly `expected`, in order, with their frames; values
+// not read.
+std::optional<std::string> check_tensor_layout(const Message& message,
+                                               std::span<const TensorSpec> expected);
 // The tensors are exactly `expected`, in order, and every value is finite.
 std::optional<std::string> check_tensors(const Message& message,
                                          std::span<const TensorSpec> expected);

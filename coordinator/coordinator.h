@@ -203,11 +203,17 @@ class Coordinator {
   void commit_exchange(ClosedStep& closed, double divisor);
   // The committed sum into the coordinator's replica, if not done yet.
   void apply_pending();
+  // The pending sum into the reducer, checked: false when it is not usable
+  // (then nothing is applied, and the workers resync to this replica).
+  bool take_pending_sum();
 
   struct PendingApply {
     double divisor = 0.0;
     double statistics_divisor = 0.0;
     double lr = 0.0;
+    uint64_t step = 0;           // the committed step (step_ moves on before the apply)
+    std::optional<Message> sum;  // the lowest member's report, until take_pending_sum()
+    bool usable = true;
     bool divided = false;
   };
   std::map<uint32_t, std::string> exchange_endpoints_;  // rank -> its hello's endpoint

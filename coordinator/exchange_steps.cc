@@ -29,6 +29,7 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
+#include "common/usable_values.h"
 #include "coordinator/coordinator.h"
 
 namespace dctrain {
@@ -102,7 +103,9 @@ std::optional<std::string> Coordinator::exchange_tensor_problem(const Message& r
   }
   std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
   if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
-  return check_tensors(report, expected);
+  // The values are checked off the step's critical path, when the sum is
+  // applied (take_pending_sum): the members checked theirs before reporting.
+  return check_tensor_layout(report, expected);
 }
 
 void Coordinator::accept_exchange_report(uint32_t rank, Message report, double now) {
@@ -237,9 +240,11 @@ void Coordinator::commit_exchange(ClosedStep& closed, double divisor) {
     start_checksum_ = replica_.parameter_checksum();
     return;
   }
-  reducer_.set_sum(*exchange_sum_);
+  // The commit goes out first; the sum is read, checked and applied after
+  // the next plans (apply_pending).
+  pending_apply_ = PendingApply{divisor, static_cast<double>(record.samples()), record.lr(), step_,
+                                std::move(*exchange_sum_)};
   exchange_sum_.reset();
-  pending_apply_ = PendingApply{divisor, static_cast<double>(record.samples()), record.lr()};
   // A live worker that holds no sum of this round (it joined during the
   // step) gets the whole update, as on the star path.
   std::optional<Message> update;
@@ -250,6 +255,7 @@ void Coordinator::commit_exchange(ClosedStep& closed, double divisor) {
       continue;
     }
     if (!update) {
+      if (!take_pending_sum()) continue;  // it resyncs at its first report
       reducer_.finish(divisor, pending_apply_->statistics_divisor);
       pending_apply_->divided = true;
       update.emplace();
@@ -264,9 +270,34 @@ void Coordinator::commit_exchange(ClosedStep& closed, double divisor) {
   record.set_apply_seconds(0.0);  // after the next plans: apply_pending()
 }
 
+bool Coordinator::take_pending_sum() {
+  PendingApply& pending = *pending_apply_;
+  if (!pending.sum) return pending.usable;
+  Message sum = std::move(*pending.sum);
+  pending.sum.reset();
+  reducer_.set_sum(sum);
+  // Every member found these bits usable before the commit; this is the
+  // lowest member's copy of them.
+  pending.usable = usable(reducer_.gradient()) && usable(reducer_.statistics());
+  if (!pending.usable) {
+    log_->error(
+        "step {}: the sum forwarded by '{}' holds NaN, infinite or overflowing values although "
+        "every member of the round found its own copy usable; the coordinator's replica does not "
+        "apply it, and each worker, whose replica then differs, is sent the coordinator's state at "
+        "its next report",
+        pending.step, sum.envelope.sender());
+  }
+  return pending.usable;
+}
+
 void Coordinator::apply_pending() {
   if (!pending_apply_) return;
-  const PendingApply pending = *pending_apply_;
+  if (!take_pending_sum()) {
+    pending_apply_.reset();
+    start_checksum_ = replica_.parameter_checksum();
+    return;
+  }
+  const PendingApply pending = std::move(*pending_apply_);
   pending_apply_.reset();
   if (pending.divided) {
     replica_.apply_update(reducer_.gradient(), reducer_.statistics(), pending.lr);

@@ -4,7 +4,9 @@
 // Over the data plane "exchange", a member contributing 1e30 or NaN: every
 // honest member refuses the sum, the step is discarded with nothing applied
 // on any replica and requeued, the ledger stays exact; a member that keeps
-// doing it stops the run (guard.max_bad_steps_in_a_row).
+// doing it stops the run (guard.max_bad_steps_in_a_row); a lowest member
+// that forwards a forged NaN sum to the coordinator: the coordinator's
+// replica does not apply it, the workers resync to it, nothing is lost.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -144,6 +146,37 @@ TEST(GuardProcesses, ExchangeSumHoldingHugeOrNanValuesIsDiscardedOnEveryReplicaA
     }
     EXPECT_LT(records.evals.back().eval_loss(), 5.0) << records.evals.back().ShortDebugString();
   }
+}
+
+TEST(GuardProcesses, ExchangeLowestMemberForwardingAForgedSumIsNotAppliedAndTheWorkersResync) {
+  // The coordinator checks the forwarded sum's values only when it applies
+  // it, after the commit: the honest members have applied theirs by then.
+  GuardRun run("exchange-forged-sum", exchange_config("stop { max_epochs: 2 }"));
+  run.start_coordinator();
+  // The peer joins first: rank 0, the member that forwards the sum.
+  run.start_peer("peer", {"--name", "peer", "--exchange-bind", "tcp://127.0.0.1:*", "--poison-step",
+                          "0", "--value", "nan", "--forge-sum", "1", "--leave-after-poison", "1"});
+  ASSERT_TRUE(eventually([&] { return run.joined() == 1; }, 60s)) << run.log();
+  run.start_worker("w0");
+  run.start_worker("w1");
+  run.expect_finish();  // w0 and w1 checked their final replicas against the coordinator's
+
+  const std::string log = run.log();
+  EXPECT_NE(log.find("step 0: the sum forwarded by 'peer' holds NaN, infinite or overflowing "
+                     "values although every member of the round found its own copy usable"),
+            std::string::npos)
+      << log;
+  const v1::RunSummary summary = run.summary();
+  EXPECT_GE(summary.checksum_mismatches(), 2u) << "w0 and w1 resync to the coordinator's replica";
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  const MetricsRecords records = run.records();
+  ASSERT_FALSE(records.evals.empty());
+  for (const v1::EvalRecord& e : records.evals) {
+    EXPECT_TRUE(std::isfinite(e.eval_loss())) << e.ShortDebugString();
+  }
+  EXPECT_LT(records.evals.back().eval_loss(), 5.0) << records.evals.back().ShortDebugString();
 }
 
 TEST(GuardProcesses, ExchangeMemberPoisoningEveryStepStopsTheRunWithNothingApplied) {

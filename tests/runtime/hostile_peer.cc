@@ -4,7 +4,7 @@
 //
 //   hostile_peer --connect ENDPOINT --name NAME [--poison-step K] [--value V]
 //                [--answer-seconds S] [--exchange-bind ADDRESS]
-//                [--poison-every-step 1] [--leave-after-poison 1]
+//                [--poison-every-step 1] [--leave-after-poison 1] [--forge-sum 1]
 //
 // It says hello as NAME (claiming a data root). Once welcomed it says Ready
 // and answers every plan with a well-formed contribution: at step K it
@@ -21,7 +21,9 @@
 // its round ok without checking the sum, as a member that lies would. Its
 // replica checksum is the plan's, right only while no update is pending,
 // so it poisons step 0 or every step (--poison-every-step), and
-// --leave-after-poison says bye once it has.
+// --leave-after-poison says bye once it has. With --forge-sum it contributes
+// honestly (nothing) and poisons only the sum it forwards as the round's
+// lowest member: V everywhere in place of the members' sum.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -70,7 +72,7 @@ int main(int argc, char** argv) {
   float value = 1e30f;
   double answer_seconds = 30.0;
   std::string exchange_bind;
-  bool poison_every_step = false, leave_after_poison = false;
+  bool poison_every_step = false, leave_after_poison = false, forge_sum = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], arg = argv[i + 1];
     if (flag == "--connect") {
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
       poison_every_step = arg == "1";
     } else if (flag == "--leave-after-poison") {
       leave_after_poison = arg == "1";
+    } else if (flag == "--forge-sum") {
+      forge_sum = arg == "1";
     } else {
       std::fprintf(stderr, "hostile_peer: unknown flag %s\n", flag.c_str());
       return 2;
@@ -164,7 +168,9 @@ int main(int argc, char** argv) {
         break;
       }
       case dctrain::v1::Envelope::kPlan: {
-        const bool poison = poison_every_step || static_cast<int64_t>(e.step()) == poison_step;
+        const bool poisoned_step =
+            poison_every_step || static_cast<int64_t>(e.step()) == poison_step;
+        const bool poison = poisoned_step && !forge_sum;  // the contribution's values
         dctrain::Message c;
         c.envelope = dctrain::make_envelope(e.step(), name);
         dctrain::v1::Contribution& body = *c.envelope.mutable_contribution();
@@ -211,6 +217,12 @@ int main(int argc, char** argv) {
           report.set_attempt(x.attempt());
           if (out.ok && !members.empty() && members.front() == rank) {
             report.set_carries_sum(true);
+            if (poisoned_step && forge_sum) {
+              std::fill(buffer.begin(), buffer.end(), value);
+              std::printf("hostile_peer '%s': step %llu: forwarding a forged sum full of %g\n",
+                          name.c_str(), static_cast<unsigned long long>(e.step()),
+                          static_cast<double>(value));
+            }
             dctrain::add_tensor(c, "gradient", std::span<const float>(buffer).first(parameters));
             if (buffers > 0) {
               dctrain::add_tensor(c, "statistics",
@@ -227,7 +239,7 @@ int main(int argc, char** argv) {
         }
         send(socket, std::move(c));
         last_sent = Clock::now();
-        if (poison && leave_after_poison) {
+        if (poisoned_step && leave_after_poison) {
           dctrain::Message bye;
           bye.envelope = dctrain::make_envelope(e.step(), name);
           bye.envelope.mutable_bye()->set_reason("poisoned its step; leaving");
