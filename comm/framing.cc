@@ -21,6 +21,23 @@ void add_tensor(Message& message, std::string name, std::span<const float> value
   }
 }
 
+void add_tensor_view(Message& message, std::string name, std::span<const float> values,
+                     const std::shared_ptr<const void>& owner) {
+  v1::TensorHeader* header = message.envelope.add_tensors();
+  header->set_name(std::move(name));
+  header->set_count(values.size());
+  for (size_t begin = 0; begin < values.size(); begin += kMaxFrameFloats) {
+    const size_t n = std::min(kMaxFrameFloats, values.size() - begin);
+    // ZeroMQ calls the free function, from whichever thread drops the frame
+    // last, once it no longer reads the memory.
+    auto* reference = new std::shared_ptr<const void>(owner);
+    message.frames.emplace_back(
+        const_cast<float*>(values.data() + begin), n * sizeof(float),
+        [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); },
+        reference);
+  }
+}
+
 Message share(Message& message) {
   Message copy;
   copy.envelope = message.envelope;

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -22,6 +23,13 @@ size_t frames_for(uint64_t count);
 
 // Appends `values` to `message` as tensor `name`: one copy into new frames.
 void add_tensor(Message& message, std::string name, std::span<const float> values);
+
+// The same without the copy: the frames point into `values`, and each holds
+// a reference to `owner`, which keeps that memory alive until ZeroMQ is done
+// with the frame. The values must not change while such a frame lives:
+// owner.use_count() > 1 says one may.
+void add_tensor_view(Message& message, std::string name, std::span<const float> values,
+                     const std::shared_ptr<const void>& owner);
 
 // A copy of `message` whose frames share the original's buffers (reference
 // counted by ZeroMQ), for broadcasting one buffer to many peers.

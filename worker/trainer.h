@@ -100,6 +100,9 @@ class Trainer {
   // redo (attempt > 0) among the members left after a failed one.
   Message exchange_round(const ComputeJob& job);
   void on_commit(const Message& commit);
+  // exchange_sum_, sized to `floats`, to be written: a fresh buffer while
+  // ZeroMQ may still read the last one's forwarded frames.
+  std::vector<float>& writable_sum(size_t floats);
 
   WorkerOptions options_;
   TrainerParts parts_;
@@ -125,8 +128,10 @@ class Trainer {
   };
   std::optional<HeldContribution> held_;
   std::vector<float> exchange_values_;  // [gradient | statistics] when the model has statistics
-  std::vector<float> exchange_sum_;     // the round's sum, [gradient | statistics]
-  std::optional<uint64_t> sum_step_;    // the step whose round's sum is held, until its commit
+  // The round's sum, [gradient | statistics]; shared with the frames that
+  // forward it to the coordinator until ZeroMQ has sent them.
+  std::shared_ptr<std::vector<float>> exchange_sum_;
+  std::optional<uint64_t> sum_step_;  // the step whose round's sum is held, until its commit
 };
 
 }  // namespace dctrain

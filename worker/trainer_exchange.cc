@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -61,6 +62,21 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
   return out;
 }
 
+std::vector<float>& Trainer::writable_sum(size_t floats) {
+  if (!exchange_sum_) {
+    exchange_sum_ = std::make_shared<std::vector<float>>(floats);
+  } else if (exchange_sum_.use_count() > 1) {
+    // Rare: the commit (or a redo's plan) came before ZeroMQ let go of the
+    // forwarded frames. They keep the old buffer; this one holds its values.
+    exchange_sum_ = std::make_shared<std::vector<float>>(*exchange_sum_);
+  }
+  // Pairs with the release of the frames' references: ZeroMQ's reads of the
+  // buffer happen before these writes.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  exchange_sum_->resize(floats);
+  return *exchange_sum_;
+}
+
 Message Trainer::exchange_round(const ComputeJob& job) {
   const v1::ExchangePlan& x = job.message.envelope.plan().exchange();
   const uint64_t step = job.message.envelope.step();
@@ -87,7 +103,7 @@ Message Trainer::exchange_round(const ComputeJob& job) {
   if (x.attempt() > 0) c.clear_trace();
   const size_t parameters = replica_->parameter_count();
   const size_t buffers = replica_->buffer_count();
-  exchange_sum_.resize(parameters + buffers);
+  std::vector<float>& sum = writable_sum(parameters + buffers);
 
   // A member waits for the others until each had its compute time (tau +
   // grace, from the plan's arrival) and then the run's timeout; with tau =
@@ -102,7 +118,7 @@ Message Trainer::exchange_round(const ComputeJob& job) {
                             std::chrono::duration<double>(std::max(0.0, remaining)));
   const double exchange_begin = clock_.now();
   v1::ExchangeReport report =
-      data_plane_->exchange(step, rank_, x, held_->values, exchange_sum_, c.samples(), deadline);
+      data_plane_->exchange(step, rank_, x, held_->values, sum, c.samples(), deadline);
   // The round as its own span of the step's timeline: the compute's events
   // were packed before it, so they are packed again with it.
   TraceRecorder& trace = loop_->trace();
@@ -110,18 +126,21 @@ Message Trainer::exchange_round(const ComputeJob& job) {
              {{"ok", report.ok() ? 1 : 0},
               {"members", x.member_ranks_size()},
               {"attempt", x.attempt()},
-              {"floats", exchange_sum_.size()}});
+              {"floats", sum.size()}});
   trace.report_into(c, clock_.now());
 
   if (report.ok()) {
     sum_step_ = step;
     if (x.member_ranks_size() > 0 && x.member_ranks(0) == rank_) {
       // One member forwards the sum: the coordinator's traffic per step
-      // stays one gradient whatever the number of workers.
+      // stays one gradient whatever the number of workers. Without a copy:
+      // the frames keep the buffer until they are sent.
       report.set_carries_sum(true);
-      const std::span<const float> sum = exchange_sum_;
-      add_tensor(contribution, "gradient", sum.first(parameters));
-      if (buffers > 0) add_tensor(contribution, "statistics", sum.subspan(parameters));
+      const std::span<const float> values = sum;
+      add_tensor_view(contribution, "gradient", values.first(parameters), exchange_sum_);
+      if (buffers > 0) {
+        add_tensor_view(contribution, "statistics", values.subspan(parameters), exchange_sum_);
+      }
     }
   }
   *c.mutable_exchange() = std::move(report);
@@ -149,8 +168,10 @@ void Trainer::on_commit(const Message& commit) {
   }
   const size_t parameters = replica_->parameter_count();
   const size_t buffers = replica_->buffer_count();
-  const std::span<float> gradient = std::span<float>(exchange_sum_).first(parameters);
-  const std::span<float> statistics = std::span<float>(exchange_sum_).subspan(parameters, buffers);
+  // Averaged in place (the statistics; the gradient too when the run clips).
+  std::vector<float>& sum = writable_sum(parameters + buffers);
+  const std::span<float> gradient = std::span<float>(sum).first(parameters);
+  const std::span<float> statistics = std::span<float>(sum).subspan(parameters, buffers);
   // The same float operations as the coordinator's Reducer::finish, so every
   // replica, the coordinator's included, gets the same bits; the gradient's
   // division inside the optimizer's pass, which saves one over it before

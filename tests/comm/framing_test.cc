@@ -1,4 +1,5 @@
-// Tensors as raw frames: chunking at 16 MiB, round trips, and the decoder's
+// Tensors as raw frames: chunking at 16 MiB, round trips, tensors sent from
+// their own buffer (kept alive by their frames), and the decoder's
 // refusal of garbage, truncated and inconsistent messages.
 #include "comm/framing.h"
 
@@ -6,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "comm/envelope.h"
@@ -57,6 +59,34 @@ TEST(Framing, LargeTensorRoundTripsInChunks) {
   EXPECT_EQ(acc, (std::vector<float>{11.0f, 8.0f, 13.5f}));
   const TensorSpec expected[] = {{"gradient", values.size()}, {"statistics", 3}};
   EXPECT_FALSE(check_tensors(back, expected).has_value());
+}
+
+TEST(Framing, AViewedTensorIsSentFromItsBufferWhichItsFramesKeepAlive) {
+  auto buffer = std::make_shared<std::vector<float>>(kMaxFrameFloats + 7);
+  std::iota(buffer->begin(), buffer->end(), -3.0f);
+  const std::vector<float> values = *buffer;
+  Message m;
+  m.envelope = make_envelope(4, "w0");
+  m.envelope.mutable_contribution()->set_samples(16);
+  add_tensor_view(m, "gradient", *buffer, buffer);
+  ASSERT_EQ(m.frames.size(), 2u);
+  // No copy: the frames are the buffer's memory, and each holds it.
+  EXPECT_EQ(m.frames[0].data(), static_cast<void*>(buffer->data()));
+  EXPECT_EQ(m.frames[1].data(), static_cast<void*>(buffer->data() + kMaxFrameFloats));
+  EXPECT_EQ(buffer.use_count(), 3);
+  std::weak_ptr<std::vector<float>> watch = buffer;
+  buffer.reset();  // the frames alone keep it now
+  ASSERT_FALSE(watch.expired());
+
+  std::vector<zmq::message_t> parts = encode(std::move(m));
+  Message back;
+  ASSERT_FALSE(decode(copy_parts(parts), back).has_value());
+  std::vector<float> got(values.size());
+  copy_tensor(back, 0, got);
+  EXPECT_EQ(got, values);
+  EXPECT_FALSE(watch.expired());
+  parts.clear();  // as ZeroMQ does once it has sent them
+  EXPECT_TRUE(watch.expired());
 }
 
 TEST(Framing, SharedBroadcastFramesCarryTheSameBytes) {
