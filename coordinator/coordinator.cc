@@ -508,12 +508,12 @@ void Coordinator::start_step(double now) {
   }
   if (shares_) log_standby(*shares_);
   planned_.clear();
-  std::vector<uint32_t> expected;
-  std::vector<uint32_t> expected_ranks;
-  for (const WorkerPlan& plan : plans) expected_ranks.push_back(plan.rank);
+  // The planned ranks, ascending: the reducer's and the exchange round's.
+  std::vector<uint32_t> planned;
+  for (const WorkerPlan& plan : plans) planned.push_back(plan.rank);
+  std::sort(planned.begin(), planned.end());
   exchange_attempt_ = 0;
-  exchange_members_ = expected_ranks;
-  std::sort(exchange_members_.begin(), exchange_members_.end());
+  exchange_members_ = planned;
   const double tau = threshold_.tau();
   for (WorkerPlan& plan : plans) {
     Planned& p = planned_[plan.rank];
@@ -532,12 +532,11 @@ void Coordinator::start_step(double now) {
       out.set_epoch(mb.epoch);
       out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
     }
-    if (exchange_mode()) plan_exchange(body, expected_ranks, 0);
-    expected.push_back(plan.rank);
+    if (exchange_mode()) plan_exchange(body, planned, 0);
     timeline_.plan(step_, body, clock_());
     send(membership_.at(plan.rank).name, std::move(m));
   }
-  reducer_.begin(expected, !exchange_mode());  // exchange: the sum waits for apply_pending()
+  reducer_.begin(planned, !exchange_mode());  // exchange: the sum waits for apply_pending()
   timeline_.span("plan", now, clock_());
   if (phase_ != Phase::kStepping && step_ == (setup_.resume ? setup_.resume->next_step() : 0)) {
     run_started_ = now;
