@@ -385,6 +385,25 @@ TEST(UpdateGuard, UsableMeansFiniteWithASquareThatFitsAFloat) {
   EXPECT_FALSE(usable(v));
   v[2] = std::nanf("");
   EXPECT_FALSE(usable(v));
+  // Long enough for every vector width, one value at each place that a
+  // vector loop treats differently (first lane, lane ends, the tail).
+  const float below = std::nextafter(kOverflowMagnitude, 0.0f);
+  std::vector<float> long_one(1000 + 13, -0.0f);
+  long_one[1] = 1e-45f;  // subnormal
+  long_one[2] = -below;
+  EXPECT_TRUE(usable(long_one));
+  for (const size_t at :
+       {size_t{0}, size_t{15}, size_t{16}, size_t{17}, size_t{999}, long_one.size() - 1}) {
+    for (const float bad :
+         {kOverflowMagnitude, -kOverflowMagnitude, std::numeric_limits<float>::max(),
+          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+          std::nanf(""), -std::nanf("")}) {
+      std::vector<float> w = long_one;
+      w[at] = bad;
+      EXPECT_FALSE(usable(w)) << bad << " at " << at;
+    }
+  }
+  EXPECT_TRUE(usable(std::span<const float>()));
 }
 
 }  // namespace
