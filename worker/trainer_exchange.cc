@@ -159,7 +159,14 @@ void Trainer::on_commit(const Message& commit) {
   const bool held = sum_step_ == step;
   sum_step_.reset();
   held_.reset();
-  if (!u.applied()) return;  // dropped by the coordinator: the sum goes
+  // The apply as a span of the step's timeline (it travels with the next
+  // step's report), as on the star path.
+  TraceRecorder& trace = loop_->trace();
+  const double begin = clock_.now();
+  if (!u.applied()) {  // dropped by the coordinator: the sum goes
+    if (step == trace.step()) trace.span("apply", begin, begin, {{"applied", 0}});
+    return;
+  }
   if (!held) {
     throw std::runtime_error(fmt::format(
         "step {}: the coordinator commits an exchange round whose sum this worker does not hold; "
@@ -183,6 +190,7 @@ void Trainer::on_commit(const Message& commit) {
   const float divisor =
       u.gradient_divisor() > 0.0 ? static_cast<float>(u.gradient_divisor()) : 1.0f;
   replica_->apply_summed_update(gradient, divisor, statistics, u.learning_rate());
+  if (step == trace.step()) trace.span("apply", begin, clock_.now(), {{"applied", 1}});
 }
 
 }  // namespace dctrain

@@ -2,7 +2,8 @@
 // gradients among themselves; the coordinator commits): the same guarantees
 // as the star path's process tests (tests/runtime/process_test.cc) over the
 // new path, and a worker killed while the others wait in the exchange; each
-// worker's timeline holds its rounds as "exchange" spans.
+// worker's timeline holds its rounds as "exchange" spans and its applies of
+// the commits as "apply" spans.
 // tcp://127.0.0.1, ephemeral ports.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -131,13 +132,21 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
     cluster.start_workers();
     cluster.expect_clean_finish();
     // Every traced step (the default window: all 10) holds each worker's
-    // round as its own "exchange" span, after its compute.
+    // round as its own "exchange" span, after its compute, and its apply of
+    // the commit (which travels with the next step's report: the last
+    // step's has none).
     std::string problem;
     const auto trace = testing::parse_trace(read_text(cluster.run_dir() / "trace.json"), &problem);
     EXPECT_TRUE(trace.has_value()) << problem;
-    size_t rounds = 0;
+    size_t rounds = 0, applies = 0;
     for (const testing::ParsedEvent& e :
          trace ? trace->events : std::vector<testing::ParsedEvent>{}) {
+      if (e.name == "apply") {
+        ++applies;
+        EXPECT_EQ(e.number("applied"), 1.0);
+        EXPECT_GE(e.number("step"), 0.0);
+        EXPECT_LT(e.number("step"), 9.0);
+      }
       if (e.name != "exchange") continue;
       ++rounds;
       EXPECT_EQ(e.number("ok"), 1.0);
@@ -145,6 +154,7 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
       EXPECT_GE(e.dur, 0.0);
     }
     EXPECT_EQ(rounds, 20u) << "10 traced steps, 2 workers";
+    EXPECT_EQ(applies, 18u) << "9 commits followed by a report, 2 workers";
     std::vector<double> losses;
     const MetricsRecords records = cluster.records();
     for (const v1::StepRecord& r : records.steps) losses.push_back(r.loss());
