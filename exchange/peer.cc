@@ -267,14 +267,14 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
     sources[m] = m == r.me ? reinterpret_cast<const std::byte*>(r.contribution.data() + p.offset)
                            : static_cast<const std::byte*>(r.inputs[k][m].data());
   }
-  const auto begin = Clock::now();
   if (p.count > 0) {
     const std::span<float> sum = r.result.subspan(p.offset, p.count);
+    const auto begin = Clock::now();
     sum_in_order(sources, p.count, sum.data());
+    r.stats->summing += Clock::now() - begin;
+    // Checked while the piece is in cache (outside the summing figure).
     r.unusable = r.unusable || !usable(sum);
   }
-  const auto end = Clock::now();
-  r.stats->summing += end - begin;
   for (auto& m : r.inputs[k]) m = zmq::message_t();  // the receive buffers go back now
   uint64_t total = 0;
   for (size_t m = 0; m < r.members.size(); ++m) {
