@@ -514,6 +514,7 @@ void Coordinator::start_step(double now) {
   std::sort(planned.begin(), planned.end());
   exchange_attempt_ = 0;
   exchange_members_ = planned;
+  silent_after_.reset();
   const double tau = threshold_.tau();
   for (WorkerPlan& plan : plans) {
     Planned& p = planned_[plan.rank];
@@ -552,6 +553,7 @@ void Coordinator::start_step(double now) {
 }
 
 void Coordinator::close_step(double now) {
+  if (exchange_mode()) judge_exchange_round();
   if (exchange_mode() && redo_exchange(now)) return;
   timeline_.span("step", step_started_, now);
   // Exchange: the members summed among themselves and each checked the sum
@@ -1078,6 +1080,7 @@ void Coordinator::tick(double now) {
       }
       return;
     case Phase::kStepping:
+      if (exchange_mode()) take_out_silent_members(now);
       if (now > deadline_) {
         for (const auto& [rank, p] : planned_) {
           if (reducer_.expects(rank)) {

@@ -185,7 +185,16 @@ class Coordinator {
   void plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks, uint32_t attempt) const;
   double exchange_deadline(double now, double tau) const;
   std::optional<std::string> exchange_tensor_problem(const Message& report) const;
+  // A member's report of the round. A failed one names whom it blames; the
+  // blame is weighed once every member has reported (judge_exchange_round)
+  // or the data plane's timeout has passed since the first failed report.
   void accept_exchange_report(uint32_t rank, Message report, double now);
+  // The members of a failed round that have not reported within the data
+  // plane's timeout of its first failed report: out of the step, presumed dead.
+  void take_out_silent_members(double now);
+  // Once every member of a failed round reported or is out: takes out the
+  // members coordinator/exchange_blame.h judges at fault, before the redo.
+  void judge_exchange_round();
   // Before settle_step(): a round that did not succeed on every member is
   // dropped, every micro-batch of the step requeued.
   // Drops the step unless every member's round succeeded; discarded (as the
@@ -223,6 +232,9 @@ class Coordinator {
   // rounds, later than any earlier process's of the same run.
   uint64_t exchange_run_ = 0;
   uint32_t exchange_attempt_ = 0;           // the current step's round: 0, or the redo's number
+  // When the current round's silent members are taken out: the data plane's
+  // timeout after its first failed report.
+  std::optional<double> silent_after_;
   std::vector<uint32_t> exchange_members_;  // the current round's, ascending
 
   CoordinatorSetup setup_;

@@ -25,12 +25,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "common/usable_values.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/exchange_blame.h"
 
 namespace dctrain {
 
@@ -124,14 +126,80 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   if (x.ok()) return;
   log_->warn("worker '{}' (rank {}): exchange of step {} failed: {}", membership_.at(rank).name,
              rank, step_, x.error());
-  // Whom the member blames and who has not reported: out of the step, and
-  // presumed dead (a live one is asked to say hello again when next heard,
-  // and is welcomed afresh), so the next round does not wait for it again.
-  for (uint32_t suspect : x.suspects()) {
-    if (!reducer_.expects(suspect)) continue;
-    abandon(suspect, fmt::format("worker '{}' (rank {}) did not get its part of the exchange",
-                                 membership_.at(rank).name, rank));
-    membership_.mark_dead(suspect);
+  // Whom it blames is weighed with the other members' reports (one report
+  // alone can blame an innocent member: judge_exchange_round); the members
+  // fail by the same deadline, so the others report about now.
+  if (!silent_after_) silent_after_ = now + config_.data_plane().timeout_seconds();
+}
+
+void Coordinator::take_out_silent_members(double now) {
+  if (!silent_after_ || now <= *silent_after_) return;
+  silent_after_.reset();
+  for (uint32_t rank : exchange_members_) {
+    if (!reducer_.expects(rank)) continue;
+    abandon(rank, fmt::format("it did not report the failed round of the exchange within {:.3g} s "
+                              "of the first member that did",
+                              config_.data_plane().timeout_seconds()));
+    membership_.mark_dead(rank);
+  }
+}
+
+void Coordinator::judge_exchange_round() {
+  silent_after_.reset();
+  std::vector<RoundReport> reports;
+  std::set<uint32_t> silent;
+  for (uint32_t rank : exchange_members_) {
+    const Planned& p = planned_.at(rank);
+    if (!p.contribution || p.missed) {
+      silent.insert(rank);
+      continue;
+    }
+    const v1::ExchangeReport& x = p.contribution->exchange();
+    RoundReport r;
+    r.rank = rank;
+    r.ok = x.ok();
+    r.suspects.assign(x.suspects().begin(), x.suspects().end());
+    r.missing_contributions.assign(x.missing_contributions().begin(),
+                                   x.missing_contributions().end());
+    r.missing_sums.assign(x.missing_sums().begin(), x.missing_sums().end());
+    reports.push_back(std::move(r));
+  }
+  const RoundBlame blame = blame_exchange_round(reports, silent);
+  const auto name = [&](uint32_t rank) {
+    return fmt::format("worker '{}' (rank {})", membership_.at(rank).name, rank);
+  };
+  for (uint32_t rank : blame.out) {
+    // Why: a member that complained about it, else the one it complained
+    // about (then neither report can say which end of their link failed).
+    std::string why;
+    for (const auto& [from, to] : blame.links) {
+      if (to == rank) {
+        why = fmt::format("{} did not get its part of the exchange", name(from));
+        break;
+      }
+    }
+    if (why.empty()) {
+      for (const auto& [from, to] : blame.links) {
+        if (from != rank) continue;
+        why = fmt::format(
+            "it did not get the part of {}, and nothing tells which end of their link failed",
+            name(to));
+        break;
+      }
+    }
+    Planned& p = planned_.at(rank);
+    p.missed = true;
+    p.contribution.reset();
+    ledger_.orphan_worker(rank);
+    log_->warn(
+        "worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} samples) "
+        "are {}",
+        membership_.at(rank).name, rank, step_, why, p.micro_batches.size(), p.samples,
+        config_.step().requeue() ? "requeued" : "lost");
+    // Presumed dead, as a silent member: a live one is asked to say hello
+    // again when next heard, and is welcomed afresh, so the next round does
+    // not wait for it again.
+    membership_.mark_dead(rank);
   }
 }
 
@@ -162,6 +230,7 @@ bool Coordinator::redo_exchange(double now) {
   const uint32_t rounds = config_.data_plane().rounds_per_step();
   if (left.empty() || exchange_attempt_ + 1 >= rounds) return false;
   ++exchange_attempt_;
+  silent_after_.reset();
   v1::RunTotals& t = metrics_.totals();
   t.set_exchange_rounds_redone(t.exchange_rounds_redone() + 1);
   log_->warn(

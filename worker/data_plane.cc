@@ -196,6 +196,8 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     // afresh for the next round.
     if (curve_) endpoints_.clear();
     for (uint32_t s : out.suspects()) report.add_suspects(s);
+    for (uint32_t m : out.missing_contributions) report.add_missing_contributions(m);
+    for (uint32_t m : out.missing_results) report.add_missing_sums(m);
     report.set_error(out.error);
     log_->warn("step {}: exchange failed: {}", step, out.error);
   }

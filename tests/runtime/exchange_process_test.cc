@@ -221,8 +221,9 @@ std::string slow_w2_config(int rounds) {
 // the slow one), lets it take 3 steps and SIGKILLs w2 in the exchange. It
 // is out of the step at once: the coordinator sees its connection close,
 // or, where a connection outlives its process (a host that vanished), the
-// members still in the round name it within the exchange's timeout (1 s,
-// before the liveness check's 3 s of silence). Either way its micro-batches
+// members still in the round name it within the exchange's timeout (1 s),
+// and it has not reported within the timeout after them (before the
+// liveness check's 3 s of silence). Either way its micro-batches
 // are requeued.
 void kill_w2_in_the_exchange(Cluster& cluster) {
   cluster.start_coordinator();
@@ -237,7 +238,8 @@ void kill_w2_in_the_exchange(Cluster& cluster) {
   cluster.worker("w2").kill(SIGKILL);
   const std::regex blamed(
       "worker 'w2' \\(rank 2\\) is out of step \\d+ because (it died \\(its connection "
-      "closed\\)|worker 'w[01]' \\(rank [01]\\) did not get its part of the exchange)");
+      "closed\\)|worker 'w[01]' \\(rank [01]\\) did not get its part of the exchange|it did "
+      "not report the failed round of the exchange)");
   ASSERT_TRUE(eventually([&] { return std::regex_search(cluster.log(), blamed); }, 30s))
       << cluster.log();
 }
