@@ -16,6 +16,24 @@ namespace dctrain {
 
 namespace {
 
+// Bytes from the wire as text for a message: printable ASCII as it is,
+// anything else as \xNN. A connection's id is any bytes (ZeroMQ makes one
+// up for a peer that sets none), and this text goes into a report whose
+// string fields must be UTF-8: a report the coordinator cannot parse is
+// dropped.
+std::string printable(std::string_view bytes) {
+  std::string out;
+  for (const char c : bytes) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", u);
+    }
+  }
+  return out;
+}
+
 using Clock = std::chrono::steady_clock;
 
 float load(const std::byte* p, size_t i) {
@@ -383,7 +401,7 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
   if (!h) return refuse(out, "a piece whose header is no header: " + why);
   if (parts[0].to_string() != std::to_string(h->from)) {
     return refuse(out, fmt::format("a piece that claims rank {} from connection '{}'", h->from,
-                                   parts[0].to_string()));
+                                   printable(parts[0].to_string())));
   }
   if (h->round < r.id) {
     ++out.stats.stale;

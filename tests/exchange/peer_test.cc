@@ -21,6 +21,8 @@
 
 #include "comm/framing.h"
 #include "coordinator/reducer.h"
+#include "exchange/chunk.h"
+#include "proto/wire.pb.h"
 #include "tests/comm/tcp_tap.h"
 
 namespace dctrain {
@@ -539,6 +541,47 @@ TEST(Exchange, APieceOfARunBeforeACoordinatorRestartIsNeverSummedWhateverItsStep
   const auto d = contributions_for(2, length, 14);
   const RoundRun same_step = run_round(group, {50, 0, restarted}, members, d, milliseconds(60000));
   expect_rank_order_sum(same_step, members, d);
+}
+
+TEST(Exchange, APieceFromAConnectionWithoutANameIsRefusedAndTheReportStaysText) {
+  // A connection that sets no routing id gets one ZeroMQ makes up (a zero
+  // byte and four more): quoted raw in the refusal, it made the member's
+  // report a protobuf string that is not UTF-8, which the coordinator
+  // cannot parse and drops.
+  Group group(2, options(4 * 100, false));
+  const std::vector<uint32_t> members{0, 1};
+  const size_t length = 1001;
+  zmq::context_t context;
+  zmq::socket_t stranger(context, zmq::socket_type::dealer);
+  stranger.set(zmq::sockopt::linger, 0);
+  stranger.connect(group.endpoints[0]);
+  ChunkHeader h;
+  h.kind = PieceKind::kContribution;
+  h.from = 1;
+  h.members = 2;
+  h.members_digest = members_digest(members);
+  h.round = {7, 0};
+  h.length = length;
+  h.piece_floats = 100;
+  const auto header = encode_header(h);
+  stranger.send(zmq::buffer(header), zmq::send_flags::sndmore);
+  stranger.send(zmq::message_t(), zmq::send_flags::none);
+  std::vector<float> result(length);
+  const ExchangeOutcome out = group.peers[0]->exchange({7, 0}, members, values(70, length), 10,
+                                                       result, Clock::now() + milliseconds(500));
+  EXPECT_FALSE(out.ok);
+  EXPECT_GE(out.stats.refused, 1u);
+  EXPECT_NE(out.stats.first_refusal.find("claims rank 1 from connection '\\x00"),
+            std::string::npos)
+      << out.stats.first_refusal;
+  for (const char c : out.error) {
+    EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "a byte " << static_cast<int>(c) << " in " << out.error;
+  }
+  v1::ExchangeReport report;
+  report.set_error(out.error);
+  v1::ExchangeReport parsed;
+  EXPECT_TRUE(parsed.ParseFromString(report.SerializeAsString())) << out.error;
+  EXPECT_EQ(parsed.error(), out.error);
 }
 
 TEST(Exchange, CallerMistakesAreRefusedWithAReason) {
