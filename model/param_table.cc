@@ -1,5 +1,7 @@
 #include "model/param_table.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -34,6 +36,15 @@ const ParamEntry* ParamTable::find(std::string_view name) const {
 
 void Arena::zero() {
   std::fill(data_.begin(), data_.end(), 0.0f);
+}
+
+void Arena::swap_storage(std::vector<float>& other) {
+  if (other.size() != data_.size()) {
+    throw std::invalid_argument(fmt::format(
+        "Arena::swap_storage: a buffer of {} floats for an arena of {}", other.size(),
+        data_.size()));
+  }
+  data_.swap(other);
 }
 
 uint64_t checksum(std::span<const float> values) {

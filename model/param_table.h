@@ -60,6 +60,11 @@ class Arena {
   }
   const ParamTable& table() const { return *table_; }
   void zero();
+  // Trades this arena's buffer for `other`, which must hold as many floats:
+  // views taken afterwards see the other buffer (nobody keeps a view across
+  // calls). The worker holds a computed gradient this way while the next
+  // step's is zeroed beside it.
+  void swap_storage(std::vector<float>& other);
 
  private:
   const ParamTable* table_;

@@ -27,8 +27,8 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   c.set_parameter_checksum(replica_.parameter_checksum());
 
   trace_.begin_step(step, plan, received);
-  model.gradients().zero();
-  if (replica_.buffer_count() > 0) model.statistics().zero();
+  if (!zeroed_) zero_for_next_step();
+  zeroed_ = false;
   const double start = clock_.now();
   double loss_sum = 0.0;
   int64_t loss_terms = 0, samples = 0, correct = 0;
@@ -82,7 +82,15 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   return out;
 }
 
+void ComputeLoop::zero_for_next_step() {
+  Model& model = replica_.model();
+  model.gradients().zero();
+  if (replica_.buffer_count() > 0) model.statistics().zero();
+  zeroed_ = true;
+}
+
 void ComputeLoop::apply(const Message& update) {
+  zeroed_ = false;  // the update lands in the gradient arena
   const double begin = clock_.now();
   if (!update.envelope.update().applied()) {
     if (update.envelope.step() == trace_.step())

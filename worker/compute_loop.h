@@ -59,6 +59,11 @@ class ComputeLoop {
   // Applies a validated update (tensor 0: gradient, 1: statistics if any).
   void apply(const Message& update);
 
+  // Zeroes the gradient and statistics arenas for the next run() now, so
+  // that it starts computing at once: for a caller with time to spare
+  // before the next plan (the exchange's wait for its commit).
+  void zero_for_next_step();
+
   // The timeline's events of traced steps (trace/recorder.h), carried by
   // the next contribution.
   TraceRecorder& trace() { return trace_; }
@@ -74,6 +79,7 @@ class ComputeLoop {
   std::vector<uint64_t> ids_;
   std::vector<float> statistics_;
   TraceRecorder trace_;
+  bool zeroed_ = false;  // the arenas were zeroed for the next run()
 };
 
 }  // namespace dctrain

@@ -78,6 +78,7 @@ void ComputeThread::run() {
       }
       wake_writer_.send(zmq::message_t(), zmq::send_flags::none);
     }
+    trainer_.after_outputs();
     if (trainer_.finished()) return;
   }
 }

@@ -81,6 +81,11 @@ class Trainer {
   void set_data_plane(WorkerDataPlane* data_plane) { data_plane_ = data_plane; }
 
   bool finished() const { return finished_; }
+  // Called by the compute thread once a job's outputs are handed over: work
+  // for the next step that nothing before it needs (data plane "exchange":
+  // the gradient arenas zeroed while the worker waits for the commit, off
+  // the path from the commit to the next compute).
+  void after_outputs();
   // Told of every plan as it arrives, by the thread that receives it (safe
   // while a job runs): see LatestPlan.
   LatestPlan& latest_plan() { return latest_plan_; }
@@ -128,6 +133,11 @@ class Trainer {
   };
   std::optional<HeldContribution> held_;
   std::vector<float> exchange_values_;  // [gradient | statistics] when the model has statistics
+  // The gradient as computed, when the model has no statistics: traded for
+  // the arena's buffer (Arena::swap_storage), which is zeroed for the next
+  // step while this one is held.
+  std::vector<float> held_gradient_;
+  bool zero_after_outputs_ = false;
   // The round's sum, [gradient | statistics]; shared with the frames that
   // forward it to the coordinator until ZeroMQ has sent them.
   std::shared_ptr<std::vector<float>> exchange_sum_;

@@ -44,22 +44,38 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
   held_.reset();
   Message contribution = loop_->run(plan, step, options_.name, job.received, false);
 
-  // [gradient | statistics] as one buffer: the gradient arena itself when
-  // the model has no statistics (it is not touched again until the next
-  // step's compute, after the commit).
+  // [gradient | statistics] as one buffer out of the arenas, which are
+  // then zeroed for the next step while this worker waits for the commit
+  // (after_outputs): the gradient's own buffer when the model has no
+  // statistics (traded for the arena's, without a copy), else a copy.
   Model& model = replica_->model();
   const size_t parameters = replica_->parameter_count();
   const size_t buffers = replica_->buffer_count();
-  std::span<const float> values = model.gradients().flat();
+  std::span<const float> values;
   if (buffers > 0) {
     exchange_values_.resize(parameters + buffers);
     std::copy_n(model.gradients().flat().data(), parameters, exchange_values_.data());
     std::copy_n(model.statistics().flat().data(), buffers, exchange_values_.data() + parameters);
     values = exchange_values_;
+  } else {
+    held_gradient_.resize(parameters);
+    model.gradients().swap_storage(held_gradient_);
+    values = held_gradient_;
   }
+  zero_after_outputs_ = true;
   held_ = HeldContribution{step, std::move(contribution.envelope), values};
   out.emplace_back(exchange_round(job));
   return out;
+}
+
+void Trainer::after_outputs() {
+  if (!zero_after_outputs_ || !loop_) return;
+  zero_after_outputs_ = false;
+  // The timeline shows it: it is the worker's own time while it waits.
+  const double begin = clock_.now();
+  loop_->zero_for_next_step();
+  TraceRecorder& trace = loop_->trace();
+  trace.span("zero gradients", begin, clock_.now());
 }
 
 std::vector<float>& Trainer::writable_sum(size_t floats) {

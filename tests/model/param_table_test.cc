@@ -44,6 +44,26 @@ TEST(Arena, ViewsAliasTheFlatBuffer) {
   EXPECT_EQ(arena.flat()[6], 0.0f);
 }
 
+TEST(Arena, SwappedStorageIsWhatViewsSeeAndTheOldBufferKeepsItsValues) {
+  ParamTable table;
+  table.add("a", {2, 3});
+  const size_t b = table.add("b", {4});
+  Arena arena(table);
+  arena.view(b)[0] = 5.0f;
+  std::vector<float> other(10, 7.0f);
+  const float* old_buffer = arena.flat().data();
+  arena.swap_storage(other);
+  EXPECT_EQ(other.data(), old_buffer) << "traded, not copied";
+  EXPECT_EQ(other[6], 5.0f);
+  EXPECT_EQ(arena.view(b)[0], 7.0f);
+  arena.zero();
+  EXPECT_EQ(arena.flat()[6], 0.0f);
+  EXPECT_EQ(other[6], 5.0f) << "zeroing the arena leaves the traded buffer alone";
+  std::vector<float> wrong(9);
+  EXPECT_THROW(arena.swap_storage(wrong), std::invalid_argument);
+  EXPECT_EQ(arena.flat().size(), 10u);
+}
+
 TEST(Checksum, ChangesWithAnySingleBit) {
   std::vector<float> values(1001);
   for (size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(i);

@@ -134,11 +134,13 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
     // Every traced step (the default window: all 10) holds each worker's
     // round as its own "exchange" span, after its compute, and its apply of
     // the commit (which travels with the next step's report: the last
-    // step's has none).
+    // step's has none), and, before that apply, its zeroing of the
+    // gradients for the next step, done while it waited for the commit.
     std::string problem;
     const auto trace = testing::parse_trace(read_text(cluster.run_dir() / "trace.json"), &problem);
     EXPECT_TRUE(trace.has_value()) << problem;
     size_t rounds = 0, applies = 0;
+    std::map<std::pair<int, double>, double> zeroed_by, applied_from;  // (worker, step) -> us
     for (const testing::ParsedEvent& e :
          trace ? trace->events : std::vector<testing::ParsedEvent>{}) {
       if (e.name == "apply") {
@@ -146,7 +148,9 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
         EXPECT_EQ(e.number("applied"), 1.0);
         EXPECT_GE(e.number("step"), 0.0);
         EXPECT_LT(e.number("step"), 9.0);
+        applied_from[{e.pid, e.number("step")}] = e.ts;
       }
+      if (e.name == "zero gradients") zeroed_by[{e.pid, e.number("step")}] = e.ts + e.dur;
       if (e.name != "exchange") continue;
       ++rounds;
       EXPECT_EQ(e.number("ok"), 1.0);
@@ -155,6 +159,16 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
     }
     EXPECT_EQ(rounds, 20u) << "10 traced steps, 2 workers";
     EXPECT_EQ(applies, 18u) << "9 commits followed by a report, 2 workers";
+    EXPECT_EQ(zeroed_by.size(), 18u);
+    for (const auto& [worker_step, from] : applied_from) {
+      const auto zeroed = zeroed_by.find(worker_step);
+      if (zeroed == zeroed_by.end()) {
+        ADD_FAILURE() << "no zeroing before the apply of step " << worker_step.second;
+        continue;
+      }
+      // One worker's events on one clock, rounded to microseconds.
+      EXPECT_LE(zeroed->second, from + 1.0) << "step " << worker_step.second;
+    }
     std::vector<double> losses;
     const MetricsRecords records = cluster.records();
     for (const v1::StepRecord& r : records.steps) losses.push_back(r.loss());
