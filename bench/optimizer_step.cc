@@ -4,7 +4,9 @@
 // copying the same arrays (each read once, written once) with memcpy, timed
 // in the same run on the same buffers, so the ratio says how close the step
 // is to the memory bandwidth it needs. Sizes: bert-tiny (4,367,546
-// parameters) and resnet20 (269,722).
+// parameters) and resnet20 (269,722). Then, from a summed gradient, the
+// division in a pass of its own against inside the step; and the replica's
+// checksum read after the step against hashed inside it, block by block.
 //
 //   bench_optimizer_step [--threads N] [--repeats R]
 #include <algorithm>
@@ -83,6 +85,24 @@ void measure(const char* model, size_t n, const std::string& kind, ThreadPool* p
       "%-9s %-6s %9zu params: from a sum, divide then step %7.2f ms, divided in the step "
       "%7.2f ms (both after a refill of the gradient), ratio %.2fx\n",
       model, kind.c_str(), n, separate * 1e3, folded * 1e3, folded / separate);
+  // The replica's checksum after the update (each step's report carries
+  // it): read in a pass of its own, against hashed block by block inside
+  // the step while the block is in cache.
+  std::vector<uint64_t> blocks(checksum_blocks(n));
+  uint64_t sink = 0;
+  const double then_read = best_seconds(repeats, [&] {
+    optimizer->step(parameters.flat(), gradients.flat(), 1e-3);
+    sink ^= block_checksum(parameters.flat());
+  });
+  const double hashed = best_seconds(repeats, [&] {
+    optimizer->step(parameters.flat(), gradients.flat(), 1e-3, 1.0f, blocks);
+    sink ^= combine_block_checksums(blocks, n);
+  });
+  std::printf(
+      "%-9s %-6s %9zu params: step then checksum %7.2f ms, checksum hashed in the step %7.2f ms, "
+      "ratio %.2fx%s\n",
+      model, kind.c_str(), n, then_read * 1e3, hashed * 1e3, hashed / then_read,
+      sink == 42 ? " " : "");
 }
 
 }  // namespace

@@ -761,9 +761,11 @@ void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples)
 
   const double apply_begin = clock_();
   timeline_.span("send update", reduce_begin + record.reduce_seconds(), apply_begin);
-  if (record.applied())
-    replica_.apply_update(reducer_.gradient(), reducer_.statistics(), record.lr());
-  start_checksum_ = replica_.parameter_checksum();
+  // The update hashes the parameters as it writes them.
+  start_checksum_ =
+      record.applied()
+          ? replica_.apply_update(reducer_.gradient(), reducer_.statistics(), record.lr())
+          : replica_.parameter_checksum();
   record.set_apply_seconds(clock_() - apply_begin);
   timeline_.span("apply", apply_begin, apply_begin + record.apply_seconds());
 }

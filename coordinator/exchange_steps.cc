@@ -368,15 +368,16 @@ void Coordinator::apply_pending() {
   }
   const PendingApply pending = std::move(*pending_apply_);
   pending_apply_.reset();
+  // The update hashes the parameters as it writes them.
   if (pending.divided) {
-    replica_.apply_update(reducer_.gradient(), reducer_.statistics(), pending.lr);
+    start_checksum_ = replica_.apply_update(reducer_.gradient(), reducer_.statistics(), pending.lr);
   } else {
     // As every member does: the gradient averaged inside the optimizer's pass.
     reducer_.finish(0.0, pending.statistics_divisor);
     const float divisor = pending.divisor > 0.0 ? static_cast<float>(pending.divisor) : 1.0f;
-    replica_.apply_summed_update(reducer_.gradient(), divisor, reducer_.statistics(), pending.lr);
+    start_checksum_ =
+        replica_.apply_summed_update(reducer_.gradient(), divisor, reducer_.statistics(), pending.lr);
   }
-  start_checksum_ = replica_.parameter_checksum();
 }
 
 }  // namespace dctrain

@@ -11,21 +11,33 @@
 namespace dctrain {
 
 template <typename Update>
-void Optimizer::for_each_chunk(size_t count, Update&& update) {
+void Optimizer::for_each_chunk(std::span<const float> parameters, std::span<uint64_t> checksums,
+                               Update&& update) {
   // Callers pass lambdas that capture by value: a pointer captured by
   // reference is reloaded after every store (it might alias), which stops
   // the loop from vectorizing.
-  // 16,384 floats: four arrays' chunks (256 KiB) stay in a core's L2.
-  constexpr size_t kChunk = 16384;
-  if (pool_ == nullptr || pool_->size() == 1 || count <= kChunk) {
+  // 16,384 floats (a checksum block): four arrays' chunks (256 KiB) stay in
+  // a core's L2, so the hash reads the parameters from there.
+  constexpr size_t kChunk = kChecksumBlockFloats;
+  const size_t count = parameters.size();
+  const bool threads = pool_ != nullptr && pool_->size() > 1 && count > kChunk;
+  if (!threads && checksums.empty()) {
     update(size_t{0}, count);
     return;
   }
-  const int64_t chunks = static_cast<int64_t>((count + kChunk - 1) / kChunk);
-  pool_->parallel_for(chunks, [&](int64_t chunk, int) {
-    const size_t begin = static_cast<size_t>(chunk) * kChunk;
-    update(begin, std::min(count, begin + kChunk));
-  });
+  const auto chunk = [&](size_t index) {
+    const size_t begin = index * kChunk;
+    const size_t end = std::min(count, begin + kChunk);
+    update(begin, end);
+    if (!checksums.empty()) checksums[index] = checksum(parameters.subspan(begin, end - begin));
+  };
+  const size_t chunks = checksum_blocks(count);
+  if (!threads) {
+    for (size_t i = 0; i < chunks; ++i) chunk(i);
+    return;
+  }
+  pool_->parallel_for(static_cast<int64_t>(chunks),
+                      [&](int64_t index, int) { chunk(static_cast<size_t>(index)); });
 }
 
 Optimizer::Optimizer(const ParamTable& table, std::vector<std::string> state_names)
@@ -35,7 +47,12 @@ Optimizer::Optimizer(const ParamTable& table, std::vector<std::string> state_nam
 }
 
 void Optimizer::check_step(std::span<float> parameters, std::span<const float> gradients,
-                           float gradient_divisor) const {
+                           float gradient_divisor, std::span<const uint64_t> checksums) const {
+  if (!checksums.empty() && checksums.size() != checksum_blocks(parameters.size())) {
+    throw std::invalid_argument(name() + " step: " + std::to_string(checksums.size()) +
+                                " checksums for " + std::to_string(parameters.size()) +
+                                " parameters; pass checksum_blocks() of them, or none");
+  }
   if (!(gradient_divisor > 0.0f) || !std::isfinite(gradient_divisor)) {
     throw std::invalid_argument(name() + " step: gradient divisor " +
                                 std::to_string(gradient_divisor) + "; it must be finite and > 0");
@@ -92,8 +109,8 @@ void with_flag(bool flag, Fn&& fn) {
 }  // namespace
 
 void Sgd::step(std::span<float> parameters, std::span<const float> gradients, double lr,
-               float gradient_divisor) {
-  check_step(parameters, gradients, gradient_divisor);
+               float gradient_divisor, std::span<uint64_t> checksums) {
+  check_step(parameters, gradients, gradient_divisor, checksums);
   const float rate = static_cast<float>(lr);
   float* p = parameters.data();
   const float* g = gradients.data();
@@ -106,7 +123,7 @@ void Sgd::step(std::span<float> parameters, std::span<const float> gradients, do
       with_flag(b != nullptr, [&](auto has_momentum) {
         with_flag(steps_ == 0, [&](auto first) {
           with_flag(nesterov_, [&](auto nesterov) {
-            for_each_chunk(parameters.size(), [=](size_t begin, size_t end) {
+            for_each_chunk(parameters, checksums, [=](size_t begin, size_t end) {
               for (size_t i = begin; i < end; ++i) {
                 float d = g[i];
                 if constexpr (summed) d = d / divisor;
@@ -178,8 +195,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_update(
 }  // namespace
 
 void AdamW::step(std::span<float> parameters, std::span<const float> gradients, double lr,
-                 float gradient_divisor) {
-  check_step(parameters, gradients, gradient_divisor);
+                 float gradient_divisor, std::span<uint64_t> checksums) {
+  check_step(parameters, gradients, gradient_divisor, checksums);
   ++steps_;
   // Scalars in double, as torch computes them in Python, then cast to the
   // tensor type for the elementwise kernels.
@@ -198,7 +215,7 @@ void AdamW::step(std::span<float> parameters, std::span<const float> gradients, 
   const float* g = gradients.data();
   float* m = state_[0].flat().data();
   float* v = state_[1].flat().data();
-  for_each_chunk(parameters.size(),
+  for_each_chunk(parameters, checksums,
                  [=](size_t begin, size_t end) { adamw_update(scalars, begin, end, p, g, m, v); });
 }
 

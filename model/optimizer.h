@@ -47,8 +47,17 @@ class Optimizer {
   // the single float division that averaging the array first would do, so
   // the same bits) instead of in a pass of its own. A divisor of 1 divides
   // nothing.
+  void step(std::span<float> parameters, std::span<const float> gradients, double lr,
+            float gradient_divisor) {
+    step(parameters, gradients, lr, gradient_divisor, {});
+  }
+  // The same, hashing each block of the updated parameters as it is written
+  // (while in cache): `checksums[b]` gets checksum() of block b
+  // (model/param_table.h, checksum_blocks(parameters.size()) of them), so
+  // that combine_block_checksums() gives block_checksum(parameters) without
+  // reading them again. Empty: no hashing.
   virtual void step(std::span<float> parameters, std::span<const float> gradients, double lr,
-                    float gradient_divisor) = 0;
+                    float gradient_divisor, std::span<uint64_t> checksums) = 0;
 
   // Threads for the step (not owned; nullptr: the calling thread alone). The
   // update is elementwise, so how it is split never changes a bit.
@@ -67,12 +76,15 @@ class Optimizer {
  protected:
   Optimizer(const ParamTable& table, std::vector<std::string> state_names);
   void check_step(std::span<float> parameters, std::span<const float> gradients,
-                  float gradient_divisor) const;
-  // Runs update(begin, end) over [0, count) in chunks, on the pool's threads
-  // when there is a pool. The step is memory-bound: one core does not reach
-  // the bandwidth that several do.
+                  float gradient_divisor, std::span<const uint64_t> checksums) const;
+  // Runs update(begin, end) over the parameters in chunks of a checksum
+  // block, on the pool's threads when there is a pool (the step is
+  // memory-bound: one core does not reach the bandwidth that several do),
+  // and, when `checksums` is not empty, hashes each chunk of `parameters`
+  // right after its update.
   template <typename Update>
-  void for_each_chunk(size_t count, Update&& update);
+  void for_each_chunk(std::span<const float> parameters, std::span<uint64_t> checksums,
+                      Update&& update);
 
   ThreadPool* pool_ = nullptr;
 
@@ -91,7 +103,7 @@ class Sgd final : public Optimizer {
   std::string name() const override { return "sgd"; }
   using Optimizer::step;
   void step(std::span<float> parameters, std::span<const float> gradients, double lr,
-            float gradient_divisor) override;
+            float gradient_divisor, std::span<uint64_t> checksums) override;
 
  private:
   float momentum_, weight_decay_;
@@ -107,7 +119,7 @@ class AdamW final : public Optimizer {
   std::string name() const override { return "adamw"; }
   using Optimizer::step;
   void step(std::span<float> parameters, std::span<const float> gradients, double lr,
-            float gradient_divisor) override;
+            float gradient_divisor, std::span<uint64_t> checksums) override;
 
  private:
   double beta1_, beta2_, eps_, weight_decay_;

@@ -69,4 +69,19 @@ uint64_t checksum(std::span<const float> values) {
   return mix64(h);
 }
 
+uint64_t block_checksum(std::span<const float> values) {
+  std::vector<uint64_t> blocks(checksum_blocks(values.size()));
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const size_t begin = b * kChecksumBlockFloats;
+    blocks[b] = checksum(values.subspan(begin, std::min(kChecksumBlockFloats, values.size() - begin)));
+  }
+  return combine_block_checksums(blocks, values.size());
+}
+
+uint64_t combine_block_checksums(std::span<const uint64_t> blocks, size_t floats) {
+  uint64_t h = mix64(floats ^ 0x9e3779b97f4a7c15ULL);
+  for (uint64_t b : blocks) h = mix64(h ^ b);  // in order: mix64 does not commute with ^
+  return h;
+}
+
 }  // namespace dctrain

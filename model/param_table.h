@@ -75,4 +75,17 @@ class Arena {
 // (with overwhelming probability).
 uint64_t checksum(std::span<const float> values);
 
+// The replicas' checksum of their parameters: checksum() of each block of
+// kChecksumBlockFloats, combined in order (combine_block_checksums), so that
+// a pass that writes the arena block by block (the optimizer's) hashes each
+// block while it is in cache, on whichever thread wrote it, and gets the
+// same value as this function over the finished arena.
+inline constexpr size_t kChecksumBlockFloats = 16384;
+inline size_t checksum_blocks(size_t floats) {
+  return (floats + kChecksumBlockFloats - 1) / kChecksumBlockFloats;
+}
+uint64_t block_checksum(std::span<const float> values);
+// `blocks[b]`: checksum() of block b of an arena of `floats` floats.
+uint64_t combine_block_checksums(std::span<const uint64_t> blocks, size_t floats);
+
 }  // namespace dctrain

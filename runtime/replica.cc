@@ -25,17 +25,17 @@ double Replica::next_learning_rate() const {
   return learning_rate(schedule_, optimizer_->steps());
 }
 
-void Replica::apply_update(std::span<float> gradient, std::span<const float> statistics) {
-  apply_update(gradient, statistics, next_learning_rate());
+uint64_t Replica::apply_update(std::span<float> gradient, std::span<const float> statistics) {
+  return apply_update(gradient, statistics, next_learning_rate());
 }
 
-void Replica::apply_update(std::span<float> gradient, std::span<const float> statistics,
-                           double lr) {
-  apply_summed_update(gradient, 1.0f, statistics, lr);
+uint64_t Replica::apply_update(std::span<float> gradient, std::span<const float> statistics,
+                               double lr) {
+  return apply_summed_update(gradient, 1.0f, statistics, lr);
 }
 
-void Replica::apply_summed_update(std::span<float> gradient, float gradient_divisor,
-                                  std::span<const float> statistics, double lr) {
+uint64_t Replica::apply_summed_update(std::span<float> gradient, float gradient_divisor,
+                                      std::span<const float> statistics, double lr) {
   if (clip_norm_ > 0.0) {
     if (gradient_divisor != 1.0f) {
       for (float& g : gradient) g /= gradient_divisor;
@@ -43,12 +43,15 @@ void Replica::apply_summed_update(std::span<float> gradient, float gradient_divi
     }
     clip_grad_norm(gradient, clip_norm_);
   }
-  optimizer_->step(model_->parameters().flat(), gradient, lr, gradient_divisor);
+  const std::span<float> parameters = model_->parameters().flat();
+  block_checksums_.resize(checksum_blocks(parameters.size()));
+  optimizer_->step(parameters, gradient, lr, gradient_divisor, block_checksums_);
   if (buffer_count() > 0) model_->apply_statistics(statistics);
+  return combine_block_checksums(block_checksums_, parameters.size());
 }
 
 uint64_t Replica::parameter_checksum() {
-  return checksum(model_->parameters().flat());
+  return block_checksum(model_->parameters().flat());
 }
 
 std::span<float> Replica::buffers() {

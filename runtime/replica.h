@@ -32,22 +32,25 @@ class Replica {
 
   // One optimizer update with the step's averaged gradient (clipped in place
   // when the run clips) and the averaged batch statistics (empty span for a
-  // model without BatchNorm).
-  void apply_update(std::span<float> gradient, std::span<const float> statistics);
+  // model without BatchNorm). Returns parameter_checksum() of the updated
+  // parameters, hashed by the optimizer's pass as it wrote them (no second
+  // read of the parameters).
+  uint64_t apply_update(std::span<float> gradient, std::span<const float> statistics);
   // The same at a rate decided elsewhere (the coordinator's schedule, which
   // may count samples rather than updates).
-  void apply_update(std::span<float> gradient, std::span<const float> statistics, double lr);
+  uint64_t apply_update(std::span<float> gradient, std::span<const float> statistics, double lr);
   // The same from the step's summed gradient: it is averaged (each element
   // divided by gradient_divisor, the same bits as Reducer::finish) inside
   // the optimizer's pass, or in place first when the run clips (the norm is
   // the averaged gradient's). `statistics` are averaged already.
-  void apply_summed_update(std::span<float> gradient, float gradient_divisor,
-                           std::span<const float> statistics, double lr);
+  uint64_t apply_summed_update(std::span<float> gradient, float gradient_divisor,
+                               std::span<const float> statistics, double lr);
 
   // The rate of the next update, counting updates.
   double next_learning_rate() const;
   int64_t optimizer_steps() const { return optimizer_->steps(); }
 
+  // block_checksum() of the parameters (model/param_table.h).
   uint64_t parameter_checksum();
 
   // The whole state as tensors (parameters, buffers, each optimizer state):
@@ -67,6 +70,7 @@ class Replica {
   LrScheduleSpec schedule_;
   double clip_norm_ = 0.0;
   std::vector<std::string> state_tensor_names_;
+  std::vector<uint64_t> block_checksums_;  // the last update's, per checksum block
 };
 
 }  // namespace dctrain

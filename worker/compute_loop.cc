@@ -24,7 +24,8 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   Message out;
   out.envelope = make_envelope(step, sender);
   v1::Contribution& c = *out.envelope.mutable_contribution();
-  c.set_parameter_checksum(replica_.parameter_checksum());
+  c.set_parameter_checksum(start_checksum());
+  start_checksum_.reset();  // the compute's update will change the parameters
 
   trace_.begin_step(step, plan, received);
   if (!zeroed_) zero_for_next_step();
@@ -82,6 +83,11 @@ Message ComputeLoop::run(const v1::Plan& plan, uint64_t step, const std::string&
   return out;
 }
 
+uint64_t ComputeLoop::start_checksum() {
+  if (!start_checksum_) start_checksum_ = replica_.parameter_checksum();
+  return *start_checksum_;
+}
+
 void ComputeLoop::zero_for_next_step() {
   Model& model = replica_.model();
   model.gradients().zero();
@@ -92,6 +98,7 @@ void ComputeLoop::zero_for_next_step() {
 void ComputeLoop::apply(const Message& update) {
   zeroed_ = false;  // the update lands in the gradient arena
   const double begin = clock_.now();
+  start_checksum_.reset();
   if (!update.envelope.update().applied()) {
     if (update.envelope.step() == trace_.step())
       trace_.span("apply", begin, begin, {{"applied", 0}});
@@ -103,7 +110,8 @@ void ComputeLoop::apply(const Message& update) {
   copy_tensor(update, 0, gradient);
   statistics_.resize(replica_.buffer_count());
   if (!statistics_.empty()) copy_tensor(update, 1, statistics_);
-  replica_.apply_update(gradient, statistics_, update.envelope.update().learning_rate());
+  start_checksum_ =
+      replica_.apply_update(gradient, statistics_, update.envelope.update().learning_rate());
   if (update.envelope.step() == trace_.step())
     trace_.span("apply", begin, clock_.now(), {{"applied", 1}});
 }

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "comm/message.h"
@@ -59,6 +60,14 @@ class ComputeLoop {
   // Applies a validated update (tensor 0: gradient, 1: statistics if any).
   void apply(const Message& update);
 
+  // The replica's parameter checksum at the start of the next run(): the
+  // one its last update computed as it wrote them (applied()), else read
+  // now and kept until run() has reported it.
+  uint64_t start_checksum();
+  // The replica's parameters were just updated elsewhere (the exchange's
+  // commit), and `checksum` is what the update computed.
+  void applied(uint64_t checksum) { start_checksum_ = checksum; }
+
   // Zeroes the gradient and statistics arenas for the next run() now, so
   // that it starts computing at once: for a caller with time to spare
   // before the next plan (the exchange's wait for its commit).
@@ -80,6 +89,7 @@ class ComputeLoop {
   std::vector<float> statistics_;
   TraceRecorder trace_;
   bool zeroed_ = false;  // the arenas were zeroed for the next run()
+  std::optional<uint64_t> start_checksum_;
 };
 
 }  // namespace dctrain

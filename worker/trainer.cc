@@ -116,11 +116,11 @@ std::vector<ComputeOutput> Trainer::on_plan(const ComputeJob& job) {
   const v1::Plan& plan = job.message.envelope.plan();
   const uint64_t step = job.message.envelope.step();
   if (!plan.exchange().checksum_follows() &&
-      plan.parameter_checksum() != replica_->parameter_checksum()) {
+      plan.parameter_checksum() != loop_->start_checksum()) {
     log_->error(
         "step {}: this replica differs from the coordinator's (checksum {:016x}, "
         "coordinator {:016x})",
-        step, replica_->parameter_checksum(), plan.parameter_checksum());
+        step, loop_->start_checksum(), plan.parameter_checksum());
   }
   for (const v1::MicroBatch& mb : plan.micro_batches()) {
     for (uint64_t id : mb.samples()) {

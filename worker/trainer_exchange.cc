@@ -205,7 +205,7 @@ void Trainer::on_commit(const Message& commit) {
   }
   const float divisor =
       u.gradient_divisor() > 0.0 ? static_cast<float>(u.gradient_divisor()) : 1.0f;
-  replica_->apply_summed_update(gradient, divisor, statistics, u.learning_rate());
+  loop_->applied(replica_->apply_summed_update(gradient, divisor, statistics, u.learning_rate()));
   if (step == trace.step()) trace.span("apply", begin, clock_.now(), {{"applied", 1}});
 }
 

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -101,6 +103,68 @@ TEST(Optimizer, DividingASumInsideTheStepGivesTheBitsOfAveragingItFirst) {
       }
     }
   }
+}
+
+TEST(Optimizer, AHashedStepWritesTheSameBitsAndHashesWhatItWrote) {
+  // 100,003 parameters: six whole checksum blocks and a short seventh.
+  constexpr int kCount = 100003;
+  ParamTable table;
+  table.add("w", {kCount});
+  std::vector<float> start(kCount), gradient(kCount);
+  for (int i = 0; i < kCount; ++i) {
+    start[i] = std::sin(static_cast<float>(3 * i));
+    gradient[i] = std::cos(static_cast<float>(i)) * 2e-3f;
+  }
+  const std::vector<OptimizerSpec> specs = {
+      {.name = "sgd"},
+      {.name = "sgd", .weight_decay = 0.1, .momentum = 0.9},
+      {.name = "sgd", .momentum = 0.5, .nesterov = true},
+      {.name = "adamw", .weight_decay = 0.01},
+  };
+  ThreadPool pool(3);
+  for (const OptimizerSpec& spec : specs) {
+    for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      SCOPED_TRACE(spec.name + " momentum " + std::to_string(spec.momentum) +
+                   (threads ? ", 3 threads" : ", 1 thread"));
+      std::vector<float> plain = start, hashed = start;
+      auto a = make_optimizer(spec, table);
+      auto b = make_optimizer(spec, table);
+      b->set_thread_pool(threads);
+      std::vector<uint64_t> blocks(checksum_blocks(kCount));
+      ASSERT_EQ(blocks.size(), 7u);
+      for (int s = 0; s < 3; ++s) {  // the first step and later ones (momentum, bias correction)
+        a->step(plain, gradient, 1e-2, 4.0f);
+        b->step(hashed, gradient, 1e-2, 4.0f, blocks);
+        EXPECT_EQ(checksum(plain), checksum(hashed)) << "step " << s;
+        EXPECT_EQ(combine_block_checksums(blocks, kCount), block_checksum(hashed)) << "step " << s;
+      }
+      std::vector<uint64_t> wrong(6);
+      EXPECT_THROW(b->step(hashed, gradient, 1e-2, 1.0f, wrong), std::invalid_argument);
+    }
+  }
+}
+
+TEST(Checksum, BlockChecksumSeesEveryBlockInItsPlace) {
+  std::vector<float> values(3 * kChecksumBlockFloats + 5);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i % 977);
+  const uint64_t base = block_checksum(values);
+  EXPECT_EQ(block_checksum(values), base);
+  // Any single bit, in any block and in the short last one.
+  for (const size_t at : {size_t{0}, kChecksumBlockFloats + 7, values.size() - 1}) {
+    std::vector<float> flipped = values;
+    uint32_t bits;
+    std::memcpy(&bits, &flipped[at], 4);
+    bits ^= 1u << 9;
+    std::memcpy(&flipped[at], &bits, 4);
+    EXPECT_NE(block_checksum(flipped), base) << at;
+  }
+  // Two whole blocks swapped: the same block checksums in another order.
+  std::vector<float> swapped = values;
+  std::swap_ranges(swapped.begin(), swapped.begin() + kChecksumBlockFloats,
+                   swapped.begin() + kChecksumBlockFloats);
+  EXPECT_NE(block_checksum(swapped), base);
+  // Without the last float: the length counts.
+  EXPECT_NE(block_checksum(std::span<const float>(values).first(values.size() - 1)), base);
 }
 
 TEST(Optimizer, RejectsBadSpecsAndSizes) {

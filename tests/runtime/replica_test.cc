@@ -43,8 +43,11 @@ TEST(Replica, ASummedUpdateGivesTheBitsOfTheAveragedOne) {
         for (size_t i = 0; i < n; ++i) sum[i] = std::sin(static_cast<float>(i + 31 * step)) * 1.3f;
         std::vector<float> average = sum;
         for (float& g : average) g /= divisor;
-        averaged->apply_update(average, statistics, 0.05);
-        summed->apply_summed_update(sum, divisor, statistics, 0.05);
+        // Each returns the checksum of what it wrote, as read afterwards.
+        const uint64_t averaged_wrote = averaged->apply_update(average, statistics, 0.05);
+        const uint64_t summed_wrote = summed->apply_summed_update(sum, divisor, statistics, 0.05);
+        EXPECT_EQ(averaged_wrote, averaged->parameter_checksum());
+        EXPECT_EQ(summed_wrote, summed->parameter_checksum());
         EXPECT_EQ(averaged->parameter_checksum(), summed->parameter_checksum()) << "step " << step;
       }
       const auto a = averaged->state_views(), s = summed->state_views();
