@@ -471,9 +471,14 @@ void Coordinator::log_standby(const StepShares& shares) {
 void Coordinator::abandon(uint32_t rank, const std::string& why) {
   auto it = planned_.find(rank);
   if (it == planned_.end() || !reducer_.expects(rank)) return;
-  Planned& p = it->second;
+  take_out(it->second, why);
+}
+
+void Coordinator::take_out(Planned& p, const std::string& why) {
+  const uint32_t rank = p.rank;
   p.missed = true;
-  reducer_.forget(rank);
+  p.contribution.reset();
+  reducer_.forget(rank);  // nothing to forget once it has reported
   ledger_.orphan_worker(rank);
   log_->warn(
       "worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} samples) "

@@ -118,6 +118,9 @@ class Coordinator {
   void ask_to_rejoin(const std::string& peer, const std::string& why);
   // Drops a worker from the current step: its micro-batches are requeued.
   void abandon(uint32_t rank, const std::string& why);
+  // The same for a member whether or not it has reported (a member of a
+  // failed exchange round judged at fault): its report, if any, is dropped.
+  void take_out(Planned& p, const std::string& why);
   // Policy "backup": once N - b contributions are in, the others are cut
   // from the step (their micro-batches requeued).
   void cut_backup_workers();

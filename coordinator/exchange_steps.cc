@@ -187,15 +187,7 @@ void Coordinator::judge_exchange_round() {
         break;
       }
     }
-    Planned& p = planned_.at(rank);
-    p.missed = true;
-    p.contribution.reset();
-    ledger_.orphan_worker(rank);
-    log_->warn(
-        "worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} samples) "
-        "are {}",
-        membership_.at(rank).name, rank, step_, why, p.micro_batches.size(), p.samples,
-        config_.step().requeue() ? "requeued" : "lost");
+    take_out(planned_.at(rank), why);
     // Presumed dead, as a silent member: a live one is asked to say hello
     // again when next heard, and is welcomed afresh, so the next round does
     // not wait for it again.
