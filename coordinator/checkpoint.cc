@@ -88,6 +88,11 @@ Parsed parse(const std::filesystem::path& path) {
     throw std::runtime_error(
         fmt::format("checkpoint '{}' has an unreadable header", path.string()));
   }
+  if (p.header.tensor_counts_size() != p.header.tensor_names_size()) {
+    throw std::runtime_error(
+        fmt::format("checkpoint '{}' has a header that names {} tensors and gives {} sizes",
+                    path.string(), p.header.tensor_names_size(), p.header.tensor_counts_size()));
+  }
   // The tensors start at the next multiple of 4 bytes after the header.
   p.tensors_at = (at + length + 3) / 4 * 4;
   return p;

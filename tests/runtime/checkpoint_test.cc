@@ -148,5 +148,45 @@ TEST(Checkpoint, HeaderLengthPastTheFileIsRefusedNotAborted) {
   std::filesystem::remove_all(saved.dir);
 }
 
+// Found by fuzz/checkpoint_fuzz.cc: a header with fewer tensor sizes than
+// tensor names (checksum valid) made the state loader read past Protobuf's
+// list, which aborts the process; the file is refused, naming both counts.
+TEST(Checkpoint, AHeaderWithFewerSizesThanNamesIsRefusedNotAborted) {
+  const Saved saved = save_mid_epoch("checkpoint-short-sizes");
+  const std::string bytes = read_bytes(saved.path);
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 12, sizeof length);  // after the magic and format
+  v1::CheckpointHeader header;
+  ASSERT_TRUE(header.ParseFromArray(bytes.data() + 20, static_cast<int>(length)));
+  ASSERT_GT(header.tensor_counts_size(), 1);
+  header.mutable_tensor_counts()->RemoveLast();
+  const std::string head = header.SerializeAsString();
+  std::string out = bytes.substr(0, 12);
+  const uint64_t new_length = head.size();
+  out.append(reinterpret_cast<const char*>(&new_length), sizeof new_length);
+  out += head;
+  while (out.size() % sizeof(float) != 0) out.push_back('\0');
+  const size_t tensors_at = (20 + length + 3) / 4 * 4;
+  out += bytes.substr(tensors_at, bytes.size() - 8 - tensors_at);
+  const uint64_t sum = checksum(
+      std::span<const float>(reinterpret_cast<const float*>(out.data()), out.size() / sizeof(float)));
+  out.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  std::ofstream(saved.path, std::ios::binary | std::ios::trunc) << out;
+  const auto train = open_dataset(saved.config, Split::kTrain, "");
+  Replica replica(make_model(model_spec(saved.config, train->shape(), 1)),
+                  saved.config.optimizer());
+  try {
+    load_checkpoint_state(saved.path, replica);
+    FAIL() << "a header with a size missing must be refused";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("names " + std::to_string(header.tensor_names_size()) + " tensors and gives " +
+                        std::to_string(header.tensor_counts_size()) + " sizes"),
+              std::string::npos)
+        << what;
+  }
+  std::filesystem::remove_all(saved.dir);
+}
+
 }  // namespace
 }  // namespace dctrain
