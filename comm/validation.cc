@@ -146,6 +146,10 @@ std::string_view body_name(const v1::Envelope& envelope) {
       return "update";
     case v1::Envelope::kReady:
       return "ready";
+    case v1::Envelope::kExchangeSum:
+      return "exchange sum";
+    case v1::Envelope::kSumRequest:
+      return "sum request";
     case v1::Envelope::BODY_NOT_SET:
       break;
   }

@@ -190,6 +190,9 @@ void Coordinator::dispatch(Received received, double now) {
     case v1::Envelope::kReady:
       on_ready(peer, now);
       return;
+    case v1::Envelope::kExchangeSum:
+      on_exchange_sum(peer, std::move(message), now);
+      return;
     case v1::Envelope::kError:
       log_->warn("worker '{}' reports: {}", peer, message.envelope.error().message());
       if (Member* m = membership_.live_member(peer)) m->last_heard = now;
@@ -519,6 +522,7 @@ void Coordinator::start_step(double now) {
   std::sort(planned.begin(), planned.end());
   exchange_attempt_ = 0;
   exchange_members_ = planned;
+  committed_ahead_.reset();
   silent_after_.reset();
   const double tau = threshold_.tau();
   for (WorkerPlan& plan : plans) {
@@ -558,8 +562,11 @@ void Coordinator::start_step(double now) {
 }
 
 void Coordinator::close_step(double now) {
-  if (exchange_mode()) judge_exchange_round();
-  if (exchange_mode() && redo_exchange(now)) return;
+  if (exchange_mode()) {
+    if (commit_ahead_of_sum(now)) return;  // the step closes once its sum is in
+    judge_exchange_round();
+    if (redo_exchange(now)) return;
+  }
   timeline_.span("step", step_started_, now);
   // Exchange: the members summed among themselves and each checked the sum
   // it holds (worker/data_plane.cc); the coordinator has no sum to judge yet.
@@ -705,6 +712,12 @@ ClosedStep Coordinator::settle_step() {
   return closed;
 }
 
+double Coordinator::step_learning_rate() const {
+  const v1::RunTotals& t = metrics_.totals();
+  return learning_rate(schedule_, schedule_position(config_, replica_.optimizer_steps(),
+                                                    t.samples_completed() + t.samples_lost()));
+}
+
 double Coordinator::step_divisor(const ClosedStep& closed, uint64_t planned_samples) const {
   // The gradient of the mean loss over what was completed (or, with
   // normalize "nominal", over what was planned): loss terms are samples for
@@ -738,17 +751,13 @@ double Coordinator::step_divisor(const ClosedStep& closed, uint64_t planned_samp
 void Coordinator::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples) {
   v1::StepRecord& record = closed.record;
   const double reduce_begin = clock_();
-  const double divisor = step_divisor(closed, planned_samples);
-  const v1::RunTotals& t = metrics_.totals();
-  record.set_lr(
-      learning_rate(schedule_, schedule_position(config_, replica_.optimizer_steps(),
-                                                 t.samples_completed() + t.samples_lost())));
+  record.set_lr(step_learning_rate());
   if (exchange_mode()) {
-    commit_exchange(closed, divisor);
+    commit_exchange(closed);
     record.set_reduce_seconds(clock_() - reduce_begin);
     return;
   }
-  reducer_.finish(divisor, static_cast<double>(record.samples()));
+  reducer_.finish(step_divisor(closed, planned_samples), static_cast<double>(record.samples()));
   record.set_reduce_seconds(clock_() - reduce_begin);
   timeline_.span("reduce", reduce_begin, reduce_begin + record.reduce_seconds());
 
@@ -991,12 +1000,21 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
   phase_ = Phase::kFinished;
   exit_code_ = exit_code;
   stop_reason_ = reason;
+  // Stopped between a commit that went out ahead of its sum and the sum:
+  // the members applied an update this replica does not have.
+  const bool same_replicas = exit_code == 0 && !committed_ahead_;
+  if (committed_ahead_) {
+    log_->warn(
+        "step {} was committed but its sum had not arrived when the run stopped: the workers' "
+        "replicas are one update past the coordinator's, whose checkpoint is the run's",
+        step_);
+  }
   for (uint32_t rank : membership_.live_ranks()) {
     Message bye;
     bye.envelope = make_envelope(step_, kCoordinatorName);
     bye.envelope.mutable_bye()->set_reason(reason);
     bye.envelope.mutable_bye()->set_parameter_checksum(start_checksum_);
-    bye.envelope.mutable_bye()->set_has_checksum(exit_code == 0);
+    bye.envelope.mutable_bye()->set_has_checksum(same_replicas);
     send(membership_.at(rank).name, std::move(bye));
   }
   t.set_wall_seconds(wall(now));
@@ -1087,7 +1105,10 @@ void Coordinator::tick(double now) {
       }
       return;
     case Phase::kStepping:
-      if (exchange_mode()) take_out_silent_members(now);
+      if (exchange_mode()) {
+        take_out_silent_members(now);
+        chase_committed_sum(now);
+      }
       if (now > deadline_) {
         for (const auto& [rank, p] : planned_) {
           if (reducer_.expects(rank)) {

@@ -112,6 +112,9 @@ class Coordinator {
   void on_contribution(const std::string& peer, Message message, double now);
   void on_bye(const std::string& peer, const Message& message);
   void on_ready(const std::string& peer, double now);
+  // Data plane "exchange": a round's sum from one of its members
+  // (coordinator/exchange_steps.cc).
+  void on_exchange_sum(const std::string& peer, Message message, double now);
 
   void welcome(uint32_t rank);
   void refuse(const std::string& peer, const std::string& reason);
@@ -179,8 +182,9 @@ class Coordinator {
 
   // Data plane "exchange" (coordinator/exchange_steps.cc): the workers sum
   // their gradients among themselves; the coordinator names each round's
-  // members, collects their reports, commits or drops the round for all,
-  // and applies the sum that one member forwards after the commit is out.
+  // members, collects their reports, commits or drops the round for all on
+  // the reports alone, and applies the sum that one member sends after its
+  // report once the commit and the next plans are out.
   bool exchange_mode() const { return config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE; }
   std::optional<std::string> exchange_hello_problem(const v1::Hello& hello) const;
   // The round of `ranks` under `attempt` (0: the step's first round, after
@@ -203,16 +207,38 @@ class Coordinator {
   // Drops the step unless every member's round succeeded; discarded (as the
   // star guard discards) when a member found the sum unusable.
   GuardedStep settle_exchange();
-  // Every member of the current round reported it ok, and the lowest sent
-  // the sum.
+  // Every member of the current round reported it ok, the lowest saying
+  // that its sum follows.
+  bool exchange_reports_ok() const;
+  // That, and the sum is here.
   bool exchange_succeeded() const;
+  // When the round's reports are ok and its sum is not here yet: sends the
+  // commit to the members (once), and returns true while the step waits for
+  // the sum; false when the step can close (the sum is here, nothing is to
+  // be applied, or no member is left to send the sum).
+  bool commit_ahead_of_sum(double now);
+  // The committed round's sum not received from the member it was awaited
+  // from, which died or let the data plane's timeout pass: asks the next.
+  void chase_committed_sum(double now);
+  // Asks the next member of the committed round that has not failed to send
+  // its sum; with none left, the sum is lost (the step is dropped and the
+  // members that applied it get the coordinator's state).
+  void ask_next_for_sum(double now);
+  // The commit of the current round: the divisors, the rate and whether
+  // anything is applied, from the members' reports.
+  v1::Update exchange_commit() const;
+  // The learning rate of the open step's update.
+  double step_learning_rate() const;
   // A member found the exchanged sum unusable (NaN, infinite, too large).
   bool exchange_sum_unusable() const;
   // When the round failed but members are left who reported, and the step
   // has rounds left (data_plane.rounds_per_step): plans the round again
   // among them under the next attempt and returns true; the step stays open.
   bool redo_exchange(double now);
-  void commit_exchange(ClosedStep& closed, double divisor);
+  // The commit to the members (unless it went out ahead of the sum), the
+  // whole update to a live worker outside the round, and the sum kept for
+  // apply_pending().
+  void commit_exchange(ClosedStep& closed);
   // The committed sum into the coordinator's replica, if not done yet.
   void apply_pending();
   // The pending sum into the reducer, checked: false when it is not usable
@@ -228,8 +254,17 @@ class Coordinator {
     bool usable = true;
     bool divided = false;
   };
+  // A round committed on its reports, before its sum arrived.
+  struct CommittedAhead {
+    v1::Update commit;          // as the members got it
+    uint32_t source = 0;        // the member the sum is awaited from
+    double asked_at = 0.0;      // since when (the commit, or the request)
+    std::set<uint32_t> failed;  // members that did not send it
+    bool lost = false;          // no member left to send it
+  };
   std::map<uint32_t, std::string> exchange_endpoints_;  // rank -> its hello's endpoint
-  std::optional<Message> exchange_sum_;                 // the round's sum, from its lowest member
+  std::optional<Message> exchange_sum_;  // the round's sum (an ExchangeSum), once it arrived
+  std::optional<CommittedAhead> committed_ahead_;
   std::optional<PendingApply> pending_apply_;
   // This process's start (Unix microseconds): the `run` of its exchange
   // rounds, later than any earlier process's of the same run.

@@ -5,11 +5,18 @@
 // order with their endpoints, and how long a member may wait. Each member
 // reports what it contributed (the contribution without the gradient:
 // completed and dropped micro-batches, counts, times, its replica's
-// checksum) and whether its round succeeded; the lowest member's report
-// carries the round's sum, so the coordinator receives one gradient per step
-// whatever N. The coordinator decides once for everyone, since members can
-// disagree on a round (one that dies after sending its sum to some): the
-// round is committed only if every planned member reported success.
+// checksum) and whether its round succeeded; the lowest member sends the
+// round's sum right after its report, so the coordinator receives one
+// gradient per step whatever N. The coordinator decides once for everyone,
+// since members can disagree on a round (one that dies after sending its
+// sum to some): the round is committed only if every planned member
+// reported success, and it is committed on the reports alone, while the sum
+// is still on its way; the step closes (and the next plans go out) once the
+// sum is in. Should the lowest member die before its sum arrives, another
+// member is asked for it (each holds the sum as summed until its next
+// round, which needs the next plans); with no member left, the committed
+// step is dropped after all: its micro-batches are requeued and the live
+// members, which applied it, get the coordinator's state.
 // Otherwise the round is redone among the members that reported (the ones
 // blamed, dead or silent are out of the step, their micro-batches requeued),
 // on what they computed, under the next attempt, up to
@@ -97,17 +104,58 @@ std::optional<std::string> Coordinator::exchange_tensor_problem(const Message& r
   if (!c.has_exchange()) {
     return std::string("it has no exchange report, but this run's data plane is 'exchange'");
   }
-  if (!c.exchange().carries_sum()) {
-    if (report.envelope.tensors_size() != 0) {
-      return fmt::format("it carries {} tensors but no sum", report.envelope.tensors_size());
-    }
-    return std::nullopt;
+  if (report.envelope.tensors_size() != 0) {
+    return fmt::format("it carries {} tensors, but a report of the exchange carries none (the sum "
+                       "comes in an exchange sum of its own)",
+                       report.envelope.tensors_size());
   }
-  std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
-  if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
-  // The values are checked off the step's critical path, when the sum is
-  // applied (take_pending_sum): the members checked theirs before reporting.
-  return check_tensor_layout(report, expected);
+  return std::nullopt;
+}
+
+void Coordinator::on_exchange_sum(const std::string& peer, Message message, double now) {
+  Member* member = membership_.live_member(peer);
+  if (member == nullptr) {
+    ask_to_rejoin(peer, "exchange sum from a worker that is not in the run");
+    return;
+  }
+  member->last_heard = now;
+  const uint32_t rank = member->rank;
+  const uint64_t step = message.envelope.step();
+  const v1::ExchangeSum& body = message.envelope.exchange_sum();
+  // Awaited from the round's lowest member, which sends it after its report,
+  // or from the member the coordinator asked since.
+  const bool awaited =
+      exchange_mode() && phase_ == Phase::kStepping && step == step_ &&
+      body.attempt() == exchange_attempt_ && !exchange_sum_ && !exchange_members_.empty() &&
+      (rank == exchange_members_.front() ||
+       (committed_ahead_ && !committed_ahead_->lost && committed_ahead_->source == rank)) &&
+      planned_.contains(rank) && planned_.at(rank).contribution &&
+      planned_.at(rank).contribution->exchange().ok();
+  if (!awaited) {
+    log_->debug("dropped a sum of step {} attempt {} from worker '{}' (rank {}): not awaited", step,
+                body.attempt(), peer, rank);
+    return;
+  }
+  std::optional<std::string> problem;
+  if (!body.error().empty()) {
+    problem = body.error();
+  } else {
+    std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
+    if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
+    // The values are checked off the step's critical path, when the sum is
+    // applied (take_pending_sum): the members checked theirs before reporting.
+    problem = check_tensor_layout(message, expected);
+  }
+  if (problem) {
+    log_->warn("step {}: worker '{}' (rank {}) sent no usable sum of the round: {}", step, peer,
+               rank, *problem);
+    if (committed_ahead_ && !committed_ahead_->lost && committed_ahead_->source == rank) {
+      committed_ahead_->failed.insert(rank);
+      ask_next_for_sum(now);
+    }
+    return;
+  }
+  exchange_sum_ = std::move(message);
 }
 
 void Coordinator::accept_exchange_report(uint32_t rank, Message report, double now) {
@@ -117,11 +165,6 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   p.contribution = c;
   p.contribution->mutable_exchange()->clear_error();
   last_contribution_ = now;
-  // Only the round's lowest member forwards the sum.
-  if (x.ok() && x.carries_sum() && !exchange_members_.empty() &&
-      rank == exchange_members_.front()) {
-    exchange_sum_ = std::move(report);
-  }
   reducer_.settle(rank);
   if (x.ok()) return;
   log_->warn("worker '{}' (rank {}): exchange of step {} failed: {}", membership_.at(rank).name,
@@ -195,13 +238,97 @@ void Coordinator::judge_exchange_round() {
   }
 }
 
-bool Coordinator::exchange_succeeded() const {
-  if (exchange_members_.empty() || !exchange_sum_) return false;
+bool Coordinator::exchange_reports_ok() const {
+  if (exchange_members_.empty()) return false;
   for (uint32_t rank : exchange_members_) {
     const Planned& p = planned_.at(rank);
     if (!p.contribution || !p.contribution->exchange().ok()) return false;
   }
-  return planned_.at(exchange_members_.front()).contribution->exchange().carries_sum();
+  return planned_.at(exchange_members_.front()).contribution->exchange().sends_sum();
+}
+
+bool Coordinator::exchange_succeeded() const {
+  return exchange_sum_.has_value() && exchange_reports_ok();
+}
+
+v1::Update Coordinator::exchange_commit() const {
+  // What the close will settle (settle_step), read from the reports.
+  ClosedStep closed;
+  uint64_t samples = 0, planned_samples = 0;
+  for (const auto& [rank, p] : planned_) {
+    planned_samples += p.samples;
+    if (!p.contribution) continue;
+    closed.loss_terms += p.contribution->loss_terms();
+    samples += p.contribution->samples();
+  }
+  closed.record.set_samples(static_cast<uint32_t>(samples));
+  const bool applied = samples > 0;
+  v1::Update body;
+  body.set_commit(true);
+  body.set_applied(applied);
+  body.set_samples(samples);
+  body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()) + (applied ? 1 : 0));
+  body.set_learning_rate(step_learning_rate());
+  body.set_gradient_divisor(step_divisor(closed, planned_samples));
+  body.set_statistics_divisor(static_cast<double>(samples));
+  return body;
+}
+
+bool Coordinator::commit_ahead_of_sum(double now) {
+  if (committed_ahead_) return !exchange_sum_ && !committed_ahead_->lost;
+  if (exchange_sum_ || !exchange_reports_ok() || exchange_sum_unusable()) return false;
+  v1::Update body = exchange_commit();
+  if (!body.applied()) return false;  // nothing to apply: no sum is needed
+  Message commit;
+  commit.envelope = make_envelope(step_, kCoordinatorName);
+  *commit.envelope.mutable_update() = body;
+  for (uint32_t rank : exchange_members_) {
+    if (membership_.at(rank).live) send(membership_.at(rank).name, share(commit));
+  }
+  committed_ahead_ = CommittedAhead{std::move(body), exchange_members_.front(), now, {}, false};
+  timeline_.span("commit", now, clock_());
+  return true;
+}
+
+void Coordinator::chase_committed_sum(double now) {
+  if (!committed_ahead_ || exchange_sum_ || committed_ahead_->lost) return;
+  CommittedAhead& c = *committed_ahead_;
+  const Member& source = membership_.at(c.source);
+  const double timeout = config_.data_plane().timeout_seconds();
+  if (source.live && now - c.asked_at < timeout) return;
+  log_->warn("step {}: the sum of the committed round did not come from worker '{}' (rank {}): {}",
+             step_, source.name, c.source,
+             source.live ? fmt::format("not within {:.3g} s", timeout) : std::string("it died"));
+  c.failed.insert(c.source);
+  ask_next_for_sum(now);
+}
+
+void Coordinator::ask_next_for_sum(double now) {
+  CommittedAhead& c = *committed_ahead_;
+  for (uint32_t rank : exchange_members_) {
+    if (c.failed.contains(rank) || !membership_.at(rank).live) continue;
+    c.source = rank;
+    c.asked_at = now;
+    Message request;
+    request.envelope = make_envelope(step_, kCoordinatorName);
+    request.envelope.mutable_sum_request()->set_attempt(exchange_attempt_);
+    send(membership_.at(rank).name, std::move(request));
+    log_->info("step {}: asked worker '{}' (rank {}) for the round's sum", step_,
+               membership_.at(rank).name, rank);
+    return;
+  }
+  c.lost = true;
+  std::vector<uint32_t> resent;
+  for (uint32_t rank : exchange_members_) {
+    if (!membership_.at(rank).live) continue;
+    planned_.at(rank).resync = true;
+    resent.push_back(rank);
+  }
+  log_->error(
+      "step {}: no member of the committed round is left to send its sum; the step is dropped "
+      "after all: its micro-batches are {}, the coordinator's replica goes on without it, and the "
+      "live members that applied it (ranks {}) get the coordinator's state",
+      step_, config_.step().requeue() ? "requeued" : "lost", fmt::join(resent, ", "));
 }
 
 bool Coordinator::exchange_sum_unusable() const {
@@ -214,7 +341,8 @@ bool Coordinator::exchange_sum_unusable() const {
 }
 
 bool Coordinator::redo_exchange(double now) {
-  if (exchange_succeeded() || exchange_sum_unusable()) return false;
+  // A committed round is never redone: its members applied it.
+  if (exchange_succeeded() || exchange_sum_unusable() || committed_ahead_) return false;
   std::vector<uint32_t> left;
   for (const auto& [rank, p] : planned_) {
     if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
@@ -230,6 +358,7 @@ bool Coordinator::redo_exchange(double now) {
       "computed, round {} of at most {}",
       step_, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
   exchange_sum_.reset();
+  committed_ahead_.reset();
   exchange_members_ = left;
   reducer_.begin(left, false);
   const double tau = threshold_.tau();
@@ -263,6 +392,7 @@ GuardedStep Coordinator::settle_exchange() {
     dropped += static_cast<uint32_t>(p.micro_batches.size());
   }
   const char* fate = config_.step().requeue() ? "requeued" : "lost";
+  if (committed_ahead_ && committed_ahead_->lost) return out;  // said in ask_next_for_sum
   if (!out.discarded) {
     log_->warn(
         "step {}: the exchange did not succeed on every member; the step is dropped ({} "
@@ -282,28 +412,32 @@ GuardedStep Coordinator::settle_exchange() {
   return out;
 }
 
-void Coordinator::commit_exchange(ClosedStep& closed, double divisor) {
+void Coordinator::commit_exchange(ClosedStep& closed) {
   v1::StepRecord& record = closed.record;
   const bool applied = record.applied() && exchange_sum_.has_value();
+  // The members have the commit already when it went out ahead of the sum
+  // (commit_ahead_of_sum): the same one, as the reports it was read from
+  // are what the step settled.
+  const bool committed = committed_ahead_.has_value();
   Message commit;
   commit.envelope = make_envelope(step_, kCoordinatorName);
   v1::Update& body = *commit.envelope.mutable_update();
-  body.set_commit(true);
-  body.set_applied(applied);
-  body.set_samples(record.samples());
-  body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()) + (applied ? 1 : 0));
-  body.set_learning_rate(record.lr());
-  body.set_gradient_divisor(divisor);
-  body.set_statistics_divisor(static_cast<double>(record.samples()));
+  body = committed ? committed_ahead_->commit : exchange_commit();
+  committed_ahead_.reset();
   if (!applied) {
     exchange_sum_.reset();
-    for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(commit));
+    body.set_applied(false);
+    body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()));
+    if (!committed) {
+      for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(commit));
+    }
     start_checksum_ = replica_.parameter_checksum();
     return;
   }
+  const double divisor = body.gradient_divisor();
   // The commit goes out first; the sum is read, checked and applied after
   // the next plans (apply_pending).
-  pending_apply_ = PendingApply{divisor, static_cast<double>(record.samples()), record.lr(), step_,
+  pending_apply_ = PendingApply{divisor, body.statistics_divisor(), body.learning_rate(), step_,
                                 std::move(*exchange_sum_)};
   exchange_sum_.reset();
   // A live worker that holds no sum of this round (it joined during the
@@ -312,7 +446,7 @@ void Coordinator::commit_exchange(ClosedStep& closed, double divisor) {
   for (uint32_t rank : membership_.live_ranks()) {
     auto p = planned_.find(rank);
     if (p != planned_.end() && p->second.contribution) {
-      send(membership_.at(rank).name, share(commit));
+      if (!committed) send(membership_.at(rank).name, share(commit));
       continue;
     }
     if (!update) {

@@ -45,6 +45,8 @@ class Replica {
   // the averaged gradient's). `statistics` are averaged already.
   uint64_t apply_summed_update(std::span<float> gradient, float gradient_divisor,
                                std::span<const float> statistics, double lr);
+  // The run clips the gradient's norm: the updates write the gradient given.
+  bool clips() const { return clip_norm_ > 0.0; }
 
   // The rate of the next update, counting updates.
   double next_learning_rate() const;

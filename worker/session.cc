@@ -154,6 +154,7 @@ void WorkerSession::handle(std::vector<zmq::message_t> parts, double now) {
       break;
     case v1::Envelope::kPlan:
     case v1::Envelope::kUpdate:
+    case v1::Envelope::kSumRequest:
       compute_.push(ComputeJob{std::move(message), now});
       break;
     case v1::Envelope::kRefusal:

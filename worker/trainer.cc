@@ -58,6 +58,9 @@ std::vector<ComputeOutput> Trainer::dispatch(ComputeJob& job) {
     case v1::Envelope::kUpdate:
       on_update(job.message);
       break;
+    case v1::Envelope::kSumRequest:
+      out.emplace_back(on_sum_request(job.message));
+      break;
     case v1::Envelope::kBye:
       out.emplace_back(on_bye(envelope.bye()));
       break;

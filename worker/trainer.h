@@ -102,9 +102,15 @@ class Trainer {
   // the round's members, report; the sum waits for the coordinator's commit.
   std::vector<ComputeOutput> on_exchange_plan(const ComputeJob& job);
   // One round over the held contribution: the first after the compute, or a
-  // redo (attempt > 0) among the members left after a failed one.
-  Message exchange_round(const ComputeJob& job);
+  // redo (attempt > 0) among the members left after a failed one. Appends
+  // the report to `out`, and the round's sum after it from the lowest member.
+  void exchange_round(const ComputeJob& job, std::vector<ComputeOutput>& out);
   void on_commit(const Message& commit);
+  // The coordinator asks for a committed round's sum: the lowest member's
+  // did not reach it.
+  Message on_sum_request(const Message& request);
+  // The held round's sum as an ExchangeSum, its frames over exchange_sum_.
+  Message sum_message(uint64_t step, uint32_t attempt);
   // exchange_sum_, sized to `floats`, to be written: a fresh buffer while
   // ZeroMQ may still read the last one's forwarded frames.
   std::vector<float>& writable_sum(size_t floats);
@@ -142,6 +148,16 @@ class Trainer {
   // forward it to the coordinator until ZeroMQ has sent them.
   std::shared_ptr<std::vector<float>> exchange_sum_;
   std::optional<uint64_t> sum_step_;  // the step whose round's sum is held, until its commit
+  // The round whose sum exchange_sum_ holds, past its commit until the next
+  // round writes it (the coordinator may ask for it: on_sum_request), and
+  // whether it is still as summed (a run that clips averages it in place).
+  struct SummedRound {
+    uint64_t step = 0;
+    uint32_t attempt = 0;
+    bool as_summed = true;
+  };
+  std::optional<SummedRound> summed_;
+  std::vector<float> averaged_statistics_;  // the commit's, beside the sum
 };
 
 }  // namespace dctrain

@@ -1,10 +1,13 @@
 // The trainer's steps over the data plane "exchange" (worker/data_plane.h):
 // the plan's micro-batches are computed as on the star path, the partial sum
 // is summed with the round's other members, and the worker reports its
-// contribution without the gradient (the lowest member adds the round's
-// sum, for the coordinator's replica). The sum waits for the coordinator's
-// commit, which every member gets alike: divide by its divisors and apply,
-// or drop it. The contribution as computed is kept until then: when a round
+// contribution without the gradient (the lowest member sends the round's
+// sum right after, for the coordinator's replica: the coordinator commits
+// on the reports alone, and the sum follows). The sum waits for the
+// coordinator's commit, which every member gets alike: divide by its
+// divisors and apply, or drop it. It stays as summed after the commit until
+// the next round, so that another member can send it when the coordinator
+// asks (the lowest died before its sum arrived). The contribution as computed is kept until then: when a round
 // fails, the coordinator may redo it among the members left (a plan for the
 // same step under the next attempt), and they sum what they computed again,
 // without the member that failed.
@@ -38,7 +41,7 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
   if (x.attempt() > 0) {
     // A redo: the step's first round failed, and the coordinator runs it
     // again among the members left, on what each computed.
-    out.emplace_back(exchange_round(job));
+    exchange_round(job, out);
     return out;
   }
   held_.reset();
@@ -64,7 +67,7 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
   }
   zero_after_outputs_ = true;
   held_ = HeldContribution{step, std::move(contribution.envelope), values};
-  out.emplace_back(exchange_round(job));
+  exchange_round(job, out);
   return out;
 }
 
@@ -93,7 +96,7 @@ std::vector<float>& Trainer::writable_sum(size_t floats) {
   return *exchange_sum_;
 }
 
-Message Trainer::exchange_round(const ComputeJob& job) {
+void Trainer::exchange_round(const ComputeJob& job, std::vector<ComputeOutput>& out) {
   const v1::ExchangePlan& x = job.message.envelope.plan().exchange();
   const uint64_t step = job.message.envelope.step();
   if (!held_ || held_->step != step) {
@@ -109,7 +112,8 @@ Message Trainer::exchange_round(const ComputeJob& job) {
         "step {} attempt {}: this worker holds no contribution of the step to redo the round with",
         step, x.attempt()));
     log_->warn("{}", r.error());
-    return failed;
+    out.emplace_back(std::move(failed));
+    return;
   }
   Message contribution;
   contribution.envelope = held_->envelope;
@@ -119,6 +123,7 @@ Message Trainer::exchange_round(const ComputeJob& job) {
   if (x.attempt() > 0) c.clear_trace();
   const size_t parameters = replica_->parameter_count();
   const size_t buffers = replica_->buffer_count();
+  summed_.reset();  // this round writes over the last one's sum
   std::vector<float>& sum = writable_sum(parameters + buffers);
 
   // A member waits for the others until each had its compute time (tau +
@@ -145,19 +150,13 @@ Message Trainer::exchange_round(const ComputeJob& job) {
               {"floats", sum.size()}});
   trace.report_into(c, clock_.now());
 
+  // One member forwards the sum: the coordinator's traffic per step stays
+  // one gradient whatever the number of workers.
+  const bool forwards = report.ok() && x.member_ranks_size() > 0 && x.member_ranks(0) == rank_;
   if (report.ok()) {
     sum_step_ = step;
-    if (x.member_ranks_size() > 0 && x.member_ranks(0) == rank_) {
-      // One member forwards the sum: the coordinator's traffic per step
-      // stays one gradient whatever the number of workers. Without a copy:
-      // the frames keep the buffer until they are sent.
-      report.set_carries_sum(true);
-      const std::span<const float> values = sum;
-      add_tensor_view(contribution, "gradient", values.first(parameters), exchange_sum_);
-      if (buffers > 0) {
-        add_tensor_view(contribution, "statistics", values.subspan(parameters), exchange_sum_);
-      }
-    }
+    summed_ = SummedRound{step, x.attempt(), true};
+    report.set_sends_sum(forwards);
   }
   *c.mutable_exchange() = std::move(report);
   c.set_overhead_seconds(std::max(0.0, clock_.now() - job.received - c.compute_seconds()));
@@ -166,7 +165,44 @@ Message Trainer::exchange_round(const ComputeJob& job) {
       "{:.3f} s",
       step, c.completed_size(), c.dropped_size(), c.compute_seconds(), x.attempt(),
       c.exchange().ok() ? "ok" : "failed", c.exchange().exchange_seconds());
-  return contribution;
+  out.emplace_back(std::move(contribution));
+  // After the report, which the coordinator commits on without waiting for
+  // the 4 bytes per parameter behind it.
+  if (forwards) out.emplace_back(sum_message(step, x.attempt()));
+}
+
+Message Trainer::sum_message(uint64_t step, uint32_t attempt) {
+  Message m;
+  m.envelope = make_envelope(step, options_.name);
+  m.envelope.mutable_exchange_sum()->set_attempt(attempt);
+  // Without a copy: the frames keep the buffer until ZeroMQ has sent them.
+  const size_t parameters = replica_->parameter_count();
+  const std::span<const float> values = *exchange_sum_;
+  add_tensor_view(m, "gradient", values.first(parameters), exchange_sum_);
+  if (replica_->buffer_count() > 0) {
+    add_tensor_view(m, "statistics", values.subspan(parameters), exchange_sum_);
+  }
+  return m;
+}
+
+Message Trainer::on_sum_request(const Message& request) {
+  const uint64_t step = request.envelope.step();
+  const uint32_t attempt = request.envelope.sum_request().attempt();
+  if (summed_ && summed_->step == step && summed_->attempt == attempt && summed_->as_summed) {
+    log_->warn("step {}: the coordinator asks this worker for the round's sum; sending it", step);
+    return sum_message(step, attempt);
+  }
+  Message refused;
+  refused.envelope = make_envelope(step, options_.name);
+  v1::ExchangeSum& body = *refused.envelope.mutable_exchange_sum();
+  body.set_attempt(attempt);
+  body.set_error(
+      summed_ && summed_->step == step && summed_->attempt == attempt
+          ? std::string("its sum was averaged and clipped in place when the commit was applied "
+                        "(the run clips the gradient's norm)")
+          : fmt::format("it holds no sum of step {} attempt {}", step, attempt));
+  log_->warn("step {}: the coordinator asks for the round's sum, but {}", step, body.error());
+  return refused;
 }
 
 void Trainer::on_commit(const Message& commit) {
@@ -191,18 +227,31 @@ void Trainer::on_commit(const Message& commit) {
   }
   const size_t parameters = replica_->parameter_count();
   const size_t buffers = replica_->buffer_count();
-  // Averaged in place (the statistics; the gradient too when the run clips).
-  std::vector<float>& sum = writable_sum(parameters + buffers);
-  const std::span<float> gradient = std::span<float>(sum).first(parameters);
-  const std::span<float> statistics = std::span<float>(sum).subspan(parameters, buffers);
+  // The sum stays as summed (another member may be asked for it, and the
+  // lowest member's frames may still be on their way), unless the run clips:
+  // then the gradient is averaged and clipped in place, in a buffer of its
+  // own while frames hold the sum.
+  std::span<float> sum;
+  if (replica_->clips()) {
+    sum = writable_sum(parameters + buffers);
+    if (summed_) summed_->as_summed = false;
+  } else {
+    // Only read from here on (Replica::apply_summed_update writes the
+    // gradient only when the run clips).
+    sum = *exchange_sum_;
+  }
+  const std::span<float> gradient = sum.first(parameters);
   // The same float operations as the coordinator's Reducer::finish, so every
   // replica, the coordinator's included, gets the same bits; the gradient's
   // division inside the optimizer's pass, which saves one over it before
   // the next compute.
+  averaged_statistics_.assign(sum.begin() + static_cast<std::ptrdiff_t>(parameters),
+                              sum.begin() + static_cast<std::ptrdiff_t>(parameters + buffers));
   if (u.statistics_divisor() > 0.0) {
     const auto d = static_cast<float>(u.statistics_divisor());
-    for (float& s : statistics) s /= d;
+    for (float& s : averaged_statistics_) s /= d;
   }
+  const std::span<const float> statistics = averaged_statistics_;
   const float divisor =
       u.gradient_divisor() > 0.0 ? static_cast<float>(u.gradient_divisor()) : 1.0f;
   loop_->applied(replica_->apply_summed_update(gradient, divisor, statistics, u.learning_rate()));

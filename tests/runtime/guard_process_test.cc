@@ -179,6 +179,39 @@ TEST(GuardProcesses, ExchangeLowestMemberForwardingAForgedSumIsNotAppliedAndTheW
   EXPECT_LT(records.evals.back().eval_loss(), 5.0) << records.evals.back().ShortDebugString();
 }
 
+TEST(GuardProcesses, ExchangeLowestMemberDyingBeforeItsSumIsStoodInForByTheNextMember) {
+  // The coordinator commits step 0 on the reports alone; the member that
+  // said its sum would follow dies instead, and the next member is asked for
+  // the sum it holds: the same bits, so no replica differs and nothing is
+  // lost.
+  GuardRun run("exchange-die-before-sum", exchange_config("stop { max_epochs: 2 }"));
+  run.start_coordinator();
+  // The peer joins first: rank 0, the member that sends the sum.
+  run.start_peer("peer", {"--name", "peer", "--exchange-bind", "tcp://127.0.0.1:*",
+                          "--die-before-sum", "1"});
+  ASSERT_TRUE(eventually([&] { return run.joined() == 1; }, 60s)) << run.log();
+  run.start_worker("w0");
+  run.start_worker("w1");
+  run.expect_finish();  // w0 and w1 checked their final replicas against the coordinator's
+
+  const std::string log = run.log();
+  EXPECT_NE(log.find("step 0: the sum of the committed round did not come from worker 'peer' "
+                     "(rank 0)"),
+            std::string::npos)
+      << log;
+  // Whichever of w0 and w1 joined second holds rank 1, the next member.
+  EXPECT_NE(log.find("(rank 1) for the round's sum"), std::string::npos) << log;
+  EXPECT_EQ(log.find("no member of the committed round is left"), std::string::npos) << log;
+  const v1::RunSummary summary = run.summary();
+  EXPECT_EQ(summary.checksum_mismatches(), 0u) << "the stand-in's sum has the same bits";
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  const MetricsRecords records = run.records();
+  ASSERT_FALSE(records.steps.empty());
+  EXPECT_TRUE(records.steps.front().applied()) << records.steps.front().ShortDebugString();
+}
+
 TEST(GuardProcesses, ExchangeMemberPoisoningEveryStepStopsTheRunWithNothingApplied) {
   GuardRun run("exchange-poison-every",
                exchange_config("stop { max_epochs: 2 }\nguard { max_bad_steps_in_a_row: 2 }"));

@@ -5,6 +5,7 @@
 //   hostile_peer --connect ENDPOINT --name NAME [--poison-step K] [--value V]
 //                [--answer-seconds S] [--exchange-bind ADDRESS]
 //                [--poison-every-step 1] [--leave-after-poison 1] [--forge-sum 1]
+//                [--die-before-sum 1]
 //
 // It says hello as NAME (claiming a data root). Once welcomed it says Ready
 // and answers every plan with a well-formed contribution: at step K it
@@ -23,13 +24,18 @@
 // so it poisons step 0 or every step (--poison-every-step), and
 // --leave-after-poison says bye once it has. With --forge-sum it contributes
 // honestly (nothing) and poisons only the sum it forwards as the round's
-// lowest member: V everywhere in place of the members' sum.
+// lowest member: V everywhere in place of the members' sum. With
+// --die-before-sum, as the lowest member of step 0's round, it reports the
+// round ok and exits at once, without the sum it said would follow (nor a
+// bye). It answers the coordinator's request for a round's sum with the
+// last sum it holds.
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 #include <zmq.hpp>
 
@@ -73,6 +79,7 @@ int main(int argc, char** argv) {
   double answer_seconds = 30.0;
   std::string exchange_bind;
   bool poison_every_step = false, leave_after_poison = false, forge_sum = false;
+  bool die_before_sum = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], arg = argv[i + 1];
     if (flag == "--connect") {
@@ -93,6 +100,8 @@ int main(int argc, char** argv) {
       leave_after_poison = arg == "1";
     } else if (flag == "--forge-sum") {
       forge_sum = arg == "1";
+    } else if (flag == "--die-before-sum") {
+      die_before_sum = arg == "1";
     } else {
       std::fprintf(stderr, "hostile_peer: unknown flag %s\n", flag.c_str());
       return 2;
@@ -124,6 +133,20 @@ int main(int argc, char** argv) {
   send(socket, std::move(hello));
 
   uint64_t parameters = 0, buffers = 0;
+  // The last round's sum, [gradient | statistics], and its round.
+  std::vector<float> sum;
+  uint64_t sum_step = 0;
+  uint32_t sum_attempt = 0;
+  const auto sum_message = [&] {
+    dctrain::Message s;
+    s.envelope = dctrain::make_envelope(sum_step, name);
+    s.envelope.mutable_exchange_sum()->set_attempt(sum_attempt);
+    dctrain::add_tensor(s, "gradient", std::span<const float>(sum).first(parameters));
+    if (buffers > 0) {
+      dctrain::add_tensor(s, "statistics", std::span<const float>(sum).subspan(parameters));
+    }
+    return s;
+  };
   bool answered = false;
   const auto started = Clock::now();
   auto last_sent = Clock::now();
@@ -192,6 +215,7 @@ int main(int argc, char** argv) {
         body.set_parameter_checksum(e.plan().parameter_checksum());
         std::vector<float> gradient(parameters, poison ? value : 0.0f);
         std::vector<float> statistics(buffers, 0.0f);
+        bool forwards = false;  // the round's lowest member: its sum follows its report
         if (e.plan().has_exchange() && exchange != nullptr) {
           // The round with the other members: [gradient | statistics].
           const dctrain::v1::ExchangePlan& x = e.plan().exchange();
@@ -215,18 +239,19 @@ int main(int argc, char** argv) {
           report.set_ok(out.ok);
           report.set_samples(out.samples);
           report.set_attempt(x.attempt());
+          if (out.ok) {
+            sum = buffer;
+            sum_step = e.step();
+            sum_attempt = x.attempt();
+          }
           if (out.ok && !members.empty() && members.front() == rank) {
-            report.set_carries_sum(true);
+            report.set_sends_sum(true);
+            forwards = true;
             if (poisoned_step && forge_sum) {
-              std::fill(buffer.begin(), buffer.end(), value);
+              std::fill(sum.begin(), sum.end(), value);
               std::printf("hostile_peer '%s': step %llu: forwarding a forged sum full of %g\n",
                           name.c_str(), static_cast<unsigned long long>(e.step()),
                           static_cast<double>(value));
-            }
-            dctrain::add_tensor(c, "gradient", std::span<const float>(buffer).first(parameters));
-            if (buffers > 0) {
-              dctrain::add_tensor(c, "statistics",
-                                  std::span<const float>(buffer).subspan(parameters));
             }
           }
         } else {
@@ -239,6 +264,16 @@ int main(int argc, char** argv) {
         }
         send(socket, std::move(c));
         last_sent = Clock::now();
+        if (forwards && die_before_sum && e.step() == 0) {
+          // Its own pieces of the round reach the others first (the round is
+          // theirs too); then it is gone, without its sum or a bye.
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          std::printf("hostile_peer '%s': step 0: reported the round, died before its sum\n",
+                      name.c_str());
+          std::fflush(stdout);
+          return 0;
+        }
+        if (forwards) send(socket, sum_message());
         if (poisoned_step && leave_after_poison) {
           dctrain::Message bye;
           bye.envelope = dctrain::make_envelope(e.step(), name);
@@ -250,6 +285,13 @@ int main(int argc, char** argv) {
         }
         break;
       }
+      case dctrain::v1::Envelope::kSumRequest:
+        if (!sum.empty() && e.step() == sum_step && e.sum_request().attempt() == sum_attempt) {
+          std::printf("hostile_peer '%s': step %llu: sending the round's sum, as asked\n",
+                      name.c_str(), static_cast<unsigned long long>(sum_step));
+          send(socket, sum_message());
+        }
+        break;
       default:
         break;
     }

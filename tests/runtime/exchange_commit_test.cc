@@ -1,0 +1,283 @@
+// The coordinator's side of the data plane "exchange" in one process, with
+// the members' messages written by hand: the commit goes out on the reports
+// alone, the step closes (and the next plans go out) once the round's sum is
+// in, another member stands in for a lowest member that died before its sum
+// arrived, and a committed step whose sum no member can send is dropped with
+// its work requeued.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "comm/envelope.h"
+#include "comm/framing.h"
+#include "tests/runtime/coordinator_fixture.h"
+
+namespace dctrain {
+namespace {
+
+using testing::as_received;
+
+const char* kConfig = R"(
+name: "exchange-commit"
+seed: 5
+workers: 2
+model { name: "mlp" image_channels: 1 image_height: 8 image_width: 8 }
+dataset { kind: "synthetic" synthetic_samples: 600 train_limit: 240 }
+optimizer { kind: "sgd" lr: 0.1 momentum: 0.9 }
+step { global_batch: 24 micro_batch: 4 tau: inf }
+data_plane { kind: "exchange" timeout_seconds: 2 }
+liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_timeout_seconds: 120 }
+stop { max_steps: 4 }
+)";
+
+class ExchangeCommitTest : public testing::CoordinatorFixture {
+ protected:
+  ExchangeCommitTest() : CoordinatorFixture(kConfig, "exchange-commit") { order = {"a", "b"}; }
+
+  // "a" (rank 0) and "b" (rank 1) join with an exchange endpoint each and
+  // take their welcomes; returns each one's plan of step 0.
+  std::map<std::string, Message> join() {
+    start();
+    for (const std::string& name : order) {
+      Message hello = workers.at(name).hello();
+      hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
+      coordinator->handle(as_received(name, std::move(hello)), now);
+    }
+    for (const std::string& name : order) {
+      Message ready = workers.at(name).on_welcome(only(name, v1::Envelope::kWelcome));
+      coordinator->handle(as_received(name, std::move(ready)), now);
+    }
+    std::map<std::string, Message> out;
+    for (const std::string& name : order) out[name] = only(name, v1::Envelope::kPlan);
+    return out;
+  }
+
+  // Every message queued for `name`, taken.
+  std::vector<Message> take(const std::string& name) {
+    std::vector<Message> out;
+    std::deque<Message>& queue = outbox.inbox[name];
+    while (!queue.empty()) {
+      out.push_back(roundtrip(std::move(queue.front())));
+      queue.pop_front();
+    }
+    return out;
+  }
+  Message only(const std::string& name, v1::Envelope::BodyCase kind) {
+    std::vector<Message> of_kind;
+    for (Message& m : take(name)) {
+      if (m.envelope.body_case() == kind) of_kind.push_back(std::move(m));
+    }
+    EXPECT_EQ(of_kind.size(), 1u) << name;
+    return of_kind.empty() ? Message() : std::move(of_kind.front());
+  }
+  static size_t count(const std::vector<Message>& messages, v1::Envelope::BodyCase kind) {
+    size_t n = 0;
+    for (const Message& m : messages) n += m.envelope.body_case() == kind ? 1 : 0;
+    return n;
+  }
+
+  // A member's report of a round that succeeded: every planned micro-batch
+  // completed.
+  Message report(const std::string& name, const Message& plan, bool sends_sum) {
+    Message m;
+    m.envelope = make_envelope(plan.envelope.step(), name);
+    v1::Contribution& c = *m.envelope.mutable_contribution();
+    uint64_t samples = 0;
+    for (const v1::MicroBatch& mb : plan.envelope.plan().micro_batches()) {
+      v1::MicroBatchTime& t = *c.add_completed();
+      t.set_id(mb.id());
+      t.set_compute_seconds(0.01);
+      samples += static_cast<uint64_t>(mb.samples_size());
+    }
+    c.set_samples(samples);
+    c.set_loss_terms(samples);
+    c.set_loss_sum(2.3 * static_cast<double>(samples));
+    c.set_compute_seconds(0.01);
+    c.set_parameter_checksum(plan.envelope.plan().parameter_checksum());
+    v1::ExchangeReport& x = *c.mutable_exchange();
+    x.set_ok(true);
+    x.set_attempt(plan.envelope.plan().exchange().attempt());
+    x.set_samples(24);
+    x.set_sends_sum(sends_sum);
+    return m;
+  }
+
+  // The round's sum as `name` sends it.
+  Message sum(const std::string& name, uint64_t step) const {
+    Message m;
+    m.envelope = make_envelope(step, name);
+    m.envelope.mutable_exchange_sum()->set_attempt(0);
+    add_tensor(m, "gradient", summed);
+    if (!statistics.empty()) add_tensor(m, "statistics", statistics);
+    return m;
+  }
+
+  void receive(const std::string& name, Message m) {
+    coordinator->handle(as_received(name, std::move(m)), now);
+  }
+
+  // The coordinator's replica as it should be after step 0's commit: a
+  // replica of the same seed given the same sum, divisor and rate.
+  uint64_t expected_checksum(const v1::Update& commit) {
+    Replica expected(testing::softmax_for(config), config.optimizer());
+    std::vector<float> gradient = summed;
+    std::vector<float> averaged = statistics;
+    for (float& s : averaged) s /= static_cast<float>(commit.statistics_divisor());
+    return expected.apply_summed_update(gradient, static_cast<float>(commit.gradient_divisor()),
+                                        averaged, commit.learning_rate());
+  }
+
+  void fill_sum() {
+    summed.resize(replica->parameter_count());
+    for (size_t i = 0; i < summed.size(); ++i) summed[i] = 0.001f * static_cast<float>(i % 97);
+    statistics.assign(replica->buffer_count(), 24.0f);
+  }
+
+  std::vector<float> summed;      // the round's gradient sum
+  std::vector<float> statistics;  // and its statistics' (the model's buffers)
+};
+
+TEST_F(ExchangeCommitTest, TheCommitGoesOutOnTheReportsAndTheNextPlansOnceTheSumIsIn) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  const uint64_t before = replica->parameter_checksum();
+  receive("a", report("a", first["a"], true));
+  receive("b", report("b", first["b"], false));
+  std::map<std::string, v1::Update> commits;
+  for (const std::string& name : order) {
+    const std::vector<Message> got = take(name);
+    ASSERT_EQ(count(got, v1::Envelope::kUpdate), 1u) << name;
+    EXPECT_EQ(count(got, v1::Envelope::kPlan), 0u) << name << ": no plan before the sum";
+    for (const Message& m : got) {
+      if (m.envelope.body_case() == v1::Envelope::kUpdate) commits[name] = m.envelope.update();
+    }
+    EXPECT_TRUE(commits[name].commit());
+    EXPECT_TRUE(commits[name].applied());
+  }
+  EXPECT_EQ(commits["a"].SerializeAsString(), commits["b"].SerializeAsString());
+  EXPECT_EQ(coordinator->step(), 0u) << "the step stays open for its sum";
+  coordinator->tick(now);  // nothing to do while the sum is on its way
+  EXPECT_EQ(count(take("a"), v1::Envelope::kUpdate), 0u) << "the commit goes out once";
+
+  receive("a", sum("a", 0));
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  for (const std::string& name : order) {
+    const std::vector<Message> got = take(name);
+    EXPECT_EQ(count(got, v1::Envelope::kUpdate), 0u) << name << ": the commit went out already";
+    ASSERT_EQ(count(got, v1::Envelope::kPlan), 1u) << name;
+  }
+  EXPECT_NE(replica->parameter_checksum(), before);
+  EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commits["a"]));
+}
+
+TEST_F(ExchangeCommitTest, ALowestMemberThatDiesBeforeItsSumIsStoodInForByTheNext) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  receive("a", report("a", first["a"], true));
+  receive("b", report("b", first["b"], false));
+  const v1::Update commit = only("b", v1::Envelope::kUpdate).envelope.update();
+  take("a");
+  coordinator->on_disconnected("a", now);
+  coordinator->tick(now);
+  const Message request = only("b", v1::Envelope::kSumRequest);
+  EXPECT_EQ(request.envelope.step(), 0u);
+  EXPECT_EQ(request.envelope.sum_request().attempt(), 0u);
+  EXPECT_NE(log.text.str().find("did not come from worker 'a' (rank 0): it died"),
+            std::string::npos)
+      << log.text.str();
+
+  receive("b", sum("b", 0));
+  EXPECT_EQ(coordinator->step(), 1u);
+  EXPECT_EQ(count(take("b"), v1::Envelope::kPlan), 1u);
+  EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commit));
+  EXPECT_EQ(coordinator->totals().samples_completed(), 24u);
+}
+
+TEST_F(ExchangeCommitTest, AMemberThatDoesNotAnswerWithinTheTimeoutIsPassedOver) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  receive("a", report("a", first["a"], true));
+  receive("b", report("b", first["b"], false));
+  take("a");
+  take("b");
+  now += 1.0;
+  coordinator->tick(now);
+  EXPECT_EQ(count(take("b"), v1::Envelope::kSumRequest), 0u) << "within the timeout (2 s)";
+  now += 1.5;
+  coordinator->tick(now);
+  EXPECT_EQ(count(take("b"), v1::Envelope::kSumRequest), 1u);
+  EXPECT_NE(log.text.str().find("did not come from worker 'a' (rank 0): not within 2 s"),
+            std::string::npos)
+      << log.text.str();
+  // Whichever sum comes first closes the step (the same bits from either):
+  // here the late one of the member passed over; the one asked for, after
+  // it, is dropped.
+  const uint64_t before = replica->parameter_checksum();
+  receive("a", sum("a", 0));
+  EXPECT_EQ(coordinator->step(), 1u);
+  const uint64_t after = replica->parameter_checksum();
+  EXPECT_NE(after, before);
+  receive("b", sum("b", 0));
+  EXPECT_EQ(coordinator->step(), 1u);
+  EXPECT_EQ(replica->parameter_checksum(), after) << "applied once";
+  EXPECT_NE(log.text.str().find("dropped a sum of step 0 attempt 0 from worker 'b' (rank 1): not "
+                                "awaited"),
+            std::string::npos)
+      << log.text.str();
+}
+
+TEST_F(ExchangeCommitTest, ACommittedStepWhoseSumNoMemberCanSendIsDroppedAndItsWorkRequeued) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  const uint64_t before = replica->parameter_checksum();
+  std::multiset<uint64_t> planned_samples;
+  for (const auto& [name, plan] : first) {
+    for (const v1::MicroBatch& mb : plan.envelope.plan().micro_batches()) {
+      planned_samples.insert(mb.samples().begin(), mb.samples().end());
+    }
+  }
+  receive("a", report("a", first["a"], true));
+  receive("b", report("b", first["b"], false));
+  take("a");
+  take("b");
+  coordinator->on_disconnected("a", now);
+  coordinator->tick(now);
+  ASSERT_EQ(only("b", v1::Envelope::kSumRequest).envelope.step(), 0u);
+  // As a member of a run that clips answers: its sum was changed in place.
+  Message refused;
+  refused.envelope = make_envelope(0, "b");
+  refused.envelope.mutable_exchange_sum()->set_error("its sum was averaged and clipped in place");
+  receive("b", std::move(refused));
+
+  EXPECT_NE(log.text.str().find("no member of the committed round is left to send its sum"),
+            std::string::npos)
+      << log.text.str();
+  EXPECT_EQ(coordinator->step(), 1u);
+  EXPECT_EQ(replica->parameter_checksum(), before) << "the coordinator's replica goes on without it";
+  const std::vector<Message> got = take("b");
+  ASSERT_EQ(count(got, v1::Envelope::kWelcome), 1u) << "b applied the step: it gets the state";
+  ASSERT_EQ(count(got, v1::Envelope::kPlan), 1u);
+  EXPECT_EQ(got.front().envelope.body_case(), v1::Envelope::kWelcome) << "before the plan";
+  // b, alone now, is planned the whole batch: the step's samples, requeued.
+  std::multiset<uint64_t> replanned;
+  for (const Message& m : got) {
+    if (m.envelope.body_case() != v1::Envelope::kPlan) continue;
+    EXPECT_EQ(m.envelope.plan().parameter_checksum(), before);
+    for (const v1::MicroBatch& mb : m.envelope.plan().micro_batches()) {
+      replanned.insert(mb.samples().begin(), mb.samples().end());
+    }
+  }
+  EXPECT_EQ(replanned, planned_samples);
+  const MetricsRecords records = metrics();
+  ASSERT_EQ(records.steps.size(), 1u);
+  EXPECT_FALSE(records.steps.front().applied());
+  EXPECT_EQ(records.steps.front().samples(), 0u);
+  EXPECT_EQ(coordinator->totals().samples_completed(), 0u);
+}
+
+}  // namespace
+}  // namespace dctrain
