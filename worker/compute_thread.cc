@@ -78,7 +78,6 @@ void ComputeThread::run() {
       }
       wake_writer_.send(zmq::message_t(), zmq::send_flags::none);
     }
-    trainer_.after_outputs();
     if (trainer_.finished()) return;
   }
 }

@@ -48,6 +48,11 @@ std::vector<ComputeOutput> Trainer::handle(ComputeJob job) {
 
 std::vector<ComputeOutput> Trainer::dispatch(ComputeJob& job) {
   const v1::Envelope& envelope = job.message.envelope;
+  // The commit's update and a request for the round's sum leave the arenas
+  // alone; every other job may use them.
+  const bool beside_zeroing =
+      (envelope.has_update() && envelope.update().commit()) || envelope.has_sum_request();
+  if (!beside_zeroing) finish_zeroing();
   std::vector<ComputeOutput> out;
   switch (envelope.body_case()) {
     case v1::Envelope::kWelcome:

@@ -9,6 +9,7 @@
 #include <spdlog/logger.h>
 
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,11 +82,6 @@ class Trainer {
   void set_data_plane(WorkerDataPlane* data_plane) { data_plane_ = data_plane; }
 
   bool finished() const { return finished_; }
-  // Called by the compute thread once a job's outputs are handed over: work
-  // for the next step that nothing before it needs (data plane "exchange":
-  // the gradient arenas zeroed while the worker waits for the commit, off
-  // the path from the commit to the next compute).
-  void after_outputs();
   // Told of every plan as it arrives, by the thread that receives it (safe
   // while a job runs): see LatestPlan.
   LatestPlan& latest_plan() { return latest_plan_; }
@@ -143,7 +139,13 @@ class Trainer {
   // the arena's buffer (Arena::swap_storage), which is zeroed for the next
   // step while this one is held.
   std::vector<float> held_gradient_;
-  bool zero_after_outputs_ = false;
+  // Data plane "exchange": the arenas zeroed for the next step on a thread
+  // of their own, beside the round and the commit's update, which use other
+  // buffers; its begin and end on the worker's clock. Joined before anything
+  // uses the arenas again (the next compute, a whole update, a welcome).
+  std::future<std::pair<double, double>> zeroing_;
+  void start_zeroing();
+  void finish_zeroing();
   // The round's sum, [gradient | statistics]; shared with the frames that
   // forward it to the coordinator until ZeroMQ has sent them.
   std::shared_ptr<std::vector<float>> exchange_sum_;

@@ -48,8 +48,8 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
   Message contribution = loop_->run(plan, step, options_.name, job.received, false);
 
   // [gradient | statistics] as one buffer out of the arenas, which are
-  // then zeroed for the next step while this worker waits for the commit
-  // (after_outputs): the gradient's own buffer when the model has no
+  // then zeroed for the next step beside the round and the commit's update
+  // (start_zeroing): the gradient's own buffer when the model has no
   // statistics (traded for the arena's, without a copy), else a copy.
   Model& model = replica_->model();
   const size_t parameters = replica_->parameter_count();
@@ -65,20 +65,27 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
     model.gradients().swap_storage(held_gradient_);
     values = held_gradient_;
   }
-  zero_after_outputs_ = true;
+  start_zeroing();
   held_ = HeldContribution{step, std::move(contribution.envelope), values};
   exchange_round(job, out);
   return out;
 }
 
-void Trainer::after_outputs() {
-  if (!zero_after_outputs_ || !loop_) return;
-  zero_after_outputs_ = false;
-  // The timeline shows it: it is the worker's own time while it waits.
-  const double begin = clock_.now();
-  loop_->zero_for_next_step();
-  TraceRecorder& trace = loop_->trace();
-  trace.span("zero gradients", begin, clock_.now());
+void Trainer::start_zeroing() {
+  finish_zeroing();
+  zeroing_ = std::async(std::launch::async, [this] {
+    const double begin = clock_.now();
+    loop_->zero_for_next_step();
+    return std::make_pair(begin, clock_.now());
+  });
+}
+
+void Trainer::finish_zeroing() {
+  if (!zeroing_.valid()) return;
+  const auto [begin, end] = zeroing_.get();
+  // On the timeline of the step whose gradient it cleared (the compute
+  // thread's trace, which the next compute moves on).
+  if (loop_) loop_->trace().span("zero gradients", begin, end);
 }
 
 std::vector<float>& Trainer::writable_sum(size_t floats) {

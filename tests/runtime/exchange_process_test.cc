@@ -134,13 +134,15 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
     // Every traced step (the default window: all 10) holds each worker's
     // round as its own "exchange" span, after its compute, and its apply of
     // the commit (which travels with the next step's report: the last
-    // step's has none), and, before that apply, its zeroing of the
-    // gradients for the next step, done while it waited for the commit.
+    // step's has none), and its zeroing of the gradients for the next step,
+    // begun before that apply (beside the round and the update, on a thread
+    // of its own) and ended before the next step's compute.
     std::string problem;
     const auto trace = testing::parse_trace(read_text(cluster.run_dir() / "trace.json"), &problem);
     EXPECT_TRUE(trace.has_value()) << problem;
     size_t rounds = 0, applies = 0;
-    std::map<std::pair<int, double>, double> zeroed_by, applied_from;  // (worker, step) -> us
+    // (worker, step) -> us
+    std::map<std::pair<int, double>, double> zeroing_from, zeroed_by, applied_from, computing_from;
     for (const testing::ParsedEvent& e :
          trace ? trace->events : std::vector<testing::ParsedEvent>{}) {
       if (e.name == "apply") {
@@ -150,7 +152,11 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
         EXPECT_LT(e.number("step"), 9.0);
         applied_from[{e.pid, e.number("step")}] = e.ts;
       }
-      if (e.name == "zero gradients") zeroed_by[{e.pid, e.number("step")}] = e.ts + e.dur;
+      if (e.name == "zero gradients") {
+        zeroing_from[{e.pid, e.number("step")}] = e.ts;
+        zeroed_by[{e.pid, e.number("step")}] = e.ts + e.dur;
+      }
+      if (e.name == "compute") computing_from[{e.pid, e.number("step")}] = e.ts;
       if (e.name != "exchange") continue;
       ++rounds;
       EXPECT_EQ(e.number("ok"), 1.0);
@@ -161,13 +167,19 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
     EXPECT_EQ(applies, 18u) << "9 commits followed by a report, 2 workers";
     EXPECT_EQ(zeroed_by.size(), 18u);
     for (const auto& [worker_step, from] : applied_from) {
-      const auto zeroed = zeroed_by.find(worker_step);
-      if (zeroed == zeroed_by.end()) {
-        ADD_FAILURE() << "no zeroing before the apply of step " << worker_step.second;
+      const auto zeroing = zeroing_from.find(worker_step);
+      if (zeroing == zeroing_from.end()) {
+        ADD_FAILURE() << "no zeroing begun before the apply of step " << worker_step.second;
         continue;
       }
       // One worker's events on one clock, rounded to microseconds.
-      EXPECT_LE(zeroed->second, from + 1.0) << "step " << worker_step.second;
+      EXPECT_LE(zeroing->second, from + 1.0) << "step " << worker_step.second;
+      const auto next = computing_from.find({worker_step.first, worker_step.second + 1.0});
+      if (next == computing_from.end()) {
+        ADD_FAILURE() << "no compute of step " << worker_step.second + 1.0;
+        continue;
+      }
+      EXPECT_LE(zeroed_by.at(worker_step), next->second + 1.0) << "step " << worker_step.second;
     }
     std::vector<double> losses;
     const MetricsRecords records = cluster.records();
