@@ -52,7 +52,7 @@ RoundBlame blame_exchange_round(const std::vector<RoundReport>& reports,
     blame.out.assign(named.begin(), named.end());
     return blame;
   }
-  // Every smallest set of members touching each link, by increasing size.
+  // Every smallest set of members touching each link.
   const size_t n = members.size();
   std::vector<std::pair<size_t, size_t>> edges;
   for (const auto& [from, to] : blame.links) {
@@ -62,19 +62,25 @@ RoundBlame blame_exchange_round(const std::vector<RoundReport>& reports,
     };
     edges.emplace_back(at(from), at(to));
   }
+  // One pass over every set, keeping the union of the smallest that cover.
   uint64_t union_of_smallest = 0;
-  for (size_t size = 1; size <= n && union_of_smallest == 0; ++size) {
-    for (uint64_t set = 0; set < (uint64_t{1} << n); ++set) {
-      if (static_cast<size_t>(std::popcount(set)) != size) continue;
-      bool covers = true;
-      for (const auto& [a, b] : edges) {
-        if (((set >> a) & 1) == 0 && ((set >> b) & 1) == 0) {
-          covers = false;
-          break;
-        }
+  int smallest = static_cast<int>(n) + 1;
+  for (uint64_t set = 1; set < (uint64_t{1} << n); ++set) {
+    const int size = std::popcount(set);
+    if (size > smallest) continue;
+    bool covers = true;
+    for (const auto& [a, b] : edges) {
+      if (((set >> a) & 1) == 0 && ((set >> b) & 1) == 0) {
+        covers = false;
+        break;
       }
-      if (covers) union_of_smallest |= set;
     }
+    if (!covers) continue;
+    if (size < smallest) {
+      smallest = size;
+      union_of_smallest = 0;
+    }
+    union_of_smallest |= set;
   }
   for (size_t i = 0; i < n; ++i) {
     if ((union_of_smallest >> i) & 1) blame.out.push_back(members[i]);
