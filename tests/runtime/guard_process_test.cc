@@ -107,6 +107,27 @@ void start_exchange_run(GuardRun& run, const std::vector<std::string>& peer_flag
   run.start_peer("peer", flags);
 }
 
+// The peer first (rank 0: the lowest member of every round, which sends
+// the round's sum), then two workers; runs to the end, w0 and w1 checking
+// their final replicas against the coordinator's.
+void run_with_peer_lowest(GuardRun& run, const std::vector<std::string>& peer_flags) {
+  run.start_coordinator();
+  std::vector<std::string> flags = {"--name", "peer", "--exchange-bind", "tcp://127.0.0.1:*"};
+  flags.insert(flags.end(), peer_flags.begin(), peer_flags.end());
+  run.start_peer("peer", flags);
+  ASSERT_TRUE(eventually([&] { return run.joined() == 1; }, 60s)) << run.log();
+  run.start_worker("w0");
+  run.start_worker("w1");
+  run.expect_finish();
+}
+
+// Two epochs of the guard runs' 480 samples, each exactly once.
+void expect_two_epochs_exactly_once(const v1::RunSummary& summary) {
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
+  EXPECT_EQ(summary.audits_failed(), 0u);
+}
+
 TEST(GuardProcesses, ExchangeSumHoldingHugeOrNanValuesIsDiscardedOnEveryReplicaAndRequeued) {
   for (const std::string value : {"1e30", "nan"}) {
     SCOPED_TRACE(value);
@@ -127,10 +148,8 @@ TEST(GuardProcesses, ExchangeSumHoldingHugeOrNanValuesIsDiscardedOnEveryReplicaA
     }
     const v1::RunSummary summary = run.summary();
     EXPECT_EQ(summary.steps_discarded(), 1u) << summary.ShortDebugString();
-    EXPECT_EQ(summary.samples_lost(), 0u);
-    EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
+    expect_two_epochs_exactly_once(summary);
     EXPECT_EQ(summary.epochs_audited(), 2u);
-    EXPECT_EQ(summary.audits_failed(), 0u);
     EXPECT_EQ(summary.checksum_mismatches(), 0u);
     const MetricsRecords records = run.records();
     ASSERT_FALSE(records.steps.empty());
@@ -152,14 +171,8 @@ TEST(GuardProcesses, ExchangeLowestMemberForwardingAForgedSumIsNotAppliedAndTheW
   // The coordinator checks the forwarded sum's values only when it applies
   // it, after the commit: the honest members have applied theirs by then.
   GuardRun run("exchange-forged-sum", exchange_config("stop { max_epochs: 2 }"));
-  run.start_coordinator();
-  // The peer joins first: rank 0, the member that forwards the sum.
-  run.start_peer("peer", {"--name", "peer", "--exchange-bind", "tcp://127.0.0.1:*", "--poison-step",
-                          "0", "--value", "nan", "--forge-sum", "1", "--leave-after-poison", "1"});
-  ASSERT_TRUE(eventually([&] { return run.joined() == 1; }, 60s)) << run.log();
-  run.start_worker("w0");
-  run.start_worker("w1");
-  run.expect_finish();  // w0 and w1 checked their final replicas against the coordinator's
+  run_with_peer_lowest(
+      run, {"--poison-step", "0", "--value", "nan", "--forge-sum", "1", "--leave-after-poison", "1"});
 
   const std::string log = run.log();
   EXPECT_NE(log.find("step 0: the sum forwarded by 'peer' holds NaN, infinite or overflowing "
@@ -168,9 +181,7 @@ TEST(GuardProcesses, ExchangeLowestMemberForwardingAForgedSumIsNotAppliedAndTheW
       << log;
   const v1::RunSummary summary = run.summary();
   EXPECT_GE(summary.checksum_mismatches(), 2u) << "w0 and w1 resync to the coordinator's replica";
-  EXPECT_EQ(summary.samples_lost(), 0u);
-  EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
-  EXPECT_EQ(summary.audits_failed(), 0u);
+  expect_two_epochs_exactly_once(summary);
   const MetricsRecords records = run.records();
   ASSERT_FALSE(records.evals.empty());
   for (const v1::EvalRecord& e : records.evals) {
@@ -185,14 +196,7 @@ TEST(GuardProcesses, ExchangeLowestMemberDyingBeforeItsSumIsStoodInForByTheNextM
   // the sum it holds: the same bits, so no replica differs and nothing is
   // lost.
   GuardRun run("exchange-die-before-sum", exchange_config("stop { max_epochs: 2 }"));
-  run.start_coordinator();
-  // The peer joins first: rank 0, the member that sends the sum.
-  run.start_peer("peer", {"--name", "peer", "--exchange-bind", "tcp://127.0.0.1:*",
-                          "--die-before-sum", "1"});
-  ASSERT_TRUE(eventually([&] { return run.joined() == 1; }, 60s)) << run.log();
-  run.start_worker("w0");
-  run.start_worker("w1");
-  run.expect_finish();  // w0 and w1 checked their final replicas against the coordinator's
+  run_with_peer_lowest(run, {"--die-before-sum", "1"});
 
   const std::string log = run.log();
   EXPECT_NE(log.find("step 0: the sum of the committed round did not come from worker 'peer' "
@@ -204,9 +208,7 @@ TEST(GuardProcesses, ExchangeLowestMemberDyingBeforeItsSumIsStoodInForByTheNextM
   EXPECT_EQ(log.find("no member of the committed round is left"), std::string::npos) << log;
   const v1::RunSummary summary = run.summary();
   EXPECT_EQ(summary.checksum_mismatches(), 0u) << "the stand-in's sum has the same bits";
-  EXPECT_EQ(summary.samples_lost(), 0u);
-  EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480 samples, each exactly once";
-  EXPECT_EQ(summary.audits_failed(), 0u);
+  expect_two_epochs_exactly_once(summary);
   const MetricsRecords records = run.records();
   ASSERT_FALSE(records.steps.empty());
   EXPECT_TRUE(records.steps.front().applied()) << records.steps.front().ShortDebugString();
