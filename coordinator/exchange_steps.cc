@@ -105,9 +105,10 @@ std::optional<std::string> Coordinator::exchange_tensor_problem(const Message& r
     return std::string("it has no exchange report, but this run's data plane is 'exchange'");
   }
   if (report.envelope.tensors_size() != 0) {
-    return fmt::format("it carries {} tensors, but a report of the exchange carries none (the sum "
-                       "comes in an exchange sum of its own)",
-                       report.envelope.tensors_size());
+    return fmt::format(
+        "it carries {} tensors, but a report of the exchange carries none (the sum "
+        "comes in an exchange sum of its own)",
+        report.envelope.tensors_size());
   }
   return std::nullopt;
 }
@@ -501,8 +502,8 @@ void Coordinator::apply_pending() {
     // As every member does: the gradient averaged inside the optimizer's pass.
     reducer_.finish(0.0, pending.statistics_divisor);
     const float divisor = pending.divisor > 0.0 ? static_cast<float>(pending.divisor) : 1.0f;
-    start_checksum_ =
-        replica_.apply_summed_update(reducer_.gradient(), divisor, reducer_.statistics(), pending.lr);
+    start_checksum_ = replica_.apply_summed_update(reducer_.gradient(), divisor,
+                                                   reducer_.statistics(), pending.lr);
   }
 }
 

@@ -7,10 +7,11 @@
 // coordinator's commit, which every member gets alike: divide by its
 // divisors and apply, or drop it. It stays as summed after the commit until
 // the next round, so that another member can send it when the coordinator
-// asks (the lowest died before its sum arrived). The contribution as computed is kept until then: when a round
-// fails, the coordinator may redo it among the members left (a plan for the
-// same step under the next attempt), and they sum what they computed again,
-// without the member that failed.
+// asks (the lowest died before its sum arrived). The contribution as
+// computed is kept until the commit: when a round fails, the coordinator may
+// redo it among the members left (a plan for the same step under the next
+// attempt), and they sum what they computed again, without the member that
+// failed.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -257,7 +257,8 @@ TEST_F(ExchangeCommitTest, ACommittedStepWhoseSumNoMemberCanSendIsDroppedAndItsW
             std::string::npos)
       << log.text.str();
   EXPECT_EQ(coordinator->step(), 1u);
-  EXPECT_EQ(replica->parameter_checksum(), before) << "the coordinator's replica goes on without it";
+  EXPECT_EQ(replica->parameter_checksum(), before)
+      << "the coordinator's replica goes on without it";
   const std::vector<Message> got = take("b");
   ASSERT_EQ(count(got, v1::Envelope::kWelcome), 1u) << "b applied the step: it gets the state";
   ASSERT_EQ(count(got, v1::Envelope::kPlan), 1u);

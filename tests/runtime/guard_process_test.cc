@@ -171,8 +171,8 @@ TEST(GuardProcesses, ExchangeLowestMemberForwardingAForgedSumIsNotAppliedAndTheW
   // The coordinator checks the forwarded sum's values only when it applies
   // it, after the commit: the honest members have applied theirs by then.
   GuardRun run("exchange-forged-sum", exchange_config("stop { max_epochs: 2 }"));
-  run_with_peer_lowest(
-      run, {"--poison-step", "0", "--value", "nan", "--forge-sum", "1", "--leave-after-poison", "1"});
+  run_with_peer_lowest(run, {"--poison-step", "0", "--value", "nan", "--forge-sum", "1",
+                             "--leave-after-poison", "1"});
 
   const std::string log = run.log();
   EXPECT_NE(log.find("step 0: the sum forwarded by 'peer' holds NaN, infinite or overflowing "
