@@ -108,23 +108,19 @@ void measure(const char* model, size_t n, const std::string& kind, ThreadPool* p
   // the step while the block is in cache.
   std::vector<uint64_t> blocks(checksum_blocks(n));
   uint64_t sink = 0;
-  const double then_read = best_seconds(repeats, [&] {
+  const auto step_then_read = [&] {
     optimizer->step(parameters.flat(), gradients.flat(), 1e-3);
     sink ^= block_checksum(parameters.flat());
-  });
-  const double hashed = best_seconds(repeats, [&] {
+  };
+  const auto step_hashed = [&] {
     optimizer->step(parameters.flat(), gradients.flat(), 1e-3, 1.0f, blocks);
     sink ^= combine_block_checksums(blocks, n);
-  });
+  };
+  const double then_read = best_seconds(repeats, step_then_read);
+  const double hashed = best_seconds(repeats, step_hashed);
   // The same from cold caches, as after a step's compute.
-  const double then_read_cold = best_cold_seconds(repeats, [&] {
-    optimizer->step(parameters.flat(), gradients.flat(), 1e-3);
-    sink ^= block_checksum(parameters.flat());
-  });
-  const double hashed_cold = best_cold_seconds(repeats, [&] {
-    optimizer->step(parameters.flat(), gradients.flat(), 1e-3, 1.0f, blocks);
-    sink ^= combine_block_checksums(blocks, n);
-  });
+  const double then_read_cold = best_cold_seconds(repeats, step_then_read);
+  const double hashed_cold = best_cold_seconds(repeats, step_hashed);
   std::printf(
       "%-9s %-6s %9zu params: step then checksum %7.2f ms, checksum hashed in the step %7.2f ms, "
       "ratio %.2fx; from cold caches %7.2f ms and %7.2f ms, ratio %.2fx%s\n",

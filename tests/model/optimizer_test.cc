@@ -18,10 +18,29 @@
 namespace dctrain {
 namespace {
 
-ParamTable one_float() {
+ParamTable one_tensor(int64_t count) {
   ParamTable table;
-  table.add("w", {1});
+  table.add("w", {count});
   return table;
+}
+ParamTable one_float() {
+  return one_tensor(1);
+}
+
+// Each path of the optimizers' step: SGD plain, with weight decay and
+// momentum, with Nesterov momentum; AdamW.
+const std::vector<OptimizerSpec>& every_step_path() {
+  static const std::vector<OptimizerSpec> specs = {
+      {.name = "sgd"},
+      {.name = "sgd", .weight_decay = 0.1, .momentum = 0.9},
+      {.name = "sgd", .momentum = 0.5, .nesterov = true},
+      {.name = "adamw", .weight_decay = 0.01},
+  };
+  return specs;
+}
+std::string describe(const OptimizerSpec& spec) {
+  return spec.name + " momentum " + std::to_string(spec.momentum) +
+         (spec.nesterov ? " nesterov" : "");
 }
 
 TEST(Sgd, MomentumAndWeightDecayByHand) {
@@ -69,24 +88,16 @@ TEST(AdamW, FirstStepByHand) {
 // threaded or not, and with a divisor whose reciprocal is inexact.
 TEST(Optimizer, DividingASumInsideTheStepGivesTheBitsOfAveragingItFirst) {
   constexpr int kCount = 100003;
-  ParamTable table;
-  table.add("w", {kCount});
+  const ParamTable table = one_tensor(kCount);
   std::vector<float> start(kCount), sum(kCount);
   for (int i = 0; i < kCount; ++i) {
     start[i] = std::sin(static_cast<float>(i));
     sum[i] = i % 13 == 0 ? -0.0f : std::cos(static_cast<float>(5 * i)) * 3e-3f;
   }
-  const std::vector<OptimizerSpec> specs = {
-      {.name = "sgd"},
-      {.name = "sgd", .weight_decay = 0.1, .momentum = 0.9},
-      {.name = "sgd", .momentum = 0.5, .nesterov = true},
-      {.name = "adamw", .weight_decay = 0.01},
-  };
   ThreadPool pool(3);
-  for (const OptimizerSpec& spec : specs) {
+  for (const OptimizerSpec& spec : every_step_path()) {
     for (const float divisor : {1.0f, 3.0f, 96.0f, 7.0f}) {
-      SCOPED_TRACE(spec.name + " momentum " + std::to_string(spec.momentum) + " divisor " +
-                   std::to_string(divisor));
+      SCOPED_TRACE(describe(spec) + " divisor " + std::to_string(divisor));
       std::vector<float> averaged_first = start, divided_inside = start;
       auto first = make_optimizer(spec, table);
       auto inside = make_optimizer(spec, table);
@@ -108,24 +119,16 @@ TEST(Optimizer, DividingASumInsideTheStepGivesTheBitsOfAveragingItFirst) {
 TEST(Optimizer, AHashedStepWritesTheSameBitsAndHashesWhatItWrote) {
   // 100,003 parameters: six whole checksum blocks and a short seventh.
   constexpr int kCount = 100003;
-  ParamTable table;
-  table.add("w", {kCount});
+  const ParamTable table = one_tensor(kCount);
   std::vector<float> start(kCount), gradient(kCount);
   for (int i = 0; i < kCount; ++i) {
     start[i] = std::sin(static_cast<float>(3 * i));
     gradient[i] = std::cos(static_cast<float>(i)) * 2e-3f;
   }
-  const std::vector<OptimizerSpec> specs = {
-      {.name = "sgd"},
-      {.name = "sgd", .weight_decay = 0.1, .momentum = 0.9},
-      {.name = "sgd", .momentum = 0.5, .nesterov = true},
-      {.name = "adamw", .weight_decay = 0.01},
-  };
   ThreadPool pool(3);
-  for (const OptimizerSpec& spec : specs) {
+  for (const OptimizerSpec& spec : every_step_path()) {
     for (ThreadPool* threads : {static_cast<ThreadPool*>(nullptr), &pool}) {
-      SCOPED_TRACE(spec.name + " momentum " + std::to_string(spec.momentum) +
-                   (threads ? ", 3 threads" : ", 1 thread"));
+      SCOPED_TRACE(describe(spec) + (threads ? ", 3 threads" : ", 1 thread"));
       std::vector<float> plain = start, hashed = start;
       auto a = make_optimizer(spec, table);
       auto b = make_optimizer(spec, table);
