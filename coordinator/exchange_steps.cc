@@ -425,10 +425,8 @@ void Coordinator::commit_exchange(ClosedStep& closed) {
   v1::Update& body = *commit.envelope.mutable_update();
   body = committed ? committed_ahead_->commit : exchange_commit();
   committed_ahead_.reset();
-  if (!applied) {
+  if (!applied) {  // the reports say so too, unless the committed sum was lost
     exchange_sum_.reset();
-    body.set_applied(false);
-    body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()));
     if (!committed) {
       for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(commit));
     }

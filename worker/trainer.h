@@ -149,13 +149,14 @@ class Trainer {
   // The round's sum, [gradient | statistics]; shared with the frames that
   // forward it to the coordinator until ZeroMQ has sent them.
   std::shared_ptr<std::vector<float>> exchange_sum_;
-  std::optional<uint64_t> sum_step_;  // the step whose round's sum is held, until its commit
   // The round whose sum exchange_sum_ holds, past its commit until the next
-  // round writes it (the coordinator may ask for it: on_sum_request), and
-  // whether it is still as summed (a run that clips averages it in place).
+  // round writes it (the coordinator may ask for it: on_sum_request),
+  // whether its commit came, and whether it is still as summed (a run that
+  // clips averages it in place).
   struct SummedRound {
     uint64_t step = 0;
     uint32_t attempt = 0;
+    bool committed = false;
     bool as_summed = true;
   };
   std::optional<SummedRound> summed_;

@@ -36,7 +36,6 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
                     "endpoint",
                     step));
   }
-  sum_step_.reset();
   data_plane_->admit(step, x);  // before the compute: see WorkerDataPlane::admit
   std::vector<ComputeOutput> out;
   if (x.attempt() > 0) {
@@ -162,8 +161,7 @@ void Trainer::exchange_round(const ComputeJob& job, std::vector<ComputeOutput>& 
   // one gradient whatever the number of workers.
   const bool forwards = report.ok() && x.member_ranks_size() > 0 && x.member_ranks(0) == rank_;
   if (report.ok()) {
-    sum_step_ = step;
-    summed_ = SummedRound{step, x.attempt(), true};
+    summed_ = SummedRound{step, x.attempt()};
     report.set_sends_sum(forwards);
   }
   *c.mutable_exchange() = std::move(report);
@@ -216,8 +214,8 @@ Message Trainer::on_sum_request(const Message& request) {
 void Trainer::on_commit(const Message& commit) {
   const v1::Update& u = commit.envelope.update();
   const uint64_t step = commit.envelope.step();
-  const bool held = sum_step_ == step;
-  sum_step_.reset();
+  const bool held = summed_ && summed_->step == step && !summed_->committed;
+  if (held) summed_->committed = true;
   held_.reset();
   // The apply as a span of the step's timeline (it travels with the next
   // step's report), as on the star path.
