@@ -141,9 +141,13 @@ class Trainer {
   std::vector<float> held_gradient_;
   // Data plane "exchange": the arenas zeroed for the next step on a thread
   // of their own, beside the round and the commit's update, which use other
-  // buffers; its begin and end on the worker's clock. Joined before anything
-  // uses the arenas again (the next compute, a whole update, a welcome).
-  std::future<std::pair<double, double>> zeroing_;
+  // buffers; when it was asked for, and its begin and end, on the worker's
+  // clock. Joined before anything uses the arenas again (the next compute,
+  // a whole update, a welcome).
+  struct ZeroingSpan {
+    double asked, begin, end;
+  };
+  std::future<ZeroingSpan> zeroing_;
   void start_zeroing();
   void finish_zeroing();
   // The round's sum, [gradient | statistics]; shared with the frames that

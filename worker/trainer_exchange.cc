@@ -73,19 +73,25 @@ std::vector<ComputeOutput> Trainer::on_exchange_plan(const ComputeJob& job) {
 
 void Trainer::start_zeroing() {
   finish_zeroing();
-  zeroing_ = std::async(std::launch::async, [this] {
+  const double asked = clock_.now();
+  zeroing_ = std::async(std::launch::async, [this, asked] {
     const double begin = clock_.now();
     loop_->zero_for_next_step();
-    return std::make_pair(begin, clock_.now());
+    return ZeroingSpan{asked, begin, clock_.now()};
   });
 }
 
 void Trainer::finish_zeroing() {
   if (!zeroing_.valid()) return;
-  const auto [begin, end] = zeroing_.get();
+  const ZeroingSpan z = zeroing_.get();
   // On the timeline of the step whose gradient it cleared (the compute
-  // thread's trace, which the next compute moves on).
-  if (loop_) loop_->trace().span("zero gradients", begin, end);
+  // thread's trace, which the next compute moves on). The thread may start
+  // a while after it was asked for when the cores are busy: the span is
+  // its work, and `asked_us_before` says how long it waited to begin.
+  if (loop_) {
+    loop_->trace().span("zero gradients", z.begin, z.end,
+                        {{"asked_us_before", std::llround((z.begin - z.asked) * 1e6)}});
+  }
 }
 
 std::vector<float>& Trainer::writable_sum(size_t floats) {

@@ -135,14 +135,15 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
     // round as its own "exchange" span, after its compute, and its apply of
     // the commit (which travels with the next step's report: the last
     // step's has none), and its zeroing of the gradients for the next step,
-    // begun before that apply (beside the round and the update, on a thread
-    // of its own) and ended before the next step's compute.
+    // asked for before that apply (beside the round and the update, on a
+    // thread of its own, which may begin later on busy cores) and ended
+    // before the next step's compute.
     std::string problem;
     const auto trace = testing::parse_trace(read_text(cluster.run_dir() / "trace.json"), &problem);
     EXPECT_TRUE(trace.has_value()) << problem;
     size_t rounds = 0, applies = 0;
     // (worker, step) -> us
-    std::map<std::pair<int, double>, double> zeroing_from, zeroed_by, applied_from, computing_from;
+    std::map<std::pair<int, double>, double> zeroing_asked, zeroed_by, applied_from, computing_from;
     for (const testing::ParsedEvent& e :
          trace ? trace->events : std::vector<testing::ParsedEvent>{}) {
       if (e.name == "apply") {
@@ -153,7 +154,8 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
         applied_from[{e.pid, e.number("step")}] = e.ts;
       }
       if (e.name == "zero gradients") {
-        zeroing_from[{e.pid, e.number("step")}] = e.ts;
+        EXPECT_GE(e.number("asked_us_before"), 0.0);
+        zeroing_asked[{e.pid, e.number("step")}] = e.ts - e.number("asked_us_before");
         zeroed_by[{e.pid, e.number("step")}] = e.ts + e.dur;
       }
       if (e.name == "compute") computing_from[{e.pid, e.number("step")}] = e.ts;
@@ -167,13 +169,14 @@ TEST(ExchangeProcesses, SameSeedGivesTheSameLossCurveBitForBit) {
     EXPECT_EQ(applies, 18u) << "9 commits followed by a report, 2 workers";
     EXPECT_EQ(zeroed_by.size(), 18u);
     for (const auto& [worker_step, from] : applied_from) {
-      const auto zeroing = zeroing_from.find(worker_step);
-      if (zeroing == zeroing_from.end()) {
-        ADD_FAILURE() << "no zeroing begun before the apply of step " << worker_step.second;
+      const auto zeroing = zeroing_asked.find(worker_step);
+      if (zeroing == zeroing_asked.end()) {
+        ADD_FAILURE() << "no zeroing asked for before the apply of step " << worker_step.second;
         continue;
       }
-      // One worker's events on one clock, rounded to microseconds.
-      EXPECT_LE(zeroing->second, from + 1.0) << "step " << worker_step.second;
+      // One worker's events on one clock, rounded to microseconds (the
+      // moment asked for from two of them).
+      EXPECT_LE(zeroing->second, from + 2.0) << "step " << worker_step.second;
       const auto next = computing_from.find({worker_step.first, worker_step.second + 1.0});
       if (next == computing_from.end()) {
         ADD_FAILURE() << "no compute of step " << worker_step.second + 1.0;
