@@ -259,6 +259,15 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
   if (hello.has_blas() && !hello.blas().warning().empty()) {
     log_->warn("worker '{}': BLAS: {}", from.peer, hello.blas().warning());
   }
+  if (missed_too_many(membership_.at(*rank))) {
+    // Taken out of its steps (a slow or failing link on the exchange) until
+    // the limit, presumed dead each time: the churn of welcomes ends here.
+    release(*rank, fmt::format("at its return: it missed its last {} steps in a row (its "
+                               "deadline, or its part of the exchange) and has not contributed "
+                               "since",
+                               membership_.at(*rank).missed_in_a_row));
+    return;
+  }
   membership_.at(*rank).key = from.key;
   worker_summary_.joined(from.peer, *rank, hello);
   exchange_endpoints_[*rank] = hello.exchange_endpoint();
@@ -815,24 +824,35 @@ void Coordinator::count_step(const v1::StepRecord& record) {
       recent_step_seconds_ == 0.0 ? cycle : 0.8 * recent_step_seconds_ + 0.2 * cycle;
 }
 
-void Coordinator::track_misses(const v1::StepRecord& record) {
+bool Coordinator::missed_too_many(const Member& m) const {
   const uint32_t limit = config_.liveness().release_after_missed_steps();
+  return limit > 0 && m.missed_in_a_row >= limit;
+}
+
+void Coordinator::track_misses(const v1::StepRecord& record) {
   for (const v1::WorkerStep& w : record.workers()) {
     Member& m = membership_.at(w.rank());
-    if (!m.live || m.name != w.name()) continue;
+    // A member taken out of the exchange's round is presumed dead before
+    // the step closes, and comes back under its name: it counts too (it is
+    // released when it says hello again, not welcomed).
+    if (m.name != w.name()) continue;
     // A backup worker cut from the step did not miss a deadline.
     const bool missed_deadline = w.missed() && w.checksum_ok() && !w.cut();
     m.missed_in_a_row = missed_deadline ? m.missed_in_a_row + 1 : 0;
-    if (limit > 0 && m.missed_in_a_row >= limit) release(w.rank(), m.missed_in_a_row);
+    if (m.live && missed_too_many(m)) {
+      release(w.rank(), fmt::format("after missing {} step deadlines in a row", m.missed_in_a_row));
+    }
   }
 }
 
-void Coordinator::release(uint32_t rank, uint32_t missed) {
-  const Member& m = membership_.at(rank);
+void Coordinator::release(uint32_t rank, const std::string& why) {
+  Member& m = membership_.at(rank);
+  const uint32_t missed = m.missed_in_a_row;
+  m.missed_in_a_row = 0;  // settled: a worker restarted under its name starts afresh
   const std::string reason = fmt::format(
-      "released from the run after missing {} step deadlines in a row (liveness."
-      "release_after_missed_steps); its slot is free for a restarted or new worker",
-      missed);
+      "released from the run {} (liveness.release_after_missed_steps); its slot is free for a "
+      "restarted or new worker",
+      why);
   log_->warn("worker '{}' (rank {}) {}", m.name, rank, reason);
   v1::RunTotals& t = metrics_.totals();
   t.set_workers_released(t.workers_released() + 1);

@@ -129,9 +129,13 @@ class Coordinator {
   void cut_backup_workers();
   // Logs the workers that became or stopped being standbys (rebalance).
   void log_standby(const StepShares& shares);
-  // Releases a worker that missed too many deadlines in a row: its slot is
-  // freed (a restarted worker may take it) and it is told to leave.
-  void release(uint32_t rank, uint32_t missed);
+  // Whether a member missed liveness.release_after_missed_steps steps in a
+  // row.
+  bool missed_too_many(const Member& m) const;
+  // Releases a worker that missed too many steps in a row (`why`, for the
+  // log and its bye): its slot is freed (a restarted worker may take it)
+  // and it is told to leave.
+  void release(uint32_t rank, const std::string& why);
   void start_step(double now);
   // Starts a step once the workers are ready (all of them to begin the
   // run; any one after every worker was lost); true when it did.

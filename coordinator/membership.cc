@@ -19,12 +19,14 @@ std::optional<uint32_t> Membership::admit(const std::string& name, uint32_t thre
   }
   if (!chosen) return std::nullopt;
   Member& m = slots_[*chosen];
+  // Back under its name (presumed dead, or restarted): the steps it missed
+  // since it last contributed still count.
+  if (m.name != name) m.missed_in_a_row = 0;
   m.name = name;
   m.live = true;
   m.last_heard = now;
   m.threads = threads;
   m.ready = false;
-  m.missed_in_a_row = 0;
   used_[*chosen] = true;
   return chosen;
 }

@@ -17,7 +17,10 @@ struct Member {
   double last_heard = 0.0;  // seconds, on the coordinator's clock
   uint32_t threads = 1;
   bool ready = false;            // took its welcome and loaded its data: may be planned
-  uint32_t missed_in_a_row = 0;  // step deadlines missed since its last contribution
+  // Steps it was planned in and missed (its deadline passed, or it was
+  // taken out of the exchange's round) since its last contribution; kept
+  // when it comes back under its name.
+  uint32_t missed_in_a_row = 0;
   std::string key;               // the CURVE public key it joined with; "" on plain links
 };
 
@@ -25,7 +28,8 @@ class Membership {
  public:
   explicit Membership(uint32_t slots);
 
-  // A hello from `name`: the slot it held before if any, else the lowest
+  // A hello from `name`: the slot it held before if any (with its count of
+  // missed steps), else the lowest
   // never-used slot, else the lowest slot whose holder is dead. Nothing when
   // every slot is held by a live worker.
   std::optional<uint32_t> admit(const std::string& name, uint32_t threads, double now);

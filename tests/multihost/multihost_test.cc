@@ -477,10 +477,11 @@ TEST(MultiHost, OverTheExchangeASlowLinkIsNamedWithinTheDeadlineAndNothingIsLost
     run.start_worker(cluster.on(2), "w1");
     run.start_worker(cluster.on(3), "w2-slow-link");
     // The slow link's worker is not waited for: presumed dead after each
-    // round it held up, it is asked to say hello again whenever it is heard,
-    // and the welcomes (1.8 MB each) queue on its slow link, so the
-    // coordinator's final bye can reach it after the coordinator has gone
-    // (a known limit of presuming suspects dead; see README, Scaling).
+    // round it held up, it is asked to say hello again whenever it is heard
+    // (released instead once it missed liveness.release_after_missed_steps
+    // steps in a row: 10, more than this run gives it), and its welcome
+    // (1.8 MB) crawls over its slow link, so the coordinator's final bye can
+    // reach it after the coordinator has gone (see README, Scaling).
     run.expect_clean_finish(240s, {}, {2});
     if (::testing::Test::HasFailure()) return;
     const std::string log = run.log();

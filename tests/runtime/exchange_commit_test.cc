@@ -3,7 +3,8 @@
 // alone, the step closes (and the next plans go out) once the round's sum is
 // in, another member stands in for a lowest member that died before its sum
 // arrived, and a committed step whose sum no member can send is dropped with
-// its work requeued.
+// its work requeued; a member taken out of its rounds step after step is
+// released when it comes back, as one that misses its deadlines.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -106,11 +107,23 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
     return m;
   }
 
+  // A member's report of a round that failed: it did not get the
+  // contribution of `missing`.
+  Message failed_report(const std::string& name, const Message& plan, uint32_t missing) {
+    Message m = report(name, plan, false);
+    v1::ExchangeReport& x = *m.envelope.mutable_contribution()->mutable_exchange();
+    x.set_ok(false);
+    x.add_suspects(missing);
+    x.add_missing_contributions(missing);
+    x.set_error("no contribution from a member");
+    return m;
+  }
+
   // The round's sum as `name` sends it.
-  Message sum(const std::string& name, uint64_t step) const {
+  Message sum(const std::string& name, uint64_t step, uint32_t attempt = 0) const {
     Message m;
     m.envelope = make_envelope(step, name);
-    m.envelope.mutable_exchange_sum()->set_attempt(0);
+    m.envelope.mutable_exchange_sum()->set_attempt(attempt);
     add_tensor(m, "gradient", summed);
     if (!statistics.empty()) add_tensor(m, "statistics", statistics);
     return m;
@@ -278,6 +291,81 @@ TEST_F(ExchangeCommitTest, ACommittedStepWhoseSumNoMemberCanSendIsDroppedAndItsW
   EXPECT_FALSE(records.steps.front().applied());
   EXPECT_EQ(records.steps.front().samples(), 0u);
   EXPECT_EQ(coordinator->totals().samples_completed(), 0u);
+}
+
+TEST_F(ExchangeCommitTest, AMemberTakenOutOfItsRoundsStepAfterStepIsReleasedWhenItComesBack) {
+  config.mutable_liveness()->set_release_after_missed_steps(2);
+  config.mutable_stop()->set_max_steps(6);
+  std::map<std::string, Message> latest = join();  // each one's plan
+  fill_sum();
+  // Step `step`: a does not get b's part, b never reports; after the
+  // timeout b is out (presumed dead), and the round is redone with a alone.
+  const auto fail_without_b = [&](uint64_t step) {
+    receive("a", failed_report("a", latest["a"], 1));
+    take("a");
+    now += 2.1;
+    coordinator->tick(now);
+    const Message redo = only("a", v1::Envelope::kPlan);
+    ASSERT_EQ(redo.envelope.step(), step);
+    ASSERT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+    // The contribution a computed, reported again under the redo's attempt.
+    Message again = report("a", latest["a"], true);
+    again.envelope.mutable_contribution()->mutable_exchange()->set_attempt(1);
+    receive("a", std::move(again));
+    receive("a", sum("a", step, 1));
+    ASSERT_EQ(coordinator->step(), step + 1);
+    latest["a"] = only("a", v1::Envelope::kPlan);
+  };
+  // b is heard again, asked to say hello, and says it.
+  const auto b_comes_back = [&] {
+    Message heartbeat;
+    heartbeat.envelope = make_envelope(0, "b");
+    heartbeat.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
+    receive("b", std::move(heartbeat));
+    const Message asked = only("b", v1::Envelope::kError);
+    EXPECT_TRUE(asked.envelope.error().rejoin());
+    Message hello = workers.at("b").hello();
+    hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
+    receive("b", std::move(hello));
+  };
+
+  fail_without_b(0);
+  b_comes_back();
+  // One step missed of the two allowed: welcomed, and planned from the
+  // next step on.
+  Message ready = workers.at("b").on_welcome(only("b", v1::Envelope::kWelcome));
+  receive("b", std::move(ready));
+  receive("a", report("a", latest["a"], true));
+  receive("a", sum("a", 1));
+  ASSERT_EQ(coordinator->step(), 2u);
+  latest["a"] = only("a", v1::Envelope::kPlan);
+  std::vector<Message> to_b = take("b");
+  ASSERT_EQ(count(to_b, v1::Envelope::kPlan), 1u) << log.text.str();
+  for (Message& m : to_b) {
+    if (m.envelope.body_case() == v1::Envelope::kPlan) latest["b"] = std::move(m);
+  }
+  EXPECT_EQ(latest["b"].envelope.step(), 2u);
+
+  // Out of its round again: the second step in a row it missed. It is
+  // presumed dead, so it is released when it comes back, not welcomed.
+  fail_without_b(2);
+  EXPECT_EQ(coordinator->totals().workers_released(), 0u);
+  b_comes_back();
+  const std::vector<Message> got = take("b");
+  EXPECT_EQ(count(got, v1::Envelope::kWelcome), 0u);
+  ASSERT_EQ(count(got, v1::Envelope::kBye), 1u);
+  for (const Message& m : got) {
+    if (m.envelope.body_case() == v1::Envelope::kBye) {
+      EXPECT_TRUE(m.envelope.bye().released());
+    }
+  }
+  EXPECT_EQ(coordinator->totals().workers_released(), 1u);
+  EXPECT_NE(log.text.str().find("worker 'b' (rank 1) released from the run at its return: it "
+                                "missed its last 2 steps in a row"),
+            std::string::npos)
+      << log.text.str();
+  // Nothing of b's two steps is lost: a computed them again.
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
 }
 
 }  // namespace
