@@ -248,6 +248,15 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     refuse_hello(from.peer, fmt::format("refused worker '{}': {}", from.peer, reason), reason, now);
     return;
   }
+  if (missed_too_many(membership_.at(*rank))) {
+    // Taken out of its steps (a slow or failing link on the exchange) until
+    // the limit, presumed dead each time: the churn of welcomes ends here.
+    release(*rank, fmt::format("at its return: it missed its last {} steps in a row (its "
+                               "deadline, or its part of the exchange) and has not contributed "
+                               "since",
+                               membership_.at(*rank).missed_in_a_row));
+    return;
+  }
   log_->info(
       "worker '{}' joined as rank {} ({} threads, dctrain {}, BLAS core {}); {} of {} "
       "workers live",
@@ -258,15 +267,6 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
       membership_.live_count(), config_.workers());
   if (hello.has_blas() && !hello.blas().warning().empty()) {
     log_->warn("worker '{}': BLAS: {}", from.peer, hello.blas().warning());
-  }
-  if (missed_too_many(membership_.at(*rank))) {
-    // Taken out of its steps (a slow or failing link on the exchange) until
-    // the limit, presumed dead each time: the churn of welcomes ends here.
-    release(*rank, fmt::format("at its return: it missed its last {} steps in a row (its "
-                               "deadline, or its part of the exchange) and has not contributed "
-                               "since",
-                               membership_.at(*rank).missed_in_a_row));
-    return;
   }
   membership_.at(*rank).key = from.key;
   worker_summary_.joined(from.peer, *rank, hello);

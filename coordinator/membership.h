@@ -29,9 +29,8 @@ class Membership {
   explicit Membership(uint32_t slots);
 
   // A hello from `name`: the slot it held before if any (with its count of
-  // missed steps), else the lowest
-  // never-used slot, else the lowest slot whose holder is dead. Nothing when
-  // every slot is held by a live worker.
+  // missed steps), else the lowest never-used slot, else the lowest slot
+  // whose holder is dead. Nothing when every slot is held by a live worker.
   std::optional<uint32_t> admit(const std::string& name, uint32_t threads, double now);
 
   // The live member with this name, or nullptr.
