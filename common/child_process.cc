@@ -242,9 +242,11 @@ bool ChildProcess::read_output(std::string& into) {
 
 bool ChildProcess::read_output_until_end(std::string& into, Clock::time_point deadline) {
   while (read_output(into)) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) return false;
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    // Rounded up: poll() takes whole milliseconds, and a wait rounded down
+    // would give up before the deadline (0.96 ms left read as 0).
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
     pollfd fd{output_fd_, POLLIN, 0};
     ::poll(&fd, 1, static_cast<int>(std::min<long long>(left, 1000)));
   }
@@ -302,7 +304,8 @@ CommandResult run_command(ChildOptions options, std::chrono::milliseconds timeou
   const bool ended = child.read_output_until_end(result.output, deadline);
   std::optional<ExitStatus> status;
   if (ended) {
-    status = child.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(
+    // Rounded up, so the child has the whole time limit, never a fraction less.
+    status = child.wait_for(std::chrono::ceil<std::chrono::milliseconds>(
         std::max<Clock::duration>(deadline - Clock::now(), Clock::duration::zero())));
   }
   if (!status) {
