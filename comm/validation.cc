@@ -150,6 +150,8 @@ std::string_view body_name(const v1::Envelope& envelope) {
       return "exchange sum";
     case v1::Envelope::kSumRequest:
       return "sum request";
+    case v1::Envelope::kExchangeCancel:
+      return "exchange cancel";
     case v1::Envelope::BODY_NOT_SET:
       break;
   }

@@ -63,6 +63,7 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
       guard_(config_.guard()),
       peer_log_(config_.guard(), log_),
       speed_planner_(config_.step().rebalance()),
+      round_deadline_(config_.data_plane()),
       needs_data_root_(needs_data_root(config_)) {
   reducer_.set_holding(guard_.norm_guard());
   exchange_run_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
@@ -121,6 +122,7 @@ void Coordinator::send(const std::string& peer, Message message) {
 
 void Coordinator::handle(Received received, double now) {
   dispatch(std::move(received), now);
+  end_round_without_lost_members(now);
   if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
   start_when_ready(now);
 }
@@ -248,13 +250,15 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
     refuse_hello(from.peer, fmt::format("refused worker '{}': {}", from.peer, reason), reason, now);
     return;
   }
+  membership_.identify(*rank, worker_identity(from.key, hello.exchange_endpoint()));
   if (missed_too_many(membership_.at(*rank))) {
     // Taken out of its steps (a slow or failing link on the exchange) until
     // the limit, presumed dead each time: the churn of welcomes ends here.
+    const Member& m = membership_.at(*rank);
     release(*rank, fmt::format("at its return: it missed its last {} steps in a row (its "
-                               "deadline, or its part of the exchange) and has not contributed "
-                               "since",
-                               membership_.at(*rank).missed_in_a_row));
+                               "deadline, or its part of the exchange) and failed its last {} "
+                               "exchange rounds, and has not contributed since",
+                               m.missed_in_a_row, m.failed_rounds_in_a_row));
     return;
   }
   log_->info(
@@ -533,6 +537,8 @@ void Coordinator::start_step(double now) {
   exchange_members_ = planned;
   committed_ahead_.reset();
   silent_after_.reset();
+  overdue_at_.reset();
+  cancel_sent_ = false;
   const double tau = threshold_.tau();
   for (WorkerPlan& plan : plans) {
     Planned& p = planned_[plan.rank];
@@ -826,7 +832,9 @@ void Coordinator::count_step(const v1::StepRecord& record) {
 
 bool Coordinator::missed_too_many(const Member& m) const {
   const uint32_t limit = config_.liveness().release_after_missed_steps();
-  return limit > 0 && m.missed_in_a_row >= limit;
+  const uint32_t rounds = config_.liveness().release_after_failed_rounds();
+  return (limit > 0 && m.missed_in_a_row >= limit) ||
+         (rounds > 0 && m.failed_rounds_in_a_row >= rounds);
 }
 
 void Coordinator::track_misses(const v1::StepRecord& record) {
@@ -839,6 +847,12 @@ void Coordinator::track_misses(const v1::StepRecord& record) {
     // A backup worker cut from the step did not miss a deadline.
     const bool missed_deadline = w.missed() && w.checksum_ok() && !w.cut();
     m.missed_in_a_row = missed_deadline ? m.missed_in_a_row + 1 : 0;
+    // A contribution to the step ends the exchange's count of failed
+    // rounds, unless the member failed a round of it (a withheld sum).
+    const auto p = planned_.find(w.rank());
+    if (w.contributed() && (p == planned_.end() || !p->second.struck)) {
+      m.failed_rounds_in_a_row = 0;
+    }
     if (m.live && missed_too_many(m)) {
       release(w.rank(), fmt::format("after missing {} step deadlines in a row", m.missed_in_a_row));
     }
@@ -848,7 +862,9 @@ void Coordinator::track_misses(const v1::StepRecord& record) {
 void Coordinator::release(uint32_t rank, const std::string& why) {
   Member& m = membership_.at(rank);
   const uint32_t missed = m.missed_in_a_row;
-  m.missed_in_a_row = 0;  // settled: a worker restarted under its name starts afresh
+  // Settled: a worker restarted under its name starts afresh.
+  m.missed_in_a_row = 0;
+  m.failed_rounds_in_a_row = 0;
   const std::string reason = fmt::format(
       "released from the run {} (liveness.release_after_missed_steps); its slot is free for a "
       "restarted or new worker",
@@ -1126,7 +1142,10 @@ void Coordinator::tick(double now) {
       return;
     case Phase::kStepping:
       if (exchange_mode()) {
+        take_out_stopped_members(now);
+        cancel_overdue_members(now);
         take_out_silent_members(now);
+        end_round_without_lost_members(now);
         chase_committed_sum(now);
       }
       if (now > deadline_) {

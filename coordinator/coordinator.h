@@ -31,6 +31,7 @@
 #include "coordinator/peer_limits.h"
 #include "coordinator/planner.h"
 #include "coordinator/reducer.h"
+#include "coordinator/round_deadline.h"
 #include "coordinator/run_metrics.h"
 #include "coordinator/speed_planner.h"
 #include "coordinator/threshold.h"
@@ -105,6 +106,7 @@ class Coordinator {
     bool resync = false;  // its replica differed from the coordinator's: resend the state
     std::string refused;  // left out by the guard: "norm" or "update" (named as a cause)
     bool cut = false;     // policy "backup": the step closed without it
+    bool struck = false;  // exchange: failed a round of this step by its own fault
   };
 
   void dispatch(Received message, double now);
@@ -130,7 +132,7 @@ class Coordinator {
   // Logs the workers that became or stopped being standbys (rebalance).
   void log_standby(const StepShares& shares);
   // Whether a member missed liveness.release_after_missed_steps steps in a
-  // row.
+  // row, or failed liveness.release_after_failed_rounds exchange rounds.
   bool missed_too_many(const Member& m) const;
   // Releases a worker that missed too many steps in a row (`why`, for the
   // log and its bye): its slot is freed (a restarted worker may take it)
@@ -200,9 +202,31 @@ class Coordinator {
   // blame is weighed once every member has reported (judge_exchange_round)
   // or the data plane's timeout has passed since the first failed report.
   void accept_exchange_report(uint32_t rank, Message report, double now);
-  // The members of a failed round that have not reported within the data
-  // plane's timeout of its first failed report: out of the step, presumed dead.
+  // The members of a round that have not reported by silent_after_: out
+  // of the step, presumed dead, each a failed round (strike()).
   void take_out_silent_members(double now);
+  // Once the round is overdue (the round deadline after its first report,
+  // from a member that heard from every other; the data plane's timeout
+  // after a first report that did not), the members that have not
+  // reported are told to end the round and report what they have
+  // (ExchangeCancel); those that cannot answer within the round deadline
+  // are taken out by take_out_silent_members().
+  void cancel_overdue_members(double now);
+  // A member of the open step that has not reported and whose control plane
+  // is silent for 3 heartbeats (a stopped process) is presumed dead then,
+  // not after liveness.silence_seconds: a round waits on it.
+  void take_out_stopped_members(double now);
+  // When a member of the round in flight is out of the step (it died, left,
+  // went silent, was rejected) while others still wait in the round for its
+  // pieces: the round is ended at once, redone among the members left on
+  // what they computed (their plans of the next attempt end the old one),
+  // or, with no rounds left, the step is dropped.
+  void end_round_without_lost_members(double now);
+  // A member failed a round by its own fault: counted (Member::
+  // failed_rounds_in_a_row), and released at the limit.
+  void strike(uint32_t rank, const std::string& why);
+  // A committed round's round times into the round deadline.
+  void observe_round();
   // Once every member of a failed round reported or is out: takes out the
   // members coordinator/exchange_blame.h judges at fault, before the redo.
   void judge_exchange_round();
@@ -239,6 +263,9 @@ class Coordinator {
   // has rounds left (data_plane.rounds_per_step): plans the round again
   // among them under the next attempt and returns true; the step stays open.
   bool redo_exchange(double now);
+  // Plans the round again among `members` under the next attempt, if the
+  // step has rounds left (false otherwise).
+  bool plan_next_attempt(double now, std::vector<uint32_t> members, const std::string& why);
   // The commit to the members (unless it went out ahead of the sum), the
   // whole update to a live worker outside the round, and the sum kept for
   // apply_pending().
@@ -274,9 +301,14 @@ class Coordinator {
   // rounds, later than any earlier process's of the same run.
   uint64_t exchange_run_ = 0;
   uint32_t exchange_attempt_ = 0;           // the current step's round: 0, or the redo's number
-  // When the current round's silent members are taken out: the data plane's
-  // timeout after its first failed report.
+  // When the current round's silent members are taken out (after a cancel,
+  // or the data plane's timeout after a first report that did not hear from
+  // every member).
   std::optional<double> silent_after_;
+  // When the members of the current round that have not reported are told
+  // to end it (cancel_overdue_members); reset once they are.
+  std::optional<double> overdue_at_;
+  bool cancel_sent_ = false;
   std::vector<uint32_t> exchange_members_;  // the current round's, ascending
 
   CoordinatorSetup setup_;
@@ -298,6 +330,7 @@ class Coordinator {
   UpdateGuard guard_;
   PeerLog peer_log_;
   SpeedPlanner speed_planner_;
+  RoundDeadline round_deadline_;  // the exchange's, from measured rounds
   std::optional<StepShares> shares_;  // the open step's, when speed-aware
 
   bool needs_data_root_ = false;

@@ -100,6 +100,7 @@ void Coordinator::on_disconnected(const std::string& peer, double now) {
   t.set_workers_disconnected(t.workers_disconnected() + 1);
   if (phase_ == Phase::kStepping) abandon(rank, "it died (its connection closed)");
   membership_.mark_dead(rank);
+  end_round_without_lost_members(now);
   if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
 }
 

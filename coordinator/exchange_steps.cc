@@ -72,9 +72,14 @@ void Coordinator::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
   if (curve) {
     for (uint32_t r : ranks) x.add_member_keys(membership_.at(r).key);
   }
+  // Once every member was heard from, a member waits this long for the rest
+  // of the round (measured rounds; none until enough are measured).
+  if (round_deadline_.observed() >= RoundDeadline::kWarmUp) {
+    x.set_round_seconds(round_deadline_.seconds());
+  }
   if (attempt > 0) {
-    // A redo: the members computed already; each waits the timeout from
-    // now, and its checksum was checked with its first report.
+    // A redo: the members computed already (or finish their compute first);
+    // each waits the timeout from the start of its round.
     x.set_deadline_seconds(0.0);
     x.set_checksum_follows(true);
     return;
@@ -167,13 +172,117 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   p.contribution->mutable_exchange()->clear_error();
   last_contribution_ = now;
   reducer_.settle(rank);
+  // The others report about now: a member that heard from every other
+  // ended its round (done, or by the round deadline) when they could end
+  // theirs. Past the round deadline the ones left are asked to end it
+  // (cancel_overdue_members). A member that did not hear from all failed
+  // at its own deadline, which others (still computing then) may not have
+  // reached: they get the data plane's timeout, as before.
+  if (!overdue_at_) {
+    overdue_at_ = now + (x.heard_from_all() ? round_deadline_.seconds()
+                                             : config_.data_plane().timeout_seconds());
+  }
   if (x.ok()) return;
+  if (x.cancelled()) {
+    log_->info("worker '{}' (rank {}) ended the round of step {} when asked: {}",
+               membership_.at(rank).name, rank, step_, x.error());
+    return;
+  }
+  // Whom it blames is weighed with the other members' reports (one report
+  // alone can blame an innocent member: judge_exchange_round).
   log_->warn("worker '{}' (rank {}): exchange of step {} failed: {}", membership_.at(rank).name,
              rank, step_, x.error());
-  // Whom it blames is weighed with the other members' reports (one report
-  // alone can blame an innocent member: judge_exchange_round); the members
-  // fail by the same deadline, so the others report about now.
-  if (!silent_after_) silent_after_ = now + config_.data_plane().timeout_seconds();
+}
+
+void Coordinator::cancel_overdue_members(double now) {
+  if (!overdue_at_ || now <= *overdue_at_ || cancel_sent_ || committed_ahead_) return;
+  cancel_sent_ = true;
+  const double answer = round_deadline_.seconds();
+  std::vector<uint32_t> asked;
+  for (uint32_t rank : exchange_members_) {
+    if (!reducer_.expects(rank)) continue;  // reported, or out
+    asked.push_back(rank);
+    Message cancel;
+    cancel.envelope = make_envelope(step_, kCoordinatorName);
+    v1::ExchangeCancel& body = *cancel.envelope.mutable_exchange_cancel();
+    body.set_attempt(exchange_attempt_);
+    body.set_reason("the round is overdue: other members of it reported long ago");
+    send(membership_.at(rank).name, std::move(cancel));
+  }
+  if (asked.empty()) return;
+  log_->warn(
+      "step {}: exchange round {} is overdue (round deadline {:.3g} s); asked ranks {} to end it "
+      "and report what they have, within {:.3g} s",
+      step_, exchange_attempt_ + 1, round_deadline_.seconds(), fmt::join(asked, ", "), answer);
+  silent_after_ = silent_after_ ? std::min(*silent_after_, now + answer) : now + answer;
+}
+
+void Coordinator::take_out_stopped_members(double now) {
+  const v1::LivenessConfig& live = config_.liveness();
+  const double silence = std::min(live.silence_seconds(), 3.0 * live.heartbeat_seconds());
+  for (uint32_t rank : exchange_members_) {
+    const Member& m = membership_.at(rank);
+    if (!reducer_.expects(rank) || !m.live || now - m.last_heard <= silence) continue;
+    log_->warn(
+        "worker '{}' (rank {}) silent for {:.2f} s (3 heartbeats) while its round waits on it: "
+        "presumed dead (stopped or hung), not after liveness.silence_seconds",
+        m.name, rank, now - m.last_heard);
+    abandon(rank, "it went silent during the step");
+    membership_.mark_dead(rank);
+    strike(rank, "silent during the step");
+  }
+}
+
+void Coordinator::end_round_without_lost_members(double now) {
+  if (!exchange_mode() || phase_ != Phase::kStepping || committed_ahead_) return;
+  std::vector<uint32_t> lost, left;
+  bool waiting = false;
+  for (uint32_t rank : exchange_members_) {
+    const Planned& p = planned_.at(rank);
+    if (p.missed || !membership_.at(rank).live) {
+      lost.push_back(rank);
+      continue;
+    }
+    left.push_back(rank);
+    waiting = waiting || !p.contribution;
+  }
+  // With every member left reported, close_step() judges and redoes the round.
+  if (lost.empty() || !waiting) return;
+  if (plan_next_attempt(now, left,
+                        fmt::format("ranks {} left the round in flight", fmt::join(lost, ", ")))) {
+    return;
+  }
+  // No rounds left: the step is dropped for everyone now; the commit that
+  // says so ends the round the members wait in.
+  for (uint32_t rank : left) {
+    abandon(rank, fmt::format("the step's {} rounds are spent", config_.data_plane().rounds_per_step()));
+  }
+}
+
+void Coordinator::strike(uint32_t rank, const std::string& why) {
+  Member& m = membership_.at(rank);
+  if (auto p = planned_.find(rank); p != planned_.end()) p->second.struck = true;
+  ++m.failed_rounds_in_a_row;
+  const uint32_t limit = config_.liveness().release_after_failed_rounds();
+  log_->info("worker '{}' (rank {}) failed its exchange round ({}): {} in a row (released at {})",
+             m.name, rank, why, m.failed_rounds_in_a_row,
+             limit > 0 ? fmt::to_string(limit) : std::string("never"));
+  if (limit == 0 || m.failed_rounds_in_a_row < limit) return;
+  // A member presumed dead is released when it comes back (on_hello).
+  if (m.live) {
+    release(rank, fmt::format("after failing {} exchange rounds in a row (the last: {})",
+                              m.failed_rounds_in_a_row, why));
+  }
+}
+
+void Coordinator::observe_round() {
+  double slowest = -1.0;
+  for (uint32_t rank : exchange_members_) {
+    const Planned& p = planned_.at(rank);
+    if (!p.contribution || !p.contribution->exchange().heard_from_all()) return;
+    slowest = std::max(slowest, p.contribution->exchange().round_seconds());
+  }
+  if (slowest >= 0.0) round_deadline_.observe(slowest);
 }
 
 void Coordinator::take_out_silent_members(double now) {
@@ -181,10 +290,10 @@ void Coordinator::take_out_silent_members(double now) {
   silent_after_.reset();
   for (uint32_t rank : exchange_members_) {
     if (!reducer_.expects(rank)) continue;
-    abandon(rank, fmt::format("it did not report the failed round of the exchange within {:.3g} s "
-                              "of the first member that did",
-                              config_.data_plane().timeout_seconds()));
+    abandon(rank, "it did not report its exchange round (nor end it when asked) while the other "
+                  "members did");
     membership_.mark_dead(rank);
+    strike(rank, "silent in its round");
   }
 }
 
@@ -236,6 +345,7 @@ void Coordinator::judge_exchange_round() {
     // again when next heard, and is welcomed afresh, so the next round does
     // not wait for it again.
     membership_.mark_dead(rank);
+    strike(rank, why);
   }
 }
 
@@ -295,12 +405,15 @@ void Coordinator::chase_committed_sum(double now) {
   if (!committed_ahead_ || exchange_sum_ || committed_ahead_->lost) return;
   CommittedAhead& c = *committed_ahead_;
   const Member& source = membership_.at(c.source);
-  const double timeout = config_.data_plane().timeout_seconds();
+  // The sum follows its report as a round's pieces follow each other: the
+  // round deadline (the data plane's timeout until rounds are measured).
+  const double timeout = round_deadline_.seconds();
   if (source.live && now - c.asked_at < timeout) return;
   log_->warn("step {}: the sum of the committed round did not come from worker '{}' (rank {}): {}",
              step_, source.name, c.source,
              source.live ? fmt::format("not within {:.3g} s", timeout) : std::string("it died"));
   c.failed.insert(c.source);
+  strike(c.source, "it withheld the committed round's sum");
   ask_next_for_sum(now);
 }
 
@@ -348,16 +461,35 @@ bool Coordinator::redo_exchange(double now) {
   for (const auto& [rank, p] : planned_) {
     if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
   }
+  return plan_next_attempt(now, std::move(left), "the exchange failed");
+}
+
+bool Coordinator::plan_next_attempt(double now, std::vector<uint32_t> left,
+                                    const std::string& why) {
   const uint32_t rounds = config_.data_plane().rounds_per_step();
   if (left.empty() || exchange_attempt_ + 1 >= rounds) return false;
+  // A member of the old round left out of the new one (it died after it
+  // reported): what it reported is not in the new sum.
+  for (uint32_t rank : exchange_members_) {
+    Planned& p = planned_.at(rank);
+    if (!p.missed && std::find(left.begin(), left.end(), rank) == left.end()) {
+      take_out(p, "it is not in the round that is redone (it died or left after its report)");
+    }
+  }
+  // Members still computing the step (a member died while they computed)
+  // take the new plan after their compute, within the step's deadline.
+  bool computing = false;
+  for (uint32_t rank : left) computing = computing || !planned_.at(rank).contribution;
   ++exchange_attempt_;
   silent_after_.reset();
+  overdue_at_.reset();
+  cancel_sent_ = false;
   v1::RunTotals& t = metrics_.totals();
   t.set_exchange_rounds_redone(t.exchange_rounds_redone() + 1);
   log_->warn(
-      "step {}: the exchange failed; redone among the {} members left (ranks {}) on what they "
+      "step {}: {}; the round is redone among the {} members left (ranks {}) on what they "
       "computed, round {} of at most {}",
-      step_, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
+      step_, why, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
   exchange_sum_.reset();
   committed_ahead_.reset();
   exchange_members_ = left;
@@ -376,14 +508,19 @@ bool Coordinator::redo_exchange(double now) {
   // The members wait the timeout from the plan's arrival; the liveness
   // checks close the round for one that never reports.
   const v1::LivenessConfig& live = config_.liveness();
-  deadline_ = now + config_.data_plane().timeout_seconds() + 2.0 * live.grace_seconds();
+  const double redo_deadline =
+      now + config_.data_plane().timeout_seconds() + 2.0 * live.grace_seconds();
+  deadline_ = computing ? std::max(deadline_, redo_deadline) : redo_deadline;
   return true;
 }
 
 GuardedStep Coordinator::settle_exchange() {
   GuardedStep out;
   out.discarded = exchange_sum_unusable();
-  if (exchange_succeeded()) return out;
+  if (exchange_succeeded()) {
+    observe_round();
+    return out;
+  }
   exchange_sum_.reset();
   uint32_t dropped = 0;
   for (auto& [rank, p] : planned_) {

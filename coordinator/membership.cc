@@ -1,6 +1,19 @@
 #include "coordinator/membership.h"
 
+#include <algorithm>
+
 namespace dctrain {
+
+std::string worker_identity(const std::string& key, const std::string& exchange_endpoint) {
+  if (!key.empty()) return "key " + key;
+  const std::string tcp = "tcp://";
+  if (exchange_endpoint.starts_with(tcp)) {
+    const size_t colon = exchange_endpoint.rfind(':');
+    if (colon > tcp.size()) return "host " + exchange_endpoint.substr(tcp.size(), colon - tcp.size());
+  }
+  if (exchange_endpoint.starts_with("ipc://")) return "host (ipc)";
+  return "";
+}
 
 Membership::Membership(uint32_t slots) : slots_(slots), used_(slots, false) {
   for (uint32_t r = 0; r < slots; ++r) slots_[r].rank = r;
@@ -21,7 +34,11 @@ std::optional<uint32_t> Membership::admit(const std::string& name, uint32_t thre
   Member& m = slots_[*chosen];
   // Back under its name (presumed dead, or restarted): the steps it missed
   // since it last contributed still count.
-  if (m.name != name) m.missed_in_a_row = 0;
+  if (m.name != name) {
+    m.missed_in_a_row = 0;
+    m.failed_rounds_in_a_row = 0;
+    m.identity.clear();
+  }
   m.name = name;
   m.live = true;
   m.last_heard = now;
@@ -38,8 +55,22 @@ Member* Membership::live_member(const std::string& name) {
   return nullptr;
 }
 
+void Membership::identify(uint32_t rank, const std::string& identity) {
+  Member& m = slots_[rank];
+  m.identity = identity;
+  auto left = failed_rounds_left_.find(identity);
+  if (left == failed_rounds_left_.end()) return;
+  m.failed_rounds_in_a_row = std::max(m.failed_rounds_in_a_row, left->second);
+  failed_rounds_left_.erase(left);
+}
+
 void Membership::mark_dead(uint32_t rank) {
-  slots_[rank].live = false;
+  Member& m = slots_[rank];
+  m.live = false;
+  if (m.failed_rounds_in_a_row > 0 && !m.identity.empty()) {
+    uint32_t& left = failed_rounds_left_[m.identity];
+    left = std::max(left, m.failed_rounds_in_a_row);
+  }
 }
 
 std::vector<uint32_t> Membership::silent(double now, double silence) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,8 +22,20 @@ struct Member {
   // taken out of the exchange's round) since its last contribution; kept
   // when it comes back under its name.
   uint32_t missed_in_a_row = 0;
+  // Exchange rounds it failed in a row (judged at fault by the other
+  // members' reports, silent in a round, a committed sum withheld) since its
+  // last contribution to a committed step; kept when it comes back under its
+  // name, and taken over by a new worker of the same identity.
+  uint32_t failed_rounds_in_a_row = 0;
   std::string key;               // the CURVE public key it joined with; "" on plain links
+  // What survives a restart under a new name: its CURVE key, else its host.
+  std::string identity;
 };
+
+// A worker's identity across restarts: its CURVE key when it has one, else
+// the host of its exchange endpoint (tcp://HOST:PORT or ipc://PATH: this
+// host), else "" (no identity: nothing carries over).
+std::string worker_identity(const std::string& key, const std::string& exchange_endpoint);
 
 class Membership {
  public:
@@ -38,7 +51,14 @@ class Membership {
   const Member& at(uint32_t rank) const { return slots_[rank]; }
   Member& at(uint32_t rank) { return slots_[rank]; }
 
-  // Marks `rank` dead (departed, silent or missed too much).
+  // Sets the identity of the member just admitted at `rank`. A worker new
+  // to its slot takes over the failed rounds left by a departed member of
+  // the same identity (a worker restarted under a new default name).
+  void identify(uint32_t rank, const std::string& identity);
+
+  // Marks `rank` dead (departed, silent or missed too much). Its failed
+  // rounds stay with its identity for a worker that comes back under
+  // another name.
   void mark_dead(uint32_t rank);
   // Live members silent for longer than `silence` seconds; not yet marked.
   std::vector<uint32_t> silent(double now, double silence) const;
@@ -53,6 +73,7 @@ class Membership {
  private:
   std::vector<Member> slots_;
   std::vector<bool> used_;
+  std::map<std::string, uint32_t> failed_rounds_left_;  // identity -> departed members' count
 };
 
 }  // namespace dctrain

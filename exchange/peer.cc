@@ -103,6 +103,7 @@ struct ExchangePeer::Round {
       results_missing_total += plan.pieces(p);
     }
     member_samples.assign(n, std::nullopt);
+    unheard = n - 1;
     result_samples.assign(n, std::nullopt);
     conflict.assign(n, false);
   }
@@ -139,6 +140,8 @@ struct ExchangePeer::Round {
   size_t results_missing_total = 0;
 
   std::vector<std::optional<uint64_t>> member_samples;  // from their contribution pieces
+  size_t unheard = 0;  // other members none of whose contribution pieces is in yet
+  std::optional<Clock::time_point> all_heard;  // when the last of them was heard from
   std::vector<std::optional<uint64_t>> result_samples;  // the totals the owners reported
   std::vector<bool> conflict;
   std::string first_conflict;
@@ -356,6 +359,7 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
       return conflict(
           fmt::format("reports {} samples, earlier {}", h.samples, *r.member_samples[from]));
     }
+    if (!r.member_samples[from] && --r.unheard == 0) r.all_heard = Clock::now();
     r.member_samples[from] = h.samples;
     r.input_in[*k][from] = true;
     r.inputs[*k][from] = std::move(payload);
@@ -428,7 +432,8 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
 ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
                                        std::span<const uint32_t> members,
                                        std::span<const float> contribution, uint64_t samples,
-                                       std::span<float> result, Clock::time_point deadline) {
+                                       std::span<float> result, Clock::time_point deadline,
+                                       std::chrono::nanoseconds after_all_heard) {
   const auto start = Clock::now();
   auto misuse = [&](const std::string& what) {
     throw std::invalid_argument(
@@ -478,6 +483,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     }
   }
 
+  if (n == 1) r.all_heard = start;
   if (n == 1) {
     const std::byte* own[] = {reinterpret_cast<const std::byte*>(contribution.data())};
     sum_in_order(own, contribution.size(), result.data());
@@ -517,23 +523,39 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   };
   std::vector<zmq::message_t> parts;
   std::vector<zmq::pollitem_t> items;
+  // When the round gives up: the deadline, or earlier once every member was
+  // heard from (`after_all_heard`), or now when it is cancelled.
+  Clock::time_point end = deadline;
   while (!any_conflict()) {
     for (uint32_t m : members) {
       if (m != rank_) flush(m);
     }
     if (r.complete() && pending_empty()) break;
+    if (cancel_.ended(round)) {
+      out.cancelled = true;
+      end = Clock::now();
+      break;
+    }
+    if (r.all_heard && after_all_heard > std::chrono::nanoseconds::zero()) {
+      end = std::min(deadline, *r.all_heard + after_all_heard);
+    }
     const auto now = Clock::now();
-    if (now >= deadline) break;
+    if (now >= end) {
+      out.cut_short = end < deadline;
+      break;
+    }
     items.clear();
     items.push_back({static_cast<void*>(inbox_), 0, ZMQ_POLLIN, 0});
+    items.push_back({nullptr, cancel_.fd(), ZMQ_POLLIN, 0});
     for (uint32_t m : members) {
       if (m != rank_ && !pending_[m].empty()) {
         items.push_back({static_cast<void*>(outboxes_[m]), 0, ZMQ_POLLOUT, 0});
       }
     }
     // Rounded up, so a wait never ends just short of the deadline and spins.
-    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(end - now);
     zmq::poll(items.data(), items.size(), wait);
+    if (items[1].revents & ZMQ_POLLIN) cancel_.drain();  // the mark is read above
     // A bounded batch, so pieces waiting for room get their turn.
     for (int i = 0; i < 256 && receive_parts(inbox_, parts, false); ++i) handle(r, parts, out);
   }
@@ -561,7 +583,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   // Members that read take their pieces promptly, also after a conflict
   // (they then see it themselves); only a member that does not read keeps
   // this waiting until the deadline.
-  if (!releases_->wait_all(deadline)) {
+  if (!releases_->wait_all(end)) {
     for (uint32_t m : members) {
       if (m == rank_ || releases_->in_flight(m) == 0) continue;
       if (out.complete &&
@@ -607,6 +629,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   }
   out.ok = out.complete && out.not_reading.empty() && out.conflicting.empty();
   out.elapsed = Clock::now() - start;
+  if (r.all_heard) out.all_heard_after = *r.all_heard - start;
   if (out.ok) return out;
 
   // Where, what, and what to do.
@@ -637,15 +660,27 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     what.push_back(fmt::format("{} pieces refused (the first: {})", out.stats.refused,
                                out.stats.first_refusal));
   }
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start).count();
+  const auto ms = [](Clock::duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  std::string when;
+  if (at_once) {
+    when = "on a conflicting piece";
+  } else if (out.cancelled) {
+    when = fmt::format("when it was ended from outside ({} ms after it began)", ms(end - start));
+  } else if (out.cut_short) {
+    when = fmt::format("by its limit of {} ms after every member was heard from ({} ms after it "
+                       "began)",
+                       ms(after_all_heard), ms(end - start));
+  } else {
+    when = fmt::format("by its deadline ({} ms after it began)", ms(deadline - start));
+  }
   out.error = fmt::format(
       "exchange ({}) on rank {} among [{}] failed {}: {}; suspects [{}]. Check that they are "
       "alive and call exchange() for this round with the same members and length, then redo the "
       "round (next attempt) without the suspects",
-      describe(round), rank_, fmt::join(members, ","),
-      at_once ? "on a conflicting piece"
-              : fmt::format("by its deadline ({} ms after it began)", ms),
-      fmt::join(what, "; "), fmt::join(out.suspects(), ","));
+      describe(round), rank_, fmt::join(members, ","), when, fmt::join(what, "; "),
+      fmt::join(out.suspects(), ","));
   return out;
 }
 

@@ -42,6 +42,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -52,6 +53,7 @@
 #include "common/allocator.h"
 #include "exchange/chunk.h"
 #include "exchange/plan.h"
+#include "exchange/round_cancel.h"
 #include "exchange/zero_copy.h"
 
 namespace dctrain {
@@ -136,6 +138,16 @@ struct ExchangeOutcome {
   std::string error;  // empty when ok; otherwise where, what, and what to do
   ExchangeStats stats;
   std::chrono::nanoseconds elapsed{0};
+  // From the start of exchange() to the moment every other member had been
+  // heard from (its first contribution piece was in): what is left of the
+  // round after it is the round's own work, without the wait for the
+  // slowest member's compute. Unset when some member was never heard from.
+  std::optional<std::chrono::nanoseconds> all_heard_after;
+  // Ended early from outside (RoundCancel): what was missing then is reported
+  // as at a deadline.
+  bool cancelled = false;
+  // Ended by the limit after every member was heard from (`after_all_heard`).
+  bool cut_short = false;
 
   // The members to blame: those that sent something conflicting; otherwise
   // those that did not contribute or did not read; failing those, the owners
@@ -183,9 +195,19 @@ class ExchangePeer {
   // std::invalid_argument on arguments that break these rules; a failure of
   // the round itself comes back in the outcome. When the round fails,
   // `result` is unspecified, and so is `contribution` if it is the same memory.
+  // Besides `deadline`, a round ends once `after_all_heard` (when above zero)
+  // has passed since every other member was heard from: a member that sent
+  // its first pieces and then stopped (a stopped process, a broken link) is
+  // cut within a small multiple of a normal round, while a member that is
+  // still computing (not yet heard from) is waited for until `deadline`. A
+  // round also ends at once when cancel() ends it from another thread.
   ExchangeOutcome exchange(const ExchangeRound& round, std::span<const uint32_t> members,
                            std::span<const float> contribution, uint64_t samples,
-                           std::span<float> result, std::chrono::steady_clock::time_point deadline);
+                           std::span<float> result, std::chrono::steady_clock::time_point deadline,
+                           std::chrono::nanoseconds after_all_heard = {});
+
+  // Ends rounds from another thread (the worker's session): see RoundCancel.
+  RoundCancel& cancel() { return cancel_; }
 
  private:
   struct Outgoing {
@@ -222,6 +244,7 @@ class ExchangePeer {
   std::vector<zmq::socket_t> outboxes_;  // DEALER per rank (empty for this peer and absent ranks)
   std::vector<std::deque<Outgoing>> pending_;  // per rank: not yet taken by ZeroMQ
   std::vector<Early> early_;
+  RoundCancel cancel_;
   ExchangeRound last_round_{};
   bool any_round_ = false;
 };

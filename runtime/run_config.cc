@@ -208,6 +208,7 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(l, grace_seconds, 5.0);
   DCTRAIN_DEFAULT(l, join_timeout_seconds, 120.0);
   if (!l.has_release_after_missed_steps()) l.set_release_after_missed_steps(10);
+  if (!l.has_release_after_failed_rounds()) l.set_release_after_failed_rounds(3);
 
   DCTRAIN_DEFAULT(*c.mutable_eval(), batch, 256u);
   DCTRAIN_DEFAULT(c, progress_seconds, 5.0);
@@ -222,6 +223,8 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_EXCHANGE);
   DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
   if (!dp.has_rounds_per_step()) dp.set_rounds_per_step(2);
+  DCTRAIN_DEFAULT(dp, round_deadline_multiple, 4.0);
+  DCTRAIN_DEFAULT(dp, round_deadline_floor_seconds, 0.5);
 }
 
 #undef DCTRAIN_DEFAULT
@@ -403,6 +406,18 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   if (!(c.data_plane().timeout_seconds() > 0.0)) {
     problem("data_plane.timeout_seconds is {}; use seconds > 0 (e.g. 10)",
             c.data_plane().timeout_seconds());
+  }
+  if (!(c.data_plane().round_deadline_multiple() >= 1.0)) {
+    problem("data_plane.round_deadline_multiple is {}; use a multiple >= 1 of the recent rounds' "
+            "95th percentile (e.g. 4)",
+            c.data_plane().round_deadline_multiple());
+  }
+  if (!(c.data_plane().round_deadline_floor_seconds() > 0.0) ||
+      (c.data_plane().timeout_seconds() > 0.0 &&
+       c.data_plane().round_deadline_floor_seconds() > c.data_plane().timeout_seconds())) {
+    problem("data_plane.round_deadline_floor_seconds is {}; use seconds > 0 and at most "
+            "data_plane.timeout_seconds ({})",
+            c.data_plane().round_deadline_floor_seconds(), c.data_plane().timeout_seconds());
   }
   if (c.data_plane().rounds_per_step() < 1) {
     problem("data_plane.rounds_per_step is 0; use 1 (never redo a failed round) or more");

@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 
@@ -166,16 +168,31 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     log_->debug("exchange: rank {} connected to {} members{}", rank, members.size(),
                 curve_ ? " over CURVE" : "");
   }
+  const ExchangeRound round{step, plan.attempt(), plan.run()};
+  if (peer_.cancel().ended(round)) {
+    // Ended before it began (a later attempt's plan, or the step's end, came
+    // while this worker computed): nothing is sent for it.
+    report.set_cancelled(true);
+    return fail(fmt::format("step {} attempt {}: the coordinator ended the round before this "
+                            "worker began it",
+                            step, plan.attempt()));
+  }
+  const auto after_all_heard = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::duration<double>(std::max(0.0, plan.round_seconds())));
   ExchangeOutcome out;
   try {
-    out = peer_.exchange({step, plan.attempt(), plan.run()}, members, contribution, samples, result,
-                         deadline);
+    out = peer_.exchange(round, members, contribution, samples, result, deadline, after_all_heard);
   } catch (const std::exception& e) {
     return fail(fmt::format("step {}: {}", step, e.what()));
   }
   report.set_ok(out.ok);
   report.set_samples(out.samples);
   report.set_exchange_seconds(std::chrono::duration<double>(out.elapsed).count());
+  report.set_cancelled(out.cancelled);
+  if (out.all_heard_after) {
+    report.set_heard_from_all(true);
+    report.set_round_seconds(std::chrono::duration<double>(out.elapsed - *out.all_heard_after).count());
+  }
   // The star's coordinator checks the reduced update before anyone applies
   // it; here each member holds the sum itself, so each checks it (all hold
   // the same bits, so all refuse alike) and the coordinator drops the step.
@@ -199,7 +216,12 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     for (uint32_t m : out.missing_contributions) report.add_missing_contributions(m);
     for (uint32_t m : out.missing_results) report.add_missing_sums(m);
     report.set_error(out.error);
-    log_->warn("step {}: exchange failed: {}", step, out.error);
+    if (out.cancelled) {
+      log_->info("step {} attempt {}: the coordinator ended the round: {}", step, plan.attempt(),
+                 out.error);
+    } else {
+      log_->warn("step {}: exchange failed: {}", step, out.error);
+    }
   }
   return report;
 }

@@ -63,6 +63,11 @@ class WorkerDataPlane {
   // handshake that was refused.
   void admit(uint64_t step, const v1::ExchangePlan& plan);
 
+  // Ends rounds from the session's thread while the compute thread waits in
+  // exchange() (exchange/round_cancel.h): the coordinator's word that a
+  // round is over.
+  RoundCancel& cancel() { return peer_.cancel(); }
+
  private:
   // With CURVE, the plan's keys by rank; otherwise none. What is wrong with
   // them, if anything.

@@ -33,6 +33,10 @@ void add_worker_options(CLI::App& app, WorkerOptions& options) {
                  "Address the worker's data plane peer binds, tcp://IP:PORT (port * for any; "
                  "other workers must reach it; tcp://*:PORT advertises the interface that "
                  "reaches the coordinator); empty: tcp://IP:* on that interface");
+  app.add_option("--exchange-advertise", options.exchange_advertise,
+                 "Endpoint the other workers connect to, tcp://HOST:PORT, when it is not the "
+                 "bound one (a container's published port, a NAT forwarding to --exchange-bind); "
+                 "empty: the bound endpoint");
   add_blas_options(app, options.blas_info);
 }
 

@@ -22,7 +22,11 @@ struct WorkerOptions {
   // (port * for any); empty: tcp://IP:* on the interface that reaches the
   // coordinator.
   std::string exchange_bind;
-  // Not a flag: the endpoint bound from exchange_bind, for the hello.
+  // The endpoint the other workers connect to when it is not the bound one
+  // (a container's published port, a NAT); empty: the bound endpoint.
+  std::string exchange_advertise;
+  // Not a flag: the endpoint advertised in the hello (exchange_advertise, or
+  // the one bound from exchange_bind).
   std::string exchange_endpoint;
 };
 

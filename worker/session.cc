@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
@@ -132,6 +133,7 @@ void WorkerSession::handle(std::vector<zmq::message_t> parts, double now) {
     }
   }
   last_heard_ = now;
+  end_rounds(envelope);
   if (!answered_) {
     answered_ = true;
     const double waited = now - waiting_since_;
@@ -171,9 +173,44 @@ void WorkerSession::handle(std::vector<zmq::message_t> parts, double now) {
       }
       break;
     case v1::Envelope::kHeartbeat:
+    case v1::Envelope::kExchangeCancel:  // end_rounds() did what it asks
       break;
     default:
       log_->warn("dropped a {} from the coordinator", body_name(envelope));
+  }
+}
+
+void WorkerSession::end_rounds(const v1::Envelope& envelope) {
+  if (rounds_ == nullptr) return;
+  constexpr uint32_t kEveryAttempt = std::numeric_limits<uint32_t>::max();
+  const uint64_t step = envelope.step();
+  switch (envelope.body_case()) {
+    case v1::Envelope::kPlan: {
+      if (!envelope.plan().has_exchange()) return;
+      const v1::ExchangePlan& x = envelope.plan().exchange();
+      run_ = x.run();
+      // Every round before this one is over: a redo's plan supersedes the
+      // attempt the members may still wait in (a member died).
+      if (x.attempt() > 0) {
+        rounds_->end_through({step, x.attempt() - 1, run_});
+      } else if (step > 0) {
+        rounds_->end_through({step - 1, kEveryAttempt, run_});
+      }
+      return;
+    }
+    case v1::Envelope::kExchangeCancel:
+      rounds_->end_through({step, envelope.exchange_cancel().attempt(), run_});
+      return;
+    case v1::Envelope::kUpdate:   // the step is settled (committed or dropped)
+    case v1::Envelope::kWelcome:  // resynced: no round of this step is this worker's
+      rounds_->end_through({step, kEveryAttempt, run_});
+      return;
+    case v1::Envelope::kBye:
+      rounds_->end_through({std::numeric_limits<uint64_t>::max(), kEveryAttempt,
+                            std::numeric_limits<uint64_t>::max()});
+      return;
+    default:
+      return;
   }
 }
 

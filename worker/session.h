@@ -35,6 +35,7 @@
 
 #include "comm/link.h"
 #include "comm/message.h"
+#include "exchange/round_cancel.h"
 #include "proto/wire.pb.h"
 #include "worker/options.h"
 #include "worker/trainer.h"
@@ -66,17 +67,27 @@ class WorkerSession {
   // The hello this worker says: its name, version, threads, data and BLAS.
   Message hello() const;
 
+  // Data plane "exchange": where the session ends the round the compute
+  // thread waits in, when the coordinator's word says it is over (a later
+  // attempt's plan or step, an ExchangeCancel, an update of its step, a
+  // welcome, a bye). Null: no exchange.
+  void set_round_cancel(RoundCancel* rounds) { rounds_ = rounds; }
+
  private:
   void say_hello();
   void start_waiting(double now);
   void wait(double now);
   void finish(int exit_code) { exit_code_ = exit_code; }
+  // Ends the rounds that `message` from the coordinator says are over.
+  void end_rounds(const v1::Envelope& envelope);
 
   WorkerOptions options_;
   v1::BlasInfo blas_;
   Link& coordinator_;
   ComputeQueue& compute_;
   std::shared_ptr<spdlog::logger> log_;
+  RoundCancel* rounds_ = nullptr;
+  uint64_t run_ = 0;  // the coordinator process of the last exchange plan (ExchangePlan.run)
 
   std::optional<int> exit_code_;
   double heartbeat_seconds_ = 0.5;  // the run's, from the welcome

@@ -71,12 +71,19 @@ int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
   // The data plane's peer is bound before the hello, which advertises it;
   // CURVE with this worker's key pair when the control plane is CURVE.
   WorkerDataPlane data_plane(options.exchange_bind, options.connect, security, log);
-  options.exchange_endpoint = data_plane.endpoint();
+  const std::string& advertise = options.exchange_advertise;
+  if (!advertise.empty() && !advertise.starts_with("tcp://") && !advertise.starts_with("ipc://")) {
+    throw std::runtime_error(fmt::format(
+        "--exchange-advertise '{}' is no endpoint: expected tcp://HOST:PORT (or ipc://PATH)",
+        advertise));
+  }
+  options.exchange_endpoint = advertise.empty() ? data_plane.endpoint() : advertise;
   log->debug("exchange endpoint {}", options.exchange_endpoint);
   Trainer trainer(options, process_parts(options), clock, log);
   trainer.set_data_plane(&data_plane);
   ComputeThread compute(context, trainer);  // joined before the trainer goes
   WorkerSession session(options, blas, coordinator, compute, log, clock.now());
+  session.set_round_cancel(&data_plane.cancel());
 
   std::vector<zmq::pollitem_t> items;
   coordinator.add_poll_items(items);

@@ -93,7 +93,8 @@ struct RoundRun {
 // `absent` do not call exchange() (their entries stay empty).
 RoundRun run_round(Group& group, const ExchangeRound& round, const std::vector<uint32_t>& members,
                    const std::vector<std::vector<float>>& contributions, milliseconds budget,
-                   bool in_place = false, const std::vector<uint32_t>& absent = {}) {
+                   bool in_place = false, const std::vector<uint32_t>& absent = {},
+                   milliseconds after_all_heard = milliseconds(0)) {
   RoundRun run;
   run.results.resize(members.size());
   run.outcomes.resize(members.size());
@@ -107,7 +108,7 @@ RoundRun run_round(Group& group, const ExchangeRound& round, const std::vector<u
       const std::span<const float> in = in_place ? std::span<const float>(run.results[i])
                                                  : std::span<const float>(contributions[i]);
       run.outcomes[i] = group.peers[members[i]]->exchange(round, members, in, 10 + members[i],
-                                                          run.results[i], deadline);
+                                                          run.results[i], deadline, after_all_heard);
     });
   }
   for (auto& t : threads) t.join();
@@ -363,49 +364,61 @@ TEST(Exchange, ADeadMemberIsNamedByEveryOtherByTheDeadline) {
   expect_rank_order_sum(redo, others, rest);
 }
 
-TEST(Exchange, AMemberThatStallsAfterContributingIsNamedAsTheMissingOwner) {
-  // Ranks 0-2 are peers; rank 3 is played by hand: it sends its contribution
-  // pieces, as the wire format says, and then never its sums.
-  Group group(3, options(4 * 1000, false));  // pieces of 1000 floats, as played below
-  zmq::context_t context;
-  zmq::socket_t inbox(context, zmq::socket_type::router);  // takes what the others send it
-  inbox.set(zmq::sockopt::linger, 0);
-  inbox.bind("tcp://127.0.0.1:*");
-  std::vector<std::string> endpoints = group.endpoints;
-  endpoints.push_back(inbox.get(zmq::sockopt::last_endpoint));
-  for (auto& p : group.peers) p->connect(endpoints);
-
-  const std::vector<uint32_t> members{0, 1, 2, 3};
-  const size_t length = 20'003;
-  const auto c = contributions_for(4, length, 10);
-  const ExchangeRound round{4, 0};
-  const ExchangePlan plan(length, 4, 1000);
-  std::vector<zmq::socket_t> outboxes;
-  for (uint32_t to = 0; to < 3; ++to) {
-    zmq::socket_t s(context, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::routing_id, std::string("3"));
-    s.set(zmq::sockopt::linger, 0);
-    s.connect(endpoints[to]);
-    for (size_t k = 0; k < plan.pieces(to); ++k) {
-      const PieceRange p = plan.piece(to, k);
-      const ChunkHeader h{PieceKind::kContribution,
-                          3,
-                          4,
-                          members_digest(members),
-                          round,
-                          length,
-                          1000,
-                          p.offset,
-                          p.count,
-                          13};
-      const auto bytes = encode_header(h);
-      s.send(zmq::buffer(bytes), zmq::send_flags::sndmore);
-      s.send(zmq::buffer(c[3].data() + p.offset, p.count * sizeof(float)));
+// Ranks 0-2 are peers; rank 3 is played by hand: it sends its contribution
+// pieces of `round`, as the wire format says, and then never its sums (a
+// member stopped after its first pieces).
+struct StalledFourthMember {
+  explicit StalledFourthMember(const ExchangeRound& round_)
+      : group(3, options(4 * 1000, false)),  // pieces of 1000 floats, as played below
+        inbox(context, zmq::socket_type::router),
+        round(round_),
+        c(contributions_for(4, kLength, 10)) {
+    inbox.set(zmq::sockopt::linger, 0);  // takes what the others send it
+    inbox.bind("tcp://127.0.0.1:*");
+    std::vector<std::string> endpoints = group.endpoints;
+    endpoints.push_back(inbox.get(zmq::sockopt::last_endpoint));
+    for (auto& p : group.peers) p->connect(endpoints);
+    const ExchangePlan plan(kLength, 4, 1000);
+    for (uint32_t to = 0; to < 3; ++to) {
+      zmq::socket_t s(context, zmq::socket_type::dealer);
+      s.set(zmq::sockopt::routing_id, std::string("3"));
+      s.set(zmq::sockopt::linger, 0);
+      s.connect(endpoints[to]);
+      for (size_t k = 0; k < plan.pieces(to); ++k) {
+        const PieceRange p = plan.piece(to, k);
+        const ChunkHeader h{PieceKind::kContribution,
+                            3,
+                            4,
+                            members_digest(members),
+                            round,
+                            kLength,
+                            1000,
+                            p.offset,
+                            p.count,
+                            13};
+        const auto bytes = encode_header(h);
+        s.send(zmq::buffer(bytes), zmq::send_flags::sndmore);
+        s.send(zmq::buffer(c[3].data() + p.offset, p.count * sizeof(float)));
+      }
+      outboxes.push_back(std::move(s));
     }
-    outboxes.push_back(std::move(s));
   }
+  static constexpr size_t kLength = 20'003;
+  Group group;
+  zmq::context_t context;
+  zmq::socket_t inbox;
+  std::vector<zmq::socket_t> outboxes;
+  ExchangeRound round;
+  const std::vector<uint32_t> members{0, 1, 2, 3};
+  std::vector<std::vector<float>> c;
+};
+
+TEST(Exchange, AMemberThatStallsAfterContributingIsNamedAsTheMissingOwner) {
+  StalledFourthMember stalled({4, 0});
+  const std::vector<uint32_t>& members = stalled.members;
   const milliseconds budget(800);
-  const RoundRun run = run_round(group, round, members, c, budget, false, {3});
+  const RoundRun run =
+      run_round(stalled.group, stalled.round, members, stalled.c, budget, false, {3});
   expect_all_blame(run, members, 3, budget);
   for (uint32_t i = 0; i < 3; ++i) {
     const ExchangeOutcome& o = run.outcomes[i];
@@ -413,6 +426,77 @@ TEST(Exchange, AMemberThatStallsAfterContributingIsNamedAsTheMissingOwner) {
     EXPECT_EQ(o.missing_results, std::vector<uint32_t>{3}) << o.error;
     EXPECT_EQ(o.member_samples.back(), 13u) << "rank 3's sample count came with its pieces";
   }
+}
+
+TEST(Exchange, OnceEveryMemberWasHeardFromAStalledOneIsCutByTheRoundsLimit) {
+  // The deadline is far off (a member may still be computing); once rank
+  // 3's first pieces are in, the others wait only the round's limit.
+  StalledFourthMember stalled({5, 0});
+  const milliseconds budget(60'000), limit(300);
+  const RoundRun run = run_round(stalled.group, stalled.round, stalled.members, stalled.c, budget,
+                                 false, {3}, limit);
+  for (uint32_t i = 0; i < 3; ++i) {
+    const ExchangeOutcome& o = run.outcomes[i];
+    EXPECT_FALSE(o.ok);
+    EXPECT_TRUE(o.cut_short) << o.error;
+    EXPECT_FALSE(o.cancelled);
+    ASSERT_TRUE(o.all_heard_after.has_value());
+    EXPECT_EQ(o.suspects(), std::vector<uint32_t>{3}) << o.error;
+    EXPECT_NE(o.error.find("after every member was heard from"), std::string::npos) << o.error;
+    // The limit after the last member was heard from, not the deadline.
+    EXPECT_GE(o.elapsed, *o.all_heard_after + limit);
+    EXPECT_LT(o.elapsed, budget / 2);
+  }
+}
+
+TEST(Exchange, TheRoundsLimitDoesNotApplyWhileAMemberWasNeverHeardFrom) {
+  // Rank 2 is still computing (it never calls exchange()): the others wait
+  // for it until their deadline, whatever the limit after all were heard.
+  Group group(3);
+  const std::vector<uint32_t> all{0, 1, 2};
+  const auto c = contributions_for(3, 1000, 12);
+  const milliseconds budget(600);
+  const RoundRun run = run_round(group, {1, 0}, all, c, budget, false, {2}, milliseconds(50));
+  expect_all_blame(run, all, 2, budget);
+  for (uint32_t i : {0u, 1u}) {
+    EXPECT_FALSE(run.outcomes[i].cut_short);
+    EXPECT_FALSE(run.outcomes[i].all_heard_after.has_value());
+  }
+}
+
+TEST(Exchange, ARoundEndedFromAnotherThreadReturnsAtOnceAndIsRedoneWithoutTheMissing) {
+  // Rank 2 died (the coordinator knows); ranks 0 and 1 wait in the round
+  // with a far deadline until their sessions end it.
+  Group group(3);
+  const std::vector<uint32_t> all{0, 1, 2}, left{0, 1};
+  const auto c = contributions_for(3, 30'001, 13);
+  const milliseconds budget(60'000);
+  std::thread session([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    for (uint32_t r : left) group.peers[r]->cancel().end_through({7, 0});
+  });
+  const RoundRun ended = run_round(group, {7, 0}, all, c, budget, false, {2});
+  session.join();
+  for (uint32_t i : left) {
+    const ExchangeOutcome& o = ended.outcomes[i];
+    EXPECT_FALSE(o.ok);
+    EXPECT_TRUE(o.cancelled) << o.error;
+    EXPECT_EQ(o.missing_contributions, std::vector<uint32_t>{2}) << o.error;
+    EXPECT_NE(o.error.find("ended from outside"), std::string::npos) << o.error;
+    EXPECT_LT(o.elapsed, budget / 2);
+    EXPECT_EQ(group.peers[i]->pieces_held(), 0u) << "ZeroMQ let go of the buffers";
+  }
+  // The mark covers that round only: the next attempt runs to its sum.
+  const std::vector<std::vector<float>> rest{c[0], c[1]};
+  const RoundRun redo = run_round(group, {7, 1}, left, rest, budget);
+  expect_rank_order_sum(redo, left, rest);
+  // A round already ended never starts waiting: it returns at once.
+  group.peers[0]->cancel().end_through({8, 0});
+  std::vector<float> out(c[0].size());
+  const ExchangeOutcome late = group.peers[0]->exchange({8, 0}, left, c[0], 10, out,
+                                                        Clock::now() + budget);
+  EXPECT_TRUE(late.cancelled);
+  EXPECT_LT(late.elapsed, budget / 2);
 }
 
 TEST(Exchange, AMemberThatStopsReadingIsNamedAndTheBuffersAreLetGo) {

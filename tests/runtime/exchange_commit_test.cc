@@ -4,7 +4,11 @@
 // in, another member stands in for a lowest member that died before its sum
 // arrived, and a committed step whose sum no member can send is dropped with
 // its work requeued; a member taken out of its rounds step after step is
-// released when it comes back, as one that misses its deadlines.
+// released when it comes back, as one that misses its deadlines. On the
+// failure path: a member that dies or goes silent while another waits in
+// the round ends the round at once (the next attempt's plan), the round
+// deadline follows measured rounds, an overdue member is asked to end its
+// round and report, and is taken out when it cannot.
 #include <gtest/gtest.h>
 
 #include <deque>
@@ -131,6 +135,40 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
 
   void receive(const std::string& name, Message m) {
     coordinator->handle(as_received(name, std::move(m)), now);
+  }
+  void heartbeat(const std::string& name) {
+    Message m;
+    m.envelope = make_envelope(0, name);
+    m.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
+    receive(name, std::move(m));
+  }
+  // Both members report the round of their `latest` plans ok after 20 ms
+  // of round time, a sends the sum; `latest` becomes each one's next plan.
+  void healthy_step(std::map<std::string, Message>& latest) {
+    for (const std::string& name : order) {
+      Message r = report(name, latest[name], name == "a");
+      on_current_parameters(r);
+      v1::ExchangeReport& x = *r.envelope.mutable_contribution()->mutable_exchange();
+      x.set_heard_from_all(true);
+      x.set_round_seconds(0.02);
+      receive(name, std::move(r));
+    }
+    receive("a", sum("a", latest["a"].envelope.step()));
+    for (const std::string& name : order) latest[name] = only(name, v1::Envelope::kPlan);
+  }
+  // A report computed on the coordinator's parameters as they are now: from
+  // step 1 on, a plan's checksum is the one before the previous step's update
+  // (checksum_follows), which the coordinator applies after the plans.
+  void on_current_parameters(Message& report) {
+    report.envelope.mutable_contribution()->set_parameter_checksum(replica->parameter_checksum());
+  }
+  // The samples of a plan's micro-batches.
+  static std::multiset<uint64_t> samples_of(const Message& plan) {
+    std::multiset<uint64_t> out;
+    for (const v1::MicroBatch& mb : plan.envelope.plan().micro_batches()) {
+      out.insert(mb.samples().begin(), mb.samples().end());
+    }
+    return out;
   }
 
   // The coordinator's replica as it should be after step 0's commit: a
@@ -366,6 +404,154 @@ TEST_F(ExchangeCommitTest, AMemberTakenOutOfItsRoundsStepAfterStepIsReleasedWhen
       << log.text.str();
   // Nothing of b's two steps is lost: a computed them again.
   EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+}
+
+TEST_F(ExchangeCommitTest, AMemberThatDiesWhileTheOtherWaitsInTheRoundEndsTheRoundAtOnce) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  // b dies before it reports; a waits in the round for b's pieces. The
+  // coordinator knows at once, and a's plan of the next attempt (the round
+  // redone without b, on what a computed) ends the round it waits in.
+  coordinator->on_disconnected("b", now);
+  const Message redo = only("a", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.step(), 0u);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  ASSERT_EQ(redo.envelope.plan().exchange().member_ranks_size(), 1);
+  EXPECT_EQ(redo.envelope.plan().exchange().member_ranks(0), 0u);
+  EXPECT_EQ(coordinator->step(), 0u);
+  // What a reports of the round it was taken out of is dropped.
+  Message ended = failed_report("a", first["a"], 1);
+  ended.envelope.mutable_contribution()->mutable_exchange()->set_cancelled(true);
+  receive("a", std::move(ended));
+  EXPECT_EQ(coordinator->step(), 0u);
+  EXPECT_EQ(count(take("a"), v1::Envelope::kPlan), 0u);
+  // The redone round: a alone.
+  Message again = report("a", first["a"], true);
+  again.envelope.mutable_contribution()->mutable_exchange()->set_attempt(1);
+  receive("a", std::move(again));
+  receive("a", sum("a", 0, 1));
+  ASSERT_EQ(coordinator->step(), 1u) << log.text.str();
+  std::vector<Message> got = take("a");
+  ASSERT_EQ(count(got, v1::Envelope::kPlan), 1u);
+  // b's micro-batches come first in a's next plan: requeued, not lost.
+  const std::multiset<uint64_t> next = samples_of(got.back());
+  for (uint64_t id : samples_of(first["b"])) EXPECT_TRUE(next.contains(id)) << id;
+  EXPECT_EQ(coordinator->totals().samples_completed(), samples_of(first["a"]).size());
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+  EXPECT_EQ(coordinator->totals().exchange_rounds_redone(), 1u);
+}
+
+TEST_F(ExchangeCommitTest, AMemberSilentForThreeHeartbeatsDuringTheStepIsTakenOutThen) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  // a heartbeats while it waits in the round; b, stopped, says nothing.
+  // liveness.silence_seconds is 10 s; 3 heartbeats are 1.5 s.
+  for (double t : {0.5, 1.0, 1.5}) {
+    now = t;
+    heartbeat("a");
+    coordinator->tick(now);
+  }
+  EXPECT_EQ(count(take("a"), v1::Envelope::kPlan), 0u)
+      << "1.5 s of silence is not more than 3 heartbeats";
+  now = 1.6;
+  heartbeat("a");
+  coordinator->tick(now);
+  const Message redo = only("a", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  EXPECT_NE(log.text.str().find("worker 'b' (rank 1) silent for 1.60 s (3 heartbeats) while its "
+                                "round waits on it: presumed dead"),
+            std::string::npos)
+      << log.text.str();
+  EXPECT_NE(log.text.str().find("worker 'b' (rank 1) failed its exchange round (silent during "
+                                "the step): 1 in a row"),
+            std::string::npos)
+      << log.text.str();
+}
+
+TEST_F(ExchangeCommitTest, TheRoundDeadlineFollowsMeasuredRoundsAndAnOverdueMemberIsAskedToEnd) {
+  config.mutable_stop()->set_max_steps(8);
+  std::map<std::string, Message> latest = join();
+  fill_sum();
+  // Until 5 rounds are measured, no limit after all were heard from.
+  for (int step = 0; step < 5; ++step) {
+    EXPECT_EQ(latest["a"].envelope.plan().exchange().round_seconds(), 0.0) << step;
+    healthy_step(latest);
+    now += 0.1;
+  }
+  // Rounds of 20 ms: 4 x 0.02 s is under the floor, 0.5 s.
+  EXPECT_DOUBLE_EQ(latest["a"].envelope.plan().exchange().round_seconds(), 0.5);
+  const uint64_t step = latest["a"].envelope.step();
+
+  // a heard from b, then did not get b's part: it reports at its limit.
+  Message failed = failed_report("a", latest["a"], 1);
+  failed.envelope.mutable_contribution()->mutable_exchange()->set_heard_from_all(true);
+  on_current_parameters(failed);
+  receive("a", std::move(failed));
+  now += 0.4;
+  heartbeat("b");
+  coordinator->tick(now);
+  EXPECT_EQ(count(take("b"), v1::Envelope::kExchangeCancel), 0u)
+      << "within the round deadline of the first report";
+  now += 0.2;
+  heartbeat("b");
+  coordinator->tick(now);
+  const Message cancel = only("b", v1::Envelope::kExchangeCancel);
+  EXPECT_EQ(cancel.envelope.step(), step);
+  EXPECT_EQ(cancel.envelope.exchange_cancel().attempt(), 0u);
+  // b ends its round and reports what it lacked: a's sum (a could not sum
+  // without b's part). Weighed together, the link b -> a failed at b's end.
+  Message answer = report("b", latest["b"], false);
+  on_current_parameters(answer);
+  v1::ExchangeReport& x = *answer.envelope.mutable_contribution()->mutable_exchange();
+  x.set_ok(false);
+  x.set_cancelled(true);
+  x.set_heard_from_all(true);
+  x.add_suspects(0);
+  x.add_missing_sums(0);
+  x.set_error("ended from outside");
+  receive("b", std::move(answer));
+  // Judged at once on both reports. One failed link between the only two
+  // members cannot say which end failed: both are out of the step (presumed
+  // dead, a failed round each), which is dropped with nothing lost.
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("worker 'b' (rank 1) ended the round of step 5 when asked"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("worker 'b' (rank 1) failed its exchange round"), std::string::npos)
+      << text;
+  EXPECT_EQ(coordinator->step(), step + 1) << "the step closed without waiting further";
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+}
+
+TEST_F(ExchangeCommitTest, AnOverdueMemberThatCannotAnswerIsTakenOutOneRoundDeadlineLater) {
+  config.mutable_stop()->set_max_steps(8);
+  std::map<std::string, Message> latest = join();
+  fill_sum();
+  for (int step = 0; step < 5; ++step) {
+    healthy_step(latest);
+    now += 0.1;
+  }
+  Message failed = failed_report("a", latest["a"], 1);
+  failed.envelope.mutable_contribution()->mutable_exchange()->set_heard_from_all(true);
+  on_current_parameters(failed);
+  receive("a", std::move(failed));
+  now += 0.6;
+  heartbeat("b");  // its session heartbeats; its compute thread is stuck
+  coordinator->tick(now);
+  ASSERT_EQ(count(take("b"), v1::Envelope::kExchangeCancel), 1u);
+  now += 0.4;
+  heartbeat("b");
+  coordinator->tick(now);
+  EXPECT_EQ(count(take("a"), v1::Envelope::kPlan), 0u) << "b has the round deadline to answer";
+  now += 0.2;
+  heartbeat("b");
+  coordinator->tick(now);
+  const Message redo = only("a", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  EXPECT_NE(log.text.str().find("worker 'b' (rank 1) is out of step 5 because it did not report "
+                                "its exchange round"),
+            std::string::npos)
+      << log.text.str();
 }
 
 }  // namespace

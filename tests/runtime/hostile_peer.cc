@@ -5,7 +5,7 @@
 //   hostile_peer --connect ENDPOINT --name NAME [--poison-step K] [--value V]
 //                [--answer-seconds S] [--exchange-bind ADDRESS]
 //                [--poison-every-step 1] [--leave-after-poison 1] [--forge-sum 1]
-//                [--die-before-sum 1]
+//                [--die-before-sum 1] [--withhold-sum 1]
 //
 // It says hello as NAME (claiming a data root). Once welcomed it says Ready
 // and answers every plan with a well-formed contribution: at step K it
@@ -28,7 +28,9 @@
 // --die-before-sum, as the lowest member of step 0's round, it reports the
 // round ok and exits at once, without the sum it said would follow (nor a
 // bye). It answers the coordinator's request for a round's sum with the
-// last sum it holds.
+// last sum it holds. With --withhold-sum, as the lowest member of every
+// round, it reports the round ok and that its sum follows, and never sends
+// it (nor answers a request for it), while it stays alive and heartbeats.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -79,7 +81,7 @@ int main(int argc, char** argv) {
   double answer_seconds = 30.0;
   std::string exchange_bind;
   bool poison_every_step = false, leave_after_poison = false, forge_sum = false;
-  bool die_before_sum = false;
+  bool die_before_sum = false, withhold_sum = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], arg = argv[i + 1];
     if (flag == "--connect") {
@@ -102,6 +104,8 @@ int main(int argc, char** argv) {
       forge_sum = arg == "1";
     } else if (flag == "--die-before-sum") {
       die_before_sum = arg == "1";
+    } else if (flag == "--withhold-sum") {
+      withhold_sum = arg == "1";
     } else {
       std::fprintf(stderr, "hostile_peer: unknown flag %s\n", flag.c_str());
       return 2;
@@ -273,7 +277,12 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
           return 0;
         }
-        if (forwards) send(socket, sum_message());
+        if (forwards && withhold_sum) {
+          std::printf("hostile_peer '%s': step %llu: promised the round's sum, withholds it\n",
+                      name.c_str(), static_cast<unsigned long long>(e.step()));
+        } else if (forwards) {
+          send(socket, sum_message());
+        }
         if (poisoned_step && leave_after_poison) {
           dctrain::Message bye;
           bye.envelope = dctrain::make_envelope(e.step(), name);
@@ -286,7 +295,7 @@ int main(int argc, char** argv) {
         break;
       }
       case dctrain::v1::Envelope::kSumRequest:
-        if (!sum.empty() && e.step() == sum_step && e.sum_request().attempt() == sum_attempt) {
+        if (!withhold_sum && !sum.empty() && e.step() == sum_step && e.sum_request().attempt() == sum_attempt) {
           std::printf("hostile_peer '%s': step %llu: sending the round's sum, as asked\n",
                       name.c_str(), static_cast<unsigned long long>(sum_step));
           send(socket, sum_message());

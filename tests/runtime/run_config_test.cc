@@ -228,6 +228,22 @@ TEST(RunConfig, DataPlaneIsAWordWithExchangeAsDefaultAndAPositiveTimeout) {
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_TRUE(mentions(problems[0], "data_plane.timeout_seconds")) << problems[0];
 
+  // The round deadline: 4 x the recent rounds' p95, at least 0.5 s, unless
+  // said otherwise; a multiple below 1 or a floor above the timeout is no
+  // deadline.
+  EXPECT_DOUBLE_EQ(c.data_plane().round_deadline_multiple(), 4.0);
+  EXPECT_DOUBLE_EQ(c.data_plane().round_deadline_floor_seconds(), 0.5);
+  EXPECT_EQ(c.liveness().release_after_failed_rounds(), 3u);
+  x.mutable_data_plane()->set_timeout_seconds(10.0);
+  x.mutable_data_plane()->set_round_deadline_multiple(0.5);
+  x.mutable_data_plane()->set_round_deadline_floor_seconds(11.0);
+  const std::vector<std::string> deadline = validate(x);
+  ASSERT_EQ(deadline.size(), 2u);
+  EXPECT_TRUE(mentions(deadline[0], "data_plane.round_deadline_multiple")) << deadline[0];
+  EXPECT_TRUE(mentions(deadline[1], "data_plane.round_deadline_floor_seconds")) << deadline[1];
+  x.mutable_data_plane()->set_round_deadline_multiple(4.0);
+  x.mutable_data_plane()->set_round_deadline_floor_seconds(0.5);
+
   // A failed round is redone once unless said otherwise; 0 rounds is no run.
   EXPECT_EQ(c.data_plane().rounds_per_step(), 2u);
   x.mutable_data_plane()->set_timeout_seconds(10.0);

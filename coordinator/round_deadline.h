@@ -1,0 +1,50 @@
+// The exchange's round deadline, from measured rounds, as tau follows
+// measured compute: how long a member of a round may wait, once every other
+// member has been heard from, before it gives up on the round; and how long
+// the coordinator waits for a member's report after the first report of a
+// round came in. Both are one figure: the recent rounds' own time (from the
+// moment a member heard from every other to the round's end, without the
+// wait for the slowest compute) times a multiple, at least a floor, at most
+// the configured timeout.
+//
+//   seconds() = clamp(multiple x p95(last kWindow rounds), floor, ceiling)
+//
+// Until kWarmUp rounds are measured it is the ceiling: nothing is known of
+// this run's rounds yet. A round is observed by its slowest member's time,
+// so a round that some member found slow widens the limit for everyone.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+
+#include "proto/config.pb.h"
+
+namespace dctrain {
+
+class RoundDeadline {
+ public:
+  static constexpr size_t kWindow = 50;   // rounds kept
+  static constexpr size_t kWarmUp = 5;    // rounds measured before the limit moves
+  static constexpr double kQuantile = 0.95;
+
+  RoundDeadline(double multiple, double floor_seconds, double ceiling_seconds);
+  // From a finalized run config: data_plane's multiple, floor and timeout.
+  explicit RoundDeadline(const v1::DataPlaneConfig& config);
+
+  // One successful round: the slowest member's round time. Not finite or
+  // negative: ignored.
+  void observe(double round_seconds);
+  // The limit in force.
+  double seconds() const;
+  size_t observed() const { return recent_.size(); }
+  // The high percentile the limit is a multiple of (0 while warming up).
+  double percentile() const;
+
+ private:
+  double multiple_;
+  double floor_;
+  double ceiling_;
+  std::deque<double> recent_;
+};
+
+}  // namespace dctrain
