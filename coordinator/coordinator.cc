@@ -583,6 +583,7 @@ void Coordinator::close_step(double now) {
     if (redo_exchange(now)) return;
   }
   timeline_.span("step", step_started_, now);
+  const double round_deadline = round_deadline_.seconds();  // this step's, before it is observed
   // Exchange: the members summed among themselves and each checked the sum
   // it holds (worker/data_plane.cc); the coordinator has no sum to judge yet.
   const GuardedStep guarded = exchange_mode() ? settle_exchange() : guard_step();
@@ -591,7 +592,10 @@ void Coordinator::close_step(double now) {
   record.set_discarded(guarded.discarded);
   record.set_refused_norm(guarded.refused_norm);
   record.set_step_seconds(now - step_started_);
-  if (exchange_mode()) record.set_exchange_rounds(exchange_attempt_ + 1);
+  if (exchange_mode()) {
+    record.set_exchange_rounds(exchange_attempt_ + 1);
+    record.set_round_deadline_seconds(round_deadline);
+  }
   record_shares(shares_, record, closed.planned);
   record.set_policy(word(config_.step().policy()));
   observe_step(speed_planner_, record);

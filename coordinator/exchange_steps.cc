@@ -239,11 +239,15 @@ void Coordinator::end_round_without_lost_members(double now) {
   bool waiting = false;
   for (uint32_t rank : exchange_members_) {
     const Planned& p = planned_.at(rank);
-    if (p.missed || !membership_.at(rank).live) {
+    // A member that reported its round ok holds the whole sum: it delivered
+    // its part before it died or left, and the others can finish without it.
+    const bool done = p.contribution && p.contribution->exchange().ok();
+    if (p.missed || (!membership_.at(rank).live && !done)) {
       lost.push_back(rank);
       continue;
     }
-    left.push_back(rank);
+    // A redo is among the live: one that died after its report is out of it.
+    if (membership_.at(rank).live) left.push_back(rank);
     waiting = waiting || !p.contribution;
   }
   // With every member left reported, close_step() judges and redoes the round.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -224,7 +225,8 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
   if (!dp.has_rounds_per_step()) dp.set_rounds_per_step(2);
   DCTRAIN_DEFAULT(dp, round_deadline_multiple, 4.0);
-  DCTRAIN_DEFAULT(dp, round_deadline_floor_seconds, 0.5);
+  // Never above the timeout (a run that sets a timeout under 0.5 s).
+  DCTRAIN_DEFAULT(dp, round_deadline_floor_seconds, std::min(0.5, dp.timeout_seconds()));
 }
 
 #undef DCTRAIN_DEFAULT

@@ -180,6 +180,15 @@ void WorkerSession::handle(std::vector<zmq::message_t> parts, double now) {
   }
 }
 
+void WorkerSession::finish(int exit_code) {
+  exit_code_ = exit_code;
+  if (rounds_ != nullptr) {
+    rounds_->end_through({std::numeric_limits<uint64_t>::max(),
+                          std::numeric_limits<uint32_t>::max(),
+                          std::numeric_limits<uint64_t>::max()});
+  }
+}
+
 void WorkerSession::end_rounds(const v1::Envelope& envelope) {
   if (rounds_ == nullptr) return;
   constexpr uint32_t kEveryAttempt = std::numeric_limits<uint32_t>::max();

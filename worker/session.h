@@ -77,7 +77,9 @@ class WorkerSession {
   void say_hello();
   void start_waiting(double now);
   void wait(double now);
-  void finish(int exit_code) { exit_code_ = exit_code; }
+  // Ends the session; a round the compute thread waits in ends too, so the
+  // thread can be joined at once.
+  void finish(int exit_code);
   // Ends the rounds that `message` from the coordinator says are over.
   void end_rounds(const v1::Envelope& envelope);
 
