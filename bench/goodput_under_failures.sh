@@ -45,7 +45,11 @@ trap cleanup EXIT
 grep -v -E '^[[:space:]]*(stop|checkpoint|eval)[[:space:]]*\{' "$config" >"$work/run.cfg"
 printf 'stop { max_steps: %d }\neval { every_steps: 100 batch: 500 }\n' "$steps" >>"$work/run.cfg"
 
-steps_done() { grep -c '"type":"step"' "$1/metrics.jsonl" 2>/dev/null || echo 0; }
+steps_done() {
+  local n
+  n=$(grep -c '"type":"step"' "$1/metrics.jsonl" 2>/dev/null) || true
+  echo "${n:-0}"
+}
 
 # One run: `failure` is none, kill or stop. Prints nothing; leaves $out.
 run() {

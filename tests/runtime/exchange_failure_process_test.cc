@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
 #include <thread>
 #include <vector>
 
@@ -64,9 +63,19 @@ void start_four(GuardRun& run, const std::vector<std::string>& last_flags = {}) 
   }
 }
 
-// Waits for `steps` steps: past the round deadline's warm-up (5 rounds).
-void wait_for_steps(GuardRun& run, size_t steps) {
+// Starts the four and waits for `steps` steps: past the round deadline's
+// warm-up (5 rounds).
+void start_four_past_warm_up(GuardRun& run, size_t steps) {
+  start_four(run);
+  if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(eventually([&] { return run.records().steps.size() >= steps; }, 120s))
+      << run.log();
+}
+
+// Waits for `line` in the coordinator's log.
+void wait_for_line(GuardRun& run, const std::string& line) {
+  ASSERT_TRUE(eventually([&] { return run.log().find(line) != std::string::npos; }, 120s))
+      << "no '" << line << "' in:\n"
       << run.log();
 }
 
@@ -124,18 +133,11 @@ void expect_longest_step(GuardRun& run, double deadlines, double extra, const ch
 
 TEST(ExchangeFailures, AMemberKilledWhileTheOthersWaitInTheRoundCostsOneRound) {
   GuardRun run("x-fail-kill", failure_config("x-fail-kill", true));
-  start_four(run);
-  if (HasFatalFailure()) return;
-  wait_for_steps(run, 12);
+  start_four_past_warm_up(run, 12);
   if (HasFatalFailure()) return;
   run.process("w3").kill(SIGKILL);
-  ASSERT_TRUE(eventually(
-      [&] {
-        return std::regex_search(run.log(),
-                                 std::regex("ranks 3 left the round in flight; the round is redone"));
-      },
-      30s))
-      << run.log();
+  wait_for_line(run, "ranks 3 left the round in flight; the round is redone");
+  if (HasFatalFailure()) return;
   run.start_worker("w3");
   run.expect_finish({{"w3", 0}}, 300s);
   // The kill is seen at once (the connection closed) and the round redone:
@@ -146,9 +148,7 @@ TEST(ExchangeFailures, AMemberKilledWhileTheOthersWaitInTheRoundCostsOneRound) {
 
 TEST(ExchangeFailures, AMemberStoppedLongerThanTheRoundDeadlineIsCutWithinThreeHeartbeats) {
   GuardRun run("x-fail-stop", failure_config("x-fail-stop", false));
-  start_four(run);
-  if (HasFatalFailure()) return;
-  wait_for_steps(run, 12);
+  start_four_past_warm_up(run, 12);
   if (HasFatalFailure()) return;
   run.process("w3").kill(SIGSTOP);
   std::this_thread::sleep_for(3s);  // six heartbeats, six round deadlines
@@ -163,20 +163,15 @@ TEST(ExchangeFailures, AMemberStoppedLongerThanTheRoundDeadlineIsCutWithinThreeH
 
 TEST(ExchangeFailures, AMemberWhoseExchangePortNobodyReachesIsReleasedAfterThreeFailedRounds) {
   GuardRun run("x-fail-port", failure_config("x-fail-port", false));
-  start_four(run);
-  if (HasFatalFailure()) return;
-  wait_for_steps(run, 9);
+  start_four_past_warm_up(run, 9);
   if (HasFatalFailure()) return;
   // w3 is replaced by a worker whose advertised exchange port nothing
   // listens on (a published port that was never forwarded): it reaches
   // the others, they never reach it.
   run.process("w3").kill(SIGKILL);
   run.start_worker("w3x", {"--exchange-advertise", "tcp://127.0.0.1:1"});
-  ASSERT_TRUE(eventually(
-      [&] { return run.log().find("worker 'w3x' (rank 3) released from the run") !=
-                   std::string::npos; },
-      120s))
-      << run.log();
+  wait_for_line(run, "worker 'w3x' (rank 3) released from the run");
+  if (HasFatalFailure()) return;
   run.expect_finish({{"w3", 128 + SIGKILL}, {"w3x", 5}}, 300s);
   const std::string log = run.log();
   EXPECT_NE(log.find("worker 'w3x' (rank 3) failed its exchange round"), std::string::npos) << log;
@@ -190,25 +185,17 @@ TEST(ExchangeFailures, AMemberWhoseExchangePortNobodyReachesIsReleasedAfterThree
 
 TEST(ExchangeFailures, ALowestMemberWithholdingTheSumIsStoodInForAndReleasedAfterThree) {
   GuardRun run("x-fail-withhold", failure_config("x-fail-withhold", false));
-  start_four(run);
-  if (HasFatalFailure()) return;
-  wait_for_steps(run, 9);
+  start_four_past_warm_up(run, 9);
   if (HasFatalFailure()) return;
   // The lowest slot is freed and taken by a peer that reports every round
   // ok, says its sum follows, and never sends it.
   run.process("w0").kill(SIGKILL);
-  ASSERT_TRUE(eventually(
-      [&] { return run.log().find("worker 'w0' (rank 0): its connection closed") !=
-                   std::string::npos; },
-      30s))
-      << run.log();
+  wait_for_line(run, "worker 'w0' (rank 0): its connection closed");
+  if (HasFatalFailure()) return;
   run.start_peer("peer", {"--name", "peer", "--exchange-bind", "tcp://127.0.0.1:*",
                           "--withhold-sum", "1"});
-  ASSERT_TRUE(eventually(
-      [&] { return run.log().find("worker 'peer' (rank 0) released from the run") !=
-                   std::string::npos; },
-      120s))
-      << run.log();
+  wait_for_line(run, "worker 'peer' (rank 0) released from the run");
+  if (HasFatalFailure()) return;
   run.expect_finish({{"w0", 128 + SIGKILL}}, 300s);
   const std::string log = run.log();
   EXPECT_NE(log.find("failed its exchange round (it withheld the committed round's sum)"),
