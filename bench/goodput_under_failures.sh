@@ -70,6 +70,7 @@ run() {
     "$bin/dctrain-worker" --connect "$endpoint" --name "w$w" --data-dir "$data" \
       >"$out.w$w.0.log" 2>&1 &
     worker[$w]=$!
+    disown "${worker[$w]}"  # its end by SIGKILL is the point, not news
     pids+=("${worker[$w]}")
   done
   local next=50 victim=3 incarnation=1
@@ -84,6 +85,7 @@ run() {
       "$bin/dctrain-worker" --connect "$endpoint" --name "w$victim" --data-dir "$data" \
         >"$out.w$victim.$incarnation.log" 2>&1 &
       worker[$victim]=$!
+      disown "${worker[$victim]}"
       pids+=("${worker[$victim]}")
       incarnation=$((incarnation + 1))
     else
@@ -94,7 +96,10 @@ run() {
     victim=$(((victim + 3) % 4))  # 3, 2, 1, 0, ...
   done
   wait "$coordinator" || { echo "goodput: the $failure run failed:" >&2; tail -n 20 "$out.coordinator.log" >&2; exit 1; }
-  for w in 0 1 2 3; do wait "${worker[$w]}" 2>/dev/null || true; done
+  # The workers end on the coordinator's bye (disowned: polled, not waited).
+  for w in 0 1 2 3; do
+    while kill -0 "${worker[$w]}" 2>/dev/null; do sleep 0.05; done
+  done
 }
 
 # steps, median step (s), wall (s), longest step (s) and its step, samples,

@@ -124,6 +124,14 @@ uint64_t max_loss_terms_per_sample(const v1::ModelConfig& model) {
   return model.max_seq_len() > 0 ? static_cast<uint64_t>(model.max_seq_len()) : 128;
 }
 
+std::string peer_text(std::string_view text, size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  size_t cut = limit;
+  // Not inside a UTF-8 sequence: back up over continuation bytes.
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return fmt::format("{}... ({} bytes in all)", text.substr(0, cut), text.size());
+}
+
 std::string_view body_name(const v1::Envelope& envelope) {
   switch (envelope.body_case()) {
     case v1::Envelope::kHello:

@@ -49,4 +49,11 @@ bool all_finite(std::span<const float> values);
 // The name of the message body, for logs ("plan", "contribution", ...).
 std::string_view body_name(const v1::Envelope& envelope);
 
+// Text a peer sent (an error, a reason), as it may go into a log: at most
+// `limit` bytes of it, cut at a character's start, and "... (N bytes in
+// all)" after it when it was longer. A peer cannot grow the log by more
+// than this a message.
+inline constexpr size_t kPeerTextLimit = 256;
+std::string peer_text(std::string_view text, size_t limit = kPeerTextLimit);
+
 }  // namespace dctrain

@@ -196,7 +196,7 @@ void Coordinator::dispatch(Received received, double now) {
       on_exchange_sum(peer, std::move(message), now);
       return;
     case v1::Envelope::kError:
-      log_->warn("worker '{}' reports: {}", peer, message.envelope.error().message());
+      log_->warn("worker '{}' reports: {}", peer, peer_text(message.envelope.error().message()));
       if (Member* m = membership_.live_member(peer)) m->last_heard = now;
       return;
     default:
@@ -313,7 +313,8 @@ void Coordinator::on_bye(const std::string& peer, const Message& message) {
   Member* m = membership_.live_member(peer);
   if (m == nullptr) return;
   const uint32_t rank = m->rank;
-  log_->warn("worker '{}' (rank {}) left: {}", peer, rank, message.envelope.bye().reason());
+  log_->warn("worker '{}' (rank {}) left: {}", peer, rank,
+             peer_text(message.envelope.bye().reason()));
   if (phase_ == Phase::kStepping) abandon(rank, "it left during the step");
   membership_.mark_dead(rank);
 }

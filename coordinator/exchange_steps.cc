@@ -109,6 +109,32 @@ std::optional<std::string> Coordinator::exchange_tensor_problem(const Message& r
   if (!c.has_exchange()) {
     return std::string("it has no exchange report, but this run's data plane is 'exchange'");
   }
+  // Whom it names must be other members of the round, each once: the blame
+  // looks them up, and its work grows with what a report names.
+  const v1::ExchangeReport& x = c.exchange();
+  const auto named = [&](const char* field,
+                         const google::protobuf::RepeatedField<uint32_t>& ranks)
+      -> std::optional<std::string> {
+    if (ranks.size() > static_cast<int>(exchange_members_.size())) {
+      return fmt::format("its exchange report names {} {} in a round of {} members",
+                         ranks.size(), field, exchange_members_.size());
+    }
+    std::set<uint32_t> seen;
+    for (uint32_t r : ranks) {
+      if (!std::binary_search(exchange_members_.begin(), exchange_members_.end(), r)) {
+        return fmt::format("its exchange report names rank {} in {}, which is no member of the "
+                           "round (ranks {})",
+                           r, field, fmt::join(exchange_members_, ", "));
+      }
+      if (!seen.insert(r).second) {
+        return fmt::format("its exchange report names rank {} twice in {}", r, field);
+      }
+    }
+    return std::nullopt;
+  };
+  if (auto p = named("suspects", x.suspects())) return p;
+  if (auto p = named("missing_contributions", x.missing_contributions())) return p;
+  if (auto p = named("missing_sums", x.missing_sums())) return p;
   if (report.envelope.tensors_size() != 0) {
     return fmt::format(
         "it carries {} tensors, but a report of the exchange carries none (the sum "
@@ -144,7 +170,7 @@ void Coordinator::on_exchange_sum(const std::string& peer, Message message, doub
   }
   std::optional<std::string> problem;
   if (!body.error().empty()) {
-    problem = body.error();
+    problem = peer_text(body.error());
   } else {
     std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
     if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
@@ -185,13 +211,13 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   if (x.ok()) return;
   if (x.cancelled()) {
     log_->info("worker '{}' (rank {}) ended the round of step {} when asked: {}",
-               membership_.at(rank).name, rank, step_, x.error());
+               membership_.at(rank).name, rank, step_, peer_text(x.error()));
     return;
   }
   // Whom it blames is weighed with the other members' reports (one report
   // alone can blame an innocent member: judge_exchange_round).
   log_->warn("worker '{}' (rank {}): exchange of step {} failed: {}", membership_.at(rank).name,
-             rank, step_, x.error());
+             rank, step_, peer_text(x.error()));
 }
 
 void Coordinator::cancel_overdue_members(double now) {

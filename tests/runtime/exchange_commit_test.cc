@@ -19,6 +19,7 @@
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
+#include "comm/validation.h"
 #include "tests/runtime/coordinator_fixture.h"
 
 namespace dctrain {
@@ -552,6 +553,56 @@ TEST_F(ExchangeCommitTest, AnOverdueMemberThatCannotAnswerIsTakenOutOneRoundDead
                                 "its exchange round"),
             std::string::npos)
       << log.text.str();
+}
+
+TEST_F(ExchangeCommitTest, AReportNamingRanksOutsideTheRoundIsRefusedAndTheRunGoesOn) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  // a names a rank the round does not have (the blame would look it up).
+  Message forged = failed_report("a", first["a"], 1);
+  forged.envelope.mutable_contribution()->mutable_exchange()->add_missing_sums(99);
+  receive("a", std::move(forged));
+  EXPECT_NE(log.text.str().find("rejected worker 'a' (rank 0)'s contribution for step 0: its "
+                                "exchange report names rank 99 in missing_sums, which is no "
+                                "member of the round"),
+            std::string::npos)
+      << log.text.str();
+  // a is out of the step; b, which waits in the round, gets the next attempt.
+  const Message redo = only("b", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  // A report naming more members than the round has (here b, alone in the
+  // redo, twice) is refused the same way, before anything reads the names.
+  Message twice = report("b", first["b"], true);
+  v1::ExchangeReport& x = *twice.envelope.mutable_contribution()->mutable_exchange();
+  x.set_attempt(1);
+  x.set_ok(false);
+  x.add_suspects(1);
+  x.add_suspects(1);
+  receive("b", std::move(twice));
+  EXPECT_NE(log.text.str().find("its exchange report names 2 suspects in a round of 1 members"),
+            std::string::npos)
+      << log.text.str();
+  EXPECT_EQ(coordinator->step(), 1u) << "the step was dropped, not the coordinator";
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+}
+
+TEST_F(ExchangeCommitTest, APeersTextGoesToTheLogCutToItsLimit) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  Message failed = failed_report("a", first["a"], 1);
+  failed.envelope.mutable_contribution()->mutable_exchange()->set_error(std::string(1 << 20, 'x'));
+  receive("a", std::move(failed));
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find(std::string(kPeerTextLimit, 'x') + "... (1048576 bytes in all)"),
+            std::string::npos);
+  EXPECT_EQ(text.find(std::string(kPeerTextLimit + 1, 'x')), std::string::npos);
+  EXPECT_LT(text.size(), size_t{64} << 10) << "a 1 MB error adds at most its limit to the log";
+  // Cut at a character's start, never inside one.
+  EXPECT_EQ(peer_text("a\xc3\xa9"
+                      "b",
+                      2),
+            "a... (4 bytes in all)");
+  EXPECT_EQ(peer_text("short"), "short");
 }
 
 }  // namespace
