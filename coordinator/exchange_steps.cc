@@ -282,10 +282,17 @@ void Coordinator::end_round_without_lost_members(double now) {
                         fmt::format("ranks {} left the round in flight", fmt::join(lost, ", ")))) {
     return;
   }
-  // No rounds left: the step is dropped for everyone now; the commit that
-  // says so ends the round the members wait in.
+  // No rounds left: the step is dropped for everyone now (the commit that
+  // says so ends the round the members wait in). The members still in the
+  // round missed nothing: their micro-batches are requeued as a dropped
+  // step's are (settle_exchange does it for those that reported).
+  log_->warn("step {}: ranks {} left the round in flight and the step's {} rounds are spent: the "
+             "step is dropped",
+             step_, fmt::join(lost, ", "), config_.data_plane().rounds_per_step());
   for (uint32_t rank : left) {
-    abandon(rank, fmt::format("the step's {} rounds are spent", config_.data_plane().rounds_per_step()));
+    if (!reducer_.expects(rank)) continue;
+    reducer_.forget(rank);
+    ledger_.orphan_worker(rank);
   }
 }
 
