@@ -198,6 +198,7 @@ void WorkerSession::end_rounds(const v1::Envelope& envelope) {
       if (!envelope.plan().has_exchange()) return;
       const v1::ExchangePlan& x = envelope.plan().exchange();
       run_ = x.run();
+      last_planned_ = ExchangeRound{step, x.attempt(), run_};
       // Every round before this one is over: a redo's plan supersedes the
       // attempt the members may still wait in (a member died).
       if (x.attempt() > 0) {
@@ -210,9 +211,14 @@ void WorkerSession::end_rounds(const v1::Envelope& envelope) {
     case v1::Envelope::kExchangeCancel:
       rounds_->end_through({step, envelope.exchange_cancel().attempt(), run_});
       return;
-    case v1::Envelope::kUpdate:   // the step is settled (committed or dropped)
-    case v1::Envelope::kWelcome:  // resynced: no round of this step is this worker's
+    case v1::Envelope::kUpdate:  // the step is settled (committed or dropped)
       rounds_->end_through({step, kEveryAttempt, run_});
+      return;
+    case v1::Envelope::kWelcome:
+      // Resynced: no round planned to this worker before it is its own any
+      // more. (Not "every round of the welcome's step": a coordinator that
+      // waits for workers welcomes with the step it will plan next.)
+      if (last_planned_) rounds_->end_through(*last_planned_);
       return;
     case v1::Envelope::kBye:
       rounds_->end_through({std::numeric_limits<uint64_t>::max(), kEveryAttempt,

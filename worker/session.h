@@ -90,6 +90,7 @@ class WorkerSession {
   std::shared_ptr<spdlog::logger> log_;
   RoundCancel* rounds_ = nullptr;
   uint64_t run_ = 0;  // the coordinator process of the last exchange plan (ExchangePlan.run)
+  std::optional<ExchangeRound> last_planned_;  // the round of the last exchange plan
 
   std::optional<int> exit_code_;
   double heartbeat_seconds_ = 0.5;  // the run's, from the welcome

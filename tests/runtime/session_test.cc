@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <limits>
 #include <string>
 
@@ -562,6 +563,53 @@ TEST_F(SessionTest, ComputeThreadHandsBackMessagesAndThenItsStatus) {
   // Finished: a later job is not taken.
   thread.push(ComputeJob{welcome(), 0.0});
   EXPECT_FALSE(take_within(thread, std::chrono::seconds(1)).has_value());
+}
+
+TEST_F(SessionTest, TheCoordinatorsWordEndsTheExchangeRoundsItMakesStale) {
+  // What ends the round the compute thread may be waiting in (data plane
+  // "exchange"): each message, in the order a step's failure brings them.
+  start();
+  RoundCancel rounds;
+  session->set_round_cancel(&rounds);
+  const uint64_t run = 7;
+  const auto exchange_plan = [&](uint64_t step, uint32_t attempt) {
+    Message m = plan(step, std::numeric_limits<double>::infinity(), 1);
+    v1::ExchangePlan& x = *m.envelope.mutable_plan()->mutable_exchange();
+    x.set_attempt(attempt);
+    x.set_run(run);
+    return m;
+  };
+  deliver(welcome(3));
+  deliver(exchange_plan(3, 0));
+  EXPECT_FALSE(rounds.ended({3, 0, run})) << "a welcome ends only rounds planned before it";
+  // A member died: the redo's plan ends attempt 0, not itself.
+  deliver(exchange_plan(3, 1));
+  EXPECT_TRUE(rounds.ended({3, 0, run}));
+  EXPECT_FALSE(rounds.ended({3, 1, run}));
+  // The redo is overdue: the coordinator asks for what this member has.
+  Message cancel = from_coordinator(3);
+  cancel.envelope.mutable_exchange_cancel()->set_attempt(1);
+  deliver(std::move(cancel));
+  EXPECT_TRUE(rounds.ended({3, 1, run}));
+  EXPECT_FALSE(rounds.ended({4, 0, run}));
+  // A resync welcome at the step the coordinator plans next ends what was
+  // planned before it, not that step.
+  deliver(exchange_plan(4, 0));
+  deliver(welcome(5));
+  EXPECT_TRUE(rounds.ended({4, 0, run}));
+  EXPECT_FALSE(rounds.ended({5, 0, run}));
+  // A dropped step's update ends every attempt of it.
+  deliver(exchange_plan(5, 0));
+  Message dropped = from_coordinator(5);
+  dropped.envelope.mutable_update()->set_commit(true);
+  deliver(std::move(dropped));
+  EXPECT_TRUE(rounds.ended({5, 3, run}));
+  EXPECT_FALSE(rounds.ended({6, 0, run}));
+  // A coordinator restarted from a checkpoint (a later run) starts afresh.
+  EXPECT_FALSE(rounds.ended({0, 0, run + 1}));
+  // The session's end (a signal here) ends whatever runs.
+  session->on_signal(SIGTERM, clock.time);
+  EXPECT_TRUE(rounds.ended({99, 0, run + 1}));
 }
 
 }  // namespace
