@@ -382,7 +382,21 @@ void Coordinator::judge_exchange_round() {
     // again when next heard, and is welcomed afresh, so the next round does
     // not wait for it again.
     membership_.mark_dead(rank);
-    strike(rank, why);
+    // A failed round counts towards its release only when its links failed
+    // with two or more other members: one member's word (a single failed
+    // link, which takes out both ends) never gets another released.
+    std::set<uint32_t> counterparts;
+    for (const auto& [from, to] : blame.links) {
+      if (to == rank && from != rank) counterparts.insert(from);
+      if (from == rank && to != rank) counterparts.insert(to);
+    }
+    if (counterparts.size() >= 2) {
+      strike(rank, why);
+    } else {
+      log_->info("worker '{}' (rank {}): not counted as a failed round (one failed link, one "
+                 "member's word)",
+                 membership_.at(rank).name, rank);
+    }
   }
 }
 
