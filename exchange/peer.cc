@@ -412,11 +412,16 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
     return;
   }
   if (h->round > r.id) {
-    // Kept for its round, within a bound: a member is at most one round
-    // ahead, and sends this peer less than the whole buffer per round.
+    // Kept for its round, within a bound in bytes and in count (empty pieces
+    // cost no bytes): a member is at most one round ahead, and sends this
+    // peer less than the whole buffer per round, in at most this peer's
+    // shard's pieces and its own shard's.
     size_t held = 0;
     for (const Early& e : early_) held += e.payload.size();
-    if (held + parts[2].size() > 2 * r.plan.length() * sizeof(float) + (size_t{1} << 20)) {
+    size_t pieces_per_round = (r.members.size() - 1) * r.plan.pieces(r.me);
+    for (size_t p = 0; p < r.members.size(); ++p) pieces_per_round += r.plan.pieces(p);
+    if (held + parts[2].size() > 2 * r.plan.length() * sizeof(float) + (size_t{1} << 20) ||
+        early_.size() >= 2 * pieces_per_round + 64) {
       return refuse(out, fmt::format("a piece of a later round ({}) beyond what is kept",
                                      describe(h->round)));
     }

@@ -603,6 +603,44 @@ TEST(Exchange, ALatePieceOfAnEarlierRoundIsNeverSummed) {
   EXPECT_EQ(run.outcomes[1].stats.stale, 0u);
 }
 
+TEST(Exchange, PiecesOfLaterRoundsAreKeptWithinABoundInCountNotOnlyInBytes) {
+  // A connection floods rank 0 with empty pieces of a later round: they
+  // cost no bytes, and each would be held until that round. Beyond the
+  // bound they are refused. (It names itself 7, no member: the pieces of a
+  // later round are kept before their sender is checked against that
+  // round's members, which are not known yet.)
+  Group group(2, options(4 * 100, false));
+  zmq::context_t context;
+  zmq::socket_t intruder(context, zmq::socket_type::dealer);
+  intruder.set(zmq::sockopt::routing_id, std::string("7"));
+  intruder.set(zmq::sockopt::linger, 0);
+  intruder.connect(group.endpoints[0]);
+  const std::vector<uint32_t> members{0, 1};
+  const size_t length = 1001;
+  const ChunkHeader h{PieceKind::kContribution, 7, 2, members_digest(members), {9, 0}, length,
+                      100, 0, 0, 0};
+  const auto bytes = encode_header(h);
+  // Fewer than the high-water marks hold, so no send blocks once the
+  // connection is up (the first waits for it).
+  constexpr int kSent = 400;
+  for (int i = 0; i < kSent; ++i) {
+    intruder.send(zmq::buffer(bytes), zmq::send_flags::sndmore);
+    intruder.send(zmq::message_t(), zmq::send_flags::none);
+  }
+  std::vector<float> c(length, 1.0f), out(length);
+  const ExchangeOutcome o = group.peers[0]->exchange({5, 0}, members, c, 10, out,
+                                                     Clock::now() + milliseconds(3000));
+  EXPECT_FALSE(o.ok) << "rank 1 never took part in round 5: it read until its deadline";
+  // Rank 0's shard has 6 pieces of 100 floats, rank 1's 5: a round brings
+  // rank 0 at most 6 + 11 pieces; twice that and 64 more are kept.
+  const uint64_t bound = 2 * (6 + 11) + 64;
+  EXPECT_LE(o.stats.early, bound);
+  EXPECT_EQ(o.stats.early, bound) << "the flood filled what is kept";
+  EXPECT_EQ(o.stats.early + o.stats.refused, static_cast<uint64_t>(kSent));
+  EXPECT_NE(o.stats.first_refusal.find("beyond what is kept"), std::string::npos)
+      << o.stats.first_refusal;
+}
+
 TEST(Exchange, APieceOfARunBeforeACoordinatorRestartIsNeverSummedWhateverItsStep) {
   // A coordinator restarted from a checkpoint plans its steps again from
   // there: a piece of the earlier run's step 50 must not wait for the new
