@@ -381,7 +381,7 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
   std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
   if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
   std::optional<std::string> problem =
-      exchange_mode() ? exchange_tensor_problem(message) : check_tensors(message, expected);
+      exchange_mode() ? exchange_report_problem(message) : check_tensors(message, expected);
   if (!problem) {
     std::set<uint64_t> seen;
     uint64_t samples = 0;
@@ -539,7 +539,6 @@ void Coordinator::start_step(double now) {
   committed_ahead_.reset();
   silent_after_.reset();
   overdue_at_.reset();
-  cancel_sent_ = false;
   const double tau = threshold_.tau();
   for (WorkerPlan& plan : plans) {
     Planned& p = planned_[plan.rank];

@@ -197,7 +197,11 @@ class Coordinator {
   // the compute; above: a redo among the members left, on what they computed).
   void plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks, uint32_t attempt) const;
   double exchange_deadline(double now, double tau) const;
-  std::optional<std::string> exchange_tensor_problem(const Message& report) const;
+  // What is wrong with a member's report of its round, if anything: no
+  // exchange report, tensors (the sum comes on its own), or ranks it names
+  // (suspects, missing contributions and sums) that are not other members
+  // of the round, named twice, or more than the round has.
+  std::optional<std::string> exchange_report_problem(const Message& report) const;
   // A member's report of the round. A failed one names whom it blames; the
   // blame is weighed once every member has reported (judge_exchange_round)
   // or the data plane's timeout has passed since the first failed report.
@@ -301,14 +305,12 @@ class Coordinator {
   // rounds, later than any earlier process's of the same run.
   uint64_t exchange_run_ = 0;
   uint32_t exchange_attempt_ = 0;           // the current step's round: 0, or the redo's number
-  // When the current round's silent members are taken out (after a cancel,
-  // or the data plane's timeout after a first report that did not hear from
-  // every member).
-  std::optional<double> silent_after_;
   // When the members of the current round that have not reported are told
-  // to end it (cancel_overdue_members); reset once they are.
+  // to end it (cancel_overdue_members), from its first report.
   std::optional<double> overdue_at_;
-  bool cancel_sent_ = false;
+  // Once they were told: when those that still have not reported are taken
+  // out (take_out_silent_members).
+  std::optional<double> silent_after_;
   std::vector<uint32_t> exchange_members_;  // the current round's, ascending
 
   CoordinatorSetup setup_;

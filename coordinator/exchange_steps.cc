@@ -104,7 +104,7 @@ double Coordinator::exchange_deadline(double now, double tau) const {
          live.grace_seconds();
 }
 
-std::optional<std::string> Coordinator::exchange_tensor_problem(const Message& report) const {
+std::optional<std::string> Coordinator::exchange_report_problem(const Message& report) const {
   const v1::Contribution& c = report.envelope.contribution();
   if (!c.has_exchange()) {
     return std::string("it has no exchange report, but this run's data plane is 'exchange'");
@@ -221,8 +221,8 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
 }
 
 void Coordinator::cancel_overdue_members(double now) {
-  if (!overdue_at_ || now <= *overdue_at_ || cancel_sent_ || committed_ahead_) return;
-  cancel_sent_ = true;
+  // Once: after the cut-off (silent_after_) nobody it could ask is left.
+  if (!overdue_at_ || now <= *overdue_at_ || silent_after_ || committed_ahead_) return;
   const double answer = round_deadline_.seconds();
   std::vector<uint32_t> asked;
   for (uint32_t rank : exchange_members_) {
@@ -240,7 +240,7 @@ void Coordinator::cancel_overdue_members(double now) {
       "step {}: exchange round {} is overdue (round deadline {:.3g} s); asked ranks {} to end it "
       "and report what they have, within {:.3g} s",
       step_, exchange_attempt_ + 1, round_deadline_.seconds(), fmt::join(asked, ", "), answer);
-  silent_after_ = silent_after_ ? std::min(*silent_after_, now + answer) : now + answer;
+  silent_after_ = now + answer;
 }
 
 void Coordinator::take_out_stopped_members(double now) {
@@ -534,7 +534,6 @@ bool Coordinator::plan_next_attempt(double now, std::vector<uint32_t> left,
   ++exchange_attempt_;
   silent_after_.reset();
   overdue_at_.reset();
-  cancel_sent_ = false;
   v1::RunTotals& t = metrics_.totals();
   t.set_exchange_rounds_redone(t.exchange_rounds_redone() + 1);
   log_->warn(

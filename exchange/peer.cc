@@ -467,6 +467,14 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   any_round_ = true;
 
   ExchangeOutcome out;
+  if (cancel_.ended(round)) {
+    // Ended before it began (the caller's session heard that the round is
+    // over while the caller computed): nothing is sent for it.
+    out.cancelled = true;
+    out.error = fmt::format("exchange ({}) on rank {}: ended from outside before it began",
+                            describe(round), rank_);
+    return out;
+  }
   Round r(round, members, contribution.size(), options_.piece_bytes / sizeof(float), rank_);
   r.contribution = contribution;
   r.result = result;

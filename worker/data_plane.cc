@@ -169,14 +169,6 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
                 curve_ ? " over CURVE" : "");
   }
   const ExchangeRound round{step, plan.attempt(), plan.run()};
-  if (peer_.cancel().ended(round)) {
-    // Ended before it began (a later attempt's plan, or the step's end, came
-    // while this worker computed): nothing is sent for it.
-    report.set_cancelled(true);
-    return fail(fmt::format("step {} attempt {}: the coordinator ended the round before this "
-                            "worker began it",
-                            step, plan.attempt()));
-  }
   const auto after_all_heard = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(std::max(0.0, plan.round_seconds())));
   ExchangeOutcome out;

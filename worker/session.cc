@@ -19,6 +19,10 @@ namespace dctrain {
 namespace {
 // How often the session says what it is waiting for.
 constexpr double kWaitLogSeconds = 2.0;
+// Every round there is or will be: what a bye or the session's end ends.
+constexpr ExchangeRound kEveryRound{std::numeric_limits<uint64_t>::max(),
+                                    std::numeric_limits<uint32_t>::max(),
+                                    std::numeric_limits<uint64_t>::max()};
 }  // namespace
 
 WorkerSession::WorkerSession(WorkerOptions options, v1::BlasInfo blas, Link& coordinator,
@@ -182,11 +186,7 @@ void WorkerSession::handle(std::vector<zmq::message_t> parts, double now) {
 
 void WorkerSession::finish(int exit_code) {
   exit_code_ = exit_code;
-  if (rounds_ != nullptr) {
-    rounds_->end_through({std::numeric_limits<uint64_t>::max(),
-                          std::numeric_limits<uint32_t>::max(),
-                          std::numeric_limits<uint64_t>::max()});
-  }
+  if (rounds_ != nullptr) rounds_->end_through(kEveryRound);
 }
 
 void WorkerSession::end_rounds(const v1::Envelope& envelope) {
@@ -221,8 +221,7 @@ void WorkerSession::end_rounds(const v1::Envelope& envelope) {
       if (last_planned_) rounds_->end_through(*last_planned_);
       return;
     case v1::Envelope::kBye:
-      rounds_->end_through({std::numeric_limits<uint64_t>::max(), kEveryAttempt,
-                            std::numeric_limits<uint64_t>::max()});
+      rounds_->end_through(kEveryRound);
       return;
     default:
       return;
