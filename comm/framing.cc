@@ -109,6 +109,18 @@ size_t first_frame_of(const v1::Envelope& envelope, size_t index) {
   return frame;
 }
 
+std::vector<std::span<const std::byte>> tensor_bytes(const Message& message, size_t index) {
+  const size_t first = first_frame_of(message.envelope, index);
+  const size_t frames = frames_for(message.envelope.tensors(static_cast<int>(index)).count());
+  std::vector<std::span<const std::byte>> out;
+  out.reserve(frames);
+  for (size_t f = first; f < first + frames; ++f) {
+    const zmq::message_t& frame = message.frames[f];
+    out.emplace_back(static_cast<const std::byte*>(frame.data()), frame.size());
+  }
+  return out;
+}
+
 void copy_tensor(const Message& message, size_t index, std::span<float> out) {
   size_t frame = first_frame_of(message.envelope, index);
   for (size_t begin = 0; begin < out.size(); begin += kMaxFrameFloats, ++frame) {

@@ -46,6 +46,9 @@ std::optional<std::string> decode(std::vector<zmq::message_t>&& parts, Message& 
 // The first frame index of tensor `index`.
 size_t first_frame_of(const v1::Envelope& envelope, size_t index);
 
+// The bytes of tensor `index` of a decoded message, frame by frame, in order.
+std::vector<std::span<const std::byte>> tensor_bytes(const Message& message, size_t index);
+
 // Copies tensor `index` of a decoded message into `out` (sized to its count).
 void copy_tensor(const Message& message, size_t index, std::span<float> out);
 

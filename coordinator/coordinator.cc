@@ -275,6 +275,7 @@ void Coordinator::on_hello(const Received& from, const Message& message, double 
   membership_.at(*rank).key = from.key;
   worker_summary_.joined(from.peer, *rank, hello);
   exchange_endpoints_[*rank] = hello.exchange_endpoint();
+  exchange_tokens_[*rank] = hello.exchange_token();
   welcome(*rank);
 }
 
@@ -537,6 +538,7 @@ void Coordinator::start_step(double now) {
   exchange_attempt_ = 0;
   exchange_members_ = planned;
   committed_ahead_.reset();
+  refused_sums_.clear();
   silent_after_.reset();
   overdue_at_.reset();
   const double tau = threshold_.tau();
@@ -578,7 +580,8 @@ void Coordinator::start_step(double now) {
 
 void Coordinator::close_step(double now) {
   if (exchange_mode()) {
-    if (commit_ahead_of_sum(now)) return;  // the step closes once its sum is in
+    if (refuse_disagreeing_sums(now)) return;  // redone without the shard's owner
+    if (commit_ahead_of_sum(now)) return;     // the step closes once its sum is in
     judge_exchange_round();
     if (redo_exchange(now)) return;
   }

@@ -249,6 +249,14 @@ class Coordinator {
   // the sum; false when the step can close (the sum is here, nothing is to
   // be applied, or no member is left to send the sum).
   bool commit_ahead_of_sum(double now);
+  // A member's forwarded sum whose digests are not those its report gave
+  // (then not those of the sum every member holds): why, after striking it.
+  std::optional<std::string> forwarded_sum_problem(uint32_t rank, const Message& sum);
+  // Every member reported the round ok but their digests of the sum
+  // disagree: takes out the owners of the shards they disagree on and the
+  // members that differ from them, and redoes the round (true), or leaves
+  // the step to be dropped (false, also when they agree).
+  bool refuse_disagreeing_sums(double now);
   // The committed round's sum not received from the member it was awaited
   // from, which died or let the data plane's timeout pass: asks the next.
   void chase_committed_sum(double now);
@@ -298,8 +306,12 @@ class Coordinator {
     bool lost = false;          // no member left to send it
   };
   std::map<uint32_t, std::string> exchange_endpoints_;  // rank -> its hello's endpoint
+  std::map<uint32_t, std::string> exchange_tokens_;     // rank -> its hello's exchange token
   std::optional<Message> exchange_sum_;  // the round's sum (an ExchangeSum), once it arrived
   std::optional<CommittedAhead> committed_ahead_;
+  // Members of the current round whose forwarded sum was refused (its
+  // digests were not the round's): the commit asks the next member at once.
+  std::set<uint32_t> refused_sums_;
   std::optional<PendingApply> pending_apply_;
   // This process's start (Unix microseconds): the `run` of its exchange
   // rounds, later than any earlier process's of the same run.

@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "comm/envelope.h"
@@ -40,6 +41,8 @@
 #include "common/usable_values.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/exchange_blame.h"
+#include "exchange/chunk.h"
+#include "exchange/sum_digest.h"
 
 namespace dctrain {
 
@@ -48,10 +51,17 @@ constexpr const char* kCoordinatorName = "coordinator";
 }  // namespace
 
 std::optional<std::string> Coordinator::exchange_hello_problem(const v1::Hello& hello) const {
-  if (!exchange_mode() || !hello.exchange_endpoint().empty()) return std::nullopt;
-  return std::string(
-      "this run's data plane is 'exchange' but the worker advertised no exchange endpoint: "
-      "update dctrain-worker, or set data_plane { kind: \"star\" }");
+  if (!exchange_mode()) return std::nullopt;
+  if (hello.exchange_endpoint().empty()) {
+    return std::string(
+        "this run's data plane is 'exchange' but the worker advertised no exchange endpoint: "
+        "update dctrain-worker, or set data_plane { kind: \"star\" }");
+  }
+  if (hello.exchange_token().size() != kExchangeTokenBytes) {
+    return fmt::format("its exchange token has {} bytes, not {}", hello.exchange_token().size(),
+                       kExchangeTokenBytes);
+  }
+  return std::nullopt;
 }
 
 void Coordinator::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
@@ -65,6 +75,8 @@ void Coordinator::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
     x.add_member_ranks(r);
     auto it = exchange_endpoints_.find(r);
     x.add_member_endpoints(it == exchange_endpoints_.end() ? std::string() : it->second);
+    auto token = exchange_tokens_.find(r);
+    x.add_member_tokens(token == exchange_tokens_.end() ? std::string() : token->second);
     curve = curve || !membership_.at(r).key.empty();
   }
   // CURVE on the control plane: every member's authenticated key, so the
@@ -132,6 +144,19 @@ std::optional<std::string> Coordinator::exchange_report_problem(const Message& r
     }
     return std::nullopt;
   };
+  if (x.ok()) {
+    // One digest per shard of the round: what the agreement compares.
+    if (x.sum_digests_size() != static_cast<int>(exchange_members_.size())) {
+      return fmt::format("its exchange report says ok with {} sum digests in a round of {} shards",
+                         x.sum_digests_size(), exchange_members_.size());
+    }
+    for (const std::string& d : x.sum_digests()) {
+      if (d.size() != kSumDigestBytes) {
+        return fmt::format("its exchange report carries a sum digest of {} bytes, not {}",
+                           d.size(), kSumDigestBytes);
+      }
+    }
+  }
   if (auto p = named("suspects", x.suspects())) return p;
   if (auto p = named("missing_contributions", x.missing_contributions())) return p;
   if (auto p = named("missing_sums", x.missing_sums())) return p;
@@ -178,9 +203,11 @@ void Coordinator::on_exchange_sum(const std::string& peer, Message message, doub
     // applied (take_pending_sum): the members checked theirs before reporting.
     problem = check_tensor_layout(message, expected);
   }
+  if (!problem) problem = forwarded_sum_problem(rank, message);
   if (problem) {
     log_->warn("step {}: worker '{}' (rank {}) sent no usable sum of the round: {}", step, peer,
                rank, *problem);
+    refused_sums_.insert(rank);
     if (committed_ahead_ && !committed_ahead_->lost && committed_ahead_->source == rank) {
       committed_ahead_->failed.insert(rank);
       ask_next_for_sum(now);
@@ -188,6 +215,71 @@ void Coordinator::on_exchange_sum(const std::string& peer, Message message, doub
     return;
   }
   exchange_sum_ = std::move(message);
+}
+
+std::optional<std::string> Coordinator::forwarded_sum_problem(uint32_t rank, const Message& sum) {
+  // The sender's own report says what it holds; the commit waits until every
+  // member's report says the same (refuse_disagreeing_sums), so a sum that
+  // matches it is the sum every member applies.
+  const v1::ExchangeReport& x = planned_.at(rank).contribution->exchange();
+  std::vector<std::span<const std::byte>> pieces = tensor_bytes(sum, 0);
+  if (replica_.buffer_count() > 0) {
+    for (std::span<const std::byte> p : tensor_bytes(sum, 1)) pieces.push_back(p);
+  }
+  const std::vector<size_t> differ =
+      differing_shards(shard_digests(pieces, exchange_members_.size()),
+                       {x.sum_digests().begin(), x.sum_digests().end()});
+  if (differ.empty()) return std::nullopt;
+  strike(rank, "it forwarded a sum that differs from the one the members hold");
+  return fmt::format(
+      "its sum differs from the sum the round's members hold (the digests of {} of {} shards "
+      "differ, the first shard {}, owned by rank {}); it is not applied",
+      differ.size(), exchange_members_.size(), differ.front(), exchange_members_[differ.front()]);
+}
+
+bool Coordinator::refuse_disagreeing_sums(double now) {
+  if (committed_ahead_ || !exchange_reports_ok()) return false;
+  // Every member holds the sum of every shard as its owner sent it: the
+  // members' digests agree unless an owner sent different sums to different
+  // members (or a member misreports what it holds). For each shard on which
+  // they differ, its owner and the members whose digest differs from the
+  // owner's own are out of the step, as both ends of a failed link are: one
+  // member's word cannot tell which of the two lies. Two or more members
+  // against the owner count as a failed round of the owner's.
+  std::map<uint32_t, std::set<uint32_t>> accused;  // owner -> members that differ from it
+  for (size_t shard = 0; shard < exchange_members_.size(); ++shard) {
+    const uint32_t owner = exchange_members_[shard];
+    const std::string& own = planned_.at(owner).contribution->exchange().sum_digests(
+        static_cast<int>(shard));
+    for (uint32_t rank : exchange_members_) {
+      const std::string& theirs =
+          planned_.at(rank).contribution->exchange().sum_digests(static_cast<int>(shard));
+      if (theirs != own) accused[owner].insert(rank);
+    }
+  }
+  if (accused.empty()) return false;
+  std::set<uint32_t> out;
+  for (const auto& [owner, differing] : accused) {
+    out.insert(owner);
+    out.insert(differing.begin(), differing.end());
+    log_->error(
+        "step {}: the members do not hold the same sum: the digest of the shard of worker '{}' "
+        "(rank {}) differs on ranks {}; it is not committed",
+        step_, membership_.at(owner).name, owner, fmt::join(differing, ", "));
+  }
+  for (uint32_t rank : out) {
+    take_out(planned_.at(rank), "the members' digests of the round's sum disagree on its part");
+  }
+  for (const auto& [owner, differing] : accused) {
+    if (differing.size() >= 2) {
+      strike(owner, fmt::format("{} members hold another sum of its shard", differing.size()));
+    }
+  }
+  std::vector<uint32_t> left;
+  for (const auto& [rank, p] : planned_) {
+    if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
+  }
+  return plan_next_attempt(now, std::move(left), "the members' sums disagree");
 }
 
 void Coordinator::accept_exchange_report(uint32_t rank, Message report, double now) {
@@ -447,9 +539,12 @@ bool Coordinator::commit_ahead_of_sum(double now) {
   for (uint32_t rank : exchange_members_) {
     if (membership_.at(rank).live) send(membership_.at(rank).name, share(commit));
   }
-  committed_ahead_ = CommittedAhead{std::move(body), exchange_members_.front(), now, {}, false};
+  committed_ahead_ =
+      CommittedAhead{std::move(body), exchange_members_.front(), now, refused_sums_, false};
   timeline_.span("commit", now, clock_());
-  return true;
+  // The lowest member's sum came already and was refused: ask the next.
+  if (refused_sums_.contains(committed_ahead_->source)) ask_next_for_sum(now);
+  return !committed_ahead_->lost;
 }
 
 void Coordinator::chase_committed_sum(double now) {
@@ -542,6 +637,7 @@ bool Coordinator::plan_next_attempt(double now, std::vector<uint32_t> left,
       step_, why, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
   exchange_sum_.reset();
   committed_ahead_.reset();
+  refused_sums_.clear();
   exchange_members_ = left;
   reducer_.begin(left, false);
   const double tau = threshold_.tau();

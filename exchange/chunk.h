@@ -61,6 +61,9 @@ struct ChunkHeader {
 inline constexpr uint32_t kChunkMagic = 0x58454344;  // "DCEX"
 inline constexpr uint16_t kChunkVersion = 2;
 inline constexpr size_t kChunkHeaderBytes = 80;
+// A member's connection token (ExchangePeer::token()): the digest of the
+// secret its connections carry, as its hello and the plans name it.
+inline constexpr size_t kExchangeTokenBytes = 16;
 
 std::array<std::byte, kChunkHeaderBytes> encode_header(const ChunkHeader& header);
 

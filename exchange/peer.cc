@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -15,6 +16,28 @@
 namespace dctrain {
 
 namespace {
+
+// Bytes as lowercase hex.
+std::string sodium_hex(std::span<const unsigned char> bytes) {
+  std::string out(2 * bytes.size() + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), bytes.data(), bytes.size());
+  out.pop_back();
+  return out;
+}
+
+// A connection secret's token: the digest members are told (BLAKE2b, 16
+// bytes), from which the secret cannot be had.
+std::string token_of(std::string_view secret) {
+  std::string out(kExchangeTokenBytes, '\0');
+  crypto_generichash(reinterpret_cast<unsigned char*>(out.data()), out.size(),
+                     reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), nullptr,
+                     0);
+  return out;
+}
+
+// What the inbox's frame limit allows beyond a piece: CURVE's MESSAGE
+// command (its name, nonce, box and flags) and the frame header.
+constexpr size_t kFrameSlack = 256;
 
 // Bytes from the wire as text for a message: printable ASCII as it is,
 // anything else as \xNN. A connection's id is any bytes (ZeroMQ makes one
@@ -157,6 +180,11 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
       releases_(std::make_unique<ReleaseTracker>(0)),
       inbox_(context_, zmq::socket_type::router) {
   if (options_.tune_allocator) tune_allocator();
+  if (sodium_init() < 0) throw std::runtime_error("exchange: libsodium cannot be initialised");
+  unsigned char secret[16];
+  randombytes_buf(secret, sizeof secret);
+  secret_ = sodium_hex(secret);
+  token_ = token_of(secret_);
   if (options_.piece_bytes < sizeof(float) || options_.piece_bytes % sizeof(float) != 0 ||
       options_.piece_bytes / sizeof(float) > std::numeric_limits<uint32_t>::max()) {
     throw std::invalid_argument(fmt::format(
@@ -165,8 +193,16 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
         options_.piece_bytes));
   }
   inbox_.set(zmq::sockopt::linger, 0);
-  // A member that restarts under the same rank takes its connection over.
-  inbox_.set(zmq::sockopt::router_handover, 1);
+  // A routing id belongs to the connection that came first: a second
+  // connection under it gets nothing in while the first is open (with
+  // handover, one member could take over another's connection and fail
+  // every round between them). Members' ids are unique per connection
+  // (open_dealer), so no honest reconnect collides.
+  inbox_.set(zmq::sockopt::router_handover, 0);
+  // No frame larger than a piece (the 80-byte header is smaller), with room
+  // for CURVE's framing, which the limit counts: ZeroMQ closes a connection
+  // that sends one instead of holding it.
+  inbox_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.piece_bytes + kFrameSlack));
   if (options_.security.curve) {
     // Before the bind, so that no connection goes unauthenticated.
     zap_ = std::make_unique<ZapHandler>(context_, AllowList::of(options_.allowed_keys),
@@ -197,7 +233,10 @@ std::string ExchangePeer::endpoint() const {
 
 void ExchangePeer::open_dealer(uint32_t rank) {
   zmq::socket_t s(context_, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::routing_id, std::to_string(rank_));
+  // RANK.N.SECRET: unique to this connection (a reconnect never collides
+  // with the old connection's id while that one closes), and proof of this
+  // process's secret to members that know its token.
+  s.set(zmq::sockopt::routing_id, fmt::format("{}.{}.{}", rank_, ++connections_opened_, secret_));
   s.set(zmq::sockopt::linger, 0);
   if (options_.security.curve) {
     if (rank >= options_.member_keys.size() || options_.member_keys[rank].empty()) {
@@ -223,6 +262,28 @@ void ExchangePeer::reset_dealer(uint32_t rank) {
   pending_[rank].clear();
   releases_->wait_released(rank);
   open_dealer(rank);
+}
+
+void ExchangePeer::set_member_tokens(std::vector<std::string> tokens) {
+  member_tokens_ = std::move(tokens);
+  verified_ids_.assign(member_tokens_.size(), std::string());
+}
+
+std::optional<std::string> ExchangePeer::sender_problem(const std::string& id, uint32_t from) {
+  if (member_tokens_.empty()) return std::nullopt;  // no tokens given: names only
+  if (from < verified_ids_.size() && verified_ids_[from] == id) return std::nullopt;
+  // RANK.N.SECRET (open_dealer); the rank was checked on arrival.
+  const size_t first = id.find('.');
+  const size_t second = first == std::string::npos ? first : id.find('.', first + 1);
+  const std::string secret = second == std::string::npos ? std::string() : id.substr(second + 1);
+  if (from >= member_tokens_.size() || member_tokens_[from].empty() ||
+      token_of(secret) != member_tokens_[from]) {
+    return fmt::format("a piece that claims rank {} from a connection without that member's "
+                       "secret ('{}')",
+                       from, printable(id.substr(0, std::min<size_t>(id.size(), 24))));
+  }
+  verified_ids_[from] = id;
+  return std::nullopt;
 }
 
 void ExchangePeer::set_member_keys(std::vector<std::string> keys) {
@@ -318,11 +379,12 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
 }
 
 void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& payload,
-                          const std::string& key, ExchangeOutcome& out) {
+                          const std::string& key, const std::string& id, ExchangeOutcome& out) {
   const size_t from = r.position_of(h.from);
   if (from == r.members.size() || from == r.me) {
     return refuse(out, fmt::format("a piece from rank {}, not a member", h.from));
   }
+  if (auto problem = sender_problem(id, h.from)) return refuse(out, std::move(*problem));
   if (options_.security.curve &&
       (h.from >= options_.member_keys.size() || key != options_.member_keys[h.from])) {
     return refuse(out, fmt::format("a piece that claims rank {} from a connection authenticated "
@@ -403,9 +465,11 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
   const auto h =
       parse_header(std::span(static_cast<const std::byte*>(parts[1].data()), parts[1].size()), why);
   if (!h) return refuse(out, "a piece whose header is no header: " + why);
-  if (parts[0].to_string() != std::to_string(h->from)) {
+  const std::string id = parts[0].to_string();
+  const std::string rank = std::to_string(h->from);
+  if (id != rank && !id.starts_with(rank + ".")) {
     return refuse(out, fmt::format("a piece that claims rank {} from connection '{}'", h->from,
-                                   printable(parts[0].to_string())));
+                                   printable(id)));
   }
   if (h->round < r.id) {
     ++out.stats.stale;
@@ -426,12 +490,12 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
                                      describe(h->round)));
     }
     ++out.stats.early;
-    early_.push_back(Early{*h, std::move(parts[2]), authenticated_key(parts[1])});
+    early_.push_back(Early{*h, std::move(parts[2]), authenticated_key(parts[1]), id});
     return;
   }
   // The header came off the wire (the routing id is the ROUTER's own frame)
   // and carries the connection's properties: its authenticated key.
-  accept(r, *h, std::move(parts[2]), authenticated_key(parts[1]), out);
+  accept(r, *h, std::move(parts[2]), authenticated_key(parts[1]), id, out);
 }
 
 ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
@@ -490,7 +554,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     if (e.header.round < round) {
       ++out.stats.stale;
     } else if (e.header.round == round) {
-      accept(r, e.header, std::move(e.payload), e.key, out);
+      accept(r, e.header, std::move(e.payload), e.key, e.id, out);
     } else {
       early_.push_back(std::move(e));
     }

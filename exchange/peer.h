@@ -183,6 +183,17 @@ class ExchangePeer {
   // connect() opens each outbox as a CURVE client of its rank's key.
   void set_member_keys(std::vector<std::string> keys);
 
+  // This peer's token: the digest of the secret its connections carry in
+  // their routing id (RANK.N.SECRET). Members are told it (the worker's
+  // hello, then each plan) and take pieces as this rank's only from a
+  // connection that carries the secret, so one member cannot send as
+  // another even without CURVE (a wiretap on a plain link sees the secret;
+  // CURVE hides it).
+  const std::string& token() const { return token_; }
+  // The members' tokens by rank (empty: no such rank). Empty as a whole, a
+  // piece's sender is checked by the rank in its routing id only.
+  void set_member_tokens(std::vector<std::string> tokens);
+
   // Messages over the caller's buffers that ZeroMQ still holds: zero
   // whenever exchange() has returned.
   size_t pieces_held() const { return releases_->in_flight(); }
@@ -219,6 +230,7 @@ class ExchangePeer {
     ChunkHeader header;
     zmq::message_t payload;
     std::string key;  // the sender's authenticated key (CURVE), checked when taken
+    std::string id;   // its connection's routing id, checked when taken
   };
   struct Round;
 
@@ -227,7 +239,9 @@ class ExchangePeer {
   void queue(Round& r, uint32_t to, const ChunkHeader& header, const float* data);
   bool flush(uint32_t to);
   void accept(Round& r, const ChunkHeader& header, zmq::message_t&& payload, const std::string& key,
-              ExchangeOutcome& out);
+              const std::string& id, ExchangeOutcome& out);
+  // Why a piece claiming rank `from` is not taken from connection `id`.
+  std::optional<std::string> sender_problem(const std::string& id, uint32_t from);
   void reduce_piece(Round& r, size_t piece);
   void handle(Round& r, std::vector<zmq::message_t>& parts, ExchangeOutcome& out);
   static void refuse(ExchangeOutcome& out, std::string why);
@@ -245,6 +259,11 @@ class ExchangePeer {
   std::vector<std::deque<Outgoing>> pending_;  // per rank: not yet taken by ZeroMQ
   std::vector<Early> early_;
   RoundCancel cancel_;
+  std::string secret_;  // hex, random per peer: in every routing id of its connections
+  std::string token_;   // its digest
+  uint64_t connections_opened_ = 0;
+  std::vector<std::string> member_tokens_;  // by rank
+  std::vector<std::string> verified_ids_;   // by rank: the routing id whose secret was checked
   ExchangeRound last_round_{};
   bool any_round_ = false;
 };

@@ -11,6 +11,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "exchange/sum_digest.h"
+
 namespace dctrain {
 
 std::string default_exchange_bind(const std::string& coordinator) {
@@ -152,6 +154,22 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   }
   std::vector<std::string> keys;
   if (auto problem = plan_keys(step, plan, keys)) return fail(std::move(*problem));
+  if (plan.member_tokens_size() != plan.member_ranks_size()) {
+    return fail(fmt::format(
+        "step {}: the plan names {} connection tokens for {} members; the round is refused (a "
+        "coordinator of this protocol version names one per member)",
+        step, plan.member_tokens_size(), plan.member_ranks_size()));
+  }
+  std::vector<std::string> tokens;
+  for (int i = 0; i < plan.member_ranks_size(); ++i) {
+    const uint32_t r = plan.member_ranks(i);
+    if (r >= tokens.size()) tokens.resize(r + 1);
+    tokens[r] = plan.member_tokens(i);
+  }
+  if (tokens != tokens_) {
+    peer_.set_member_tokens(tokens);
+    tokens_ = std::move(tokens);
+  }
   // Reconnect only when the group changed: a connect drops what is queued.
   if (rank != connected_rank_ || endpoints != endpoints_ || keys != keys_) {
     peer_.set_rank(rank);
@@ -198,6 +216,11 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
         step));
     log_->error("{}", report.error());
     return report;
+  }
+  if (out.ok) {
+    // What this member holds, shard by shard, for the coordinator to compare
+    // with every other member's and with the sum forwarded to it.
+    for (std::string& d : shard_digests(result, members.size())) report.add_sum_digests(std::move(d));
   }
   if (!out.ok) {
     // A member that connected before this peer admitted its key was refused

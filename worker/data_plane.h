@@ -40,6 +40,8 @@ class WorkerDataPlane {
   // bound one, or, bound on every interface (tcp://*:PORT), the address of
   // the interface that reaches the coordinator with that port.
   const std::string& endpoint() const { return endpoint_; }
+  // What the hello advertises beside the endpoint (ExchangePeer::token()).
+  const std::string& token() const { return peer_.token(); }
 
   // One round: `result` becomes the rank-order sum of every member's
   // `contribution` (this member's partial sum, [gradient | statistics]) on
@@ -80,6 +82,7 @@ class WorkerDataPlane {
   bool curve_ = false;
   std::vector<std::string> endpoints_;  // as last connected, by rank
   std::vector<std::string> keys_;       // with CURVE: as last connected, by rank
+  std::vector<std::string> tokens_;     // the members' connection tokens, by rank
   uint32_t connected_rank_ = UINT32_MAX;
 };
 

@@ -28,6 +28,7 @@ struct WorkerOptions {
   // Not a flag: the endpoint advertised in the hello (exchange_advertise, or
   // the one bound from exchange_bind).
   std::string exchange_endpoint;
+  std::string exchange_token;  // the data plane's connection token (ExchangePeer::token())
 };
 
 // Registers every flag, bound to `options`, with its default shown by --help.

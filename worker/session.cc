@@ -50,6 +50,7 @@ Message WorkerSession::hello() const {
   h.set_has_data_dir(!options_.data_dir.empty());
   *h.mutable_blas() = blas_;
   h.set_exchange_endpoint(options_.exchange_endpoint);
+  h.set_exchange_token(options_.exchange_token);
   return m;
 }
 

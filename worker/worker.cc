@@ -78,6 +78,7 @@ int run_worker(const WorkerOptions& options_in, const v1::BlasInfo& blas,
         advertise));
   }
   options.exchange_endpoint = advertise.empty() ? data_plane.endpoint() : advertise;
+  options.exchange_token = data_plane.token();
   log->debug("exchange endpoint {}", options.exchange_endpoint);
   Trainer trainer(options, process_parts(options), clock, log);
   trainer.set_data_plane(&data_plane);

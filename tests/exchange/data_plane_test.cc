@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "comm/security.h"
+#include "exchange/sum_digest.h"
 
 namespace dctrain {
 namespace {
@@ -40,6 +41,7 @@ struct Pair {
     for (uint32_t r = 0; r < planes.size(); ++r) {
       p.add_member_ranks(r);
       p.add_member_endpoints(planes[r]->endpoint());
+      p.add_member_tokens(planes[r]->token());
       if (with_keys) p.add_member_keys(keys[r]);
     }
     return p;
@@ -85,6 +87,25 @@ void expect_sum(const std::vector<v1::ExchangeReport>& reports,
     for (size_t i = 0; i < n; ++i) {
       ASSERT_EQ(b[i], 0.25f * static_cast<float>(i % 7) + -0.5f * static_cast<float>(i % 5)) << i;
     }
+  }
+  // Each member reports the digests of the sum it holds, one per shard:
+  // the same on every member, and those of the sum.
+  const std::vector<std::string> expected = shard_digests(buffers[0], reports.size());
+  for (const v1::ExchangeReport& r : reports) {
+    EXPECT_EQ(std::vector<std::string>(r.sum_digests().begin(), r.sum_digests().end()), expected);
+  }
+}
+
+TEST(ExchangeDataPlane, APlanWithoutTheMembersTokensIsRefused) {
+  Pair pair({SocketSecurity{}, SocketSecurity{}});
+  v1::ExchangePlan plan = pair.plan(false);
+  plan.clear_member_tokens();
+  auto buffers = clean_buffers(64);
+  for (const v1::ExchangeReport& r : pair.round(1, plan, buffers)) {
+    EXPECT_FALSE(r.ok());
+    EXPECT_NE(r.error().find("the plan names 0 connection tokens for 2 members"),
+              std::string::npos)
+        << r.error();
   }
 }
 

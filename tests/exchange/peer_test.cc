@@ -12,8 +12,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <set>
@@ -704,6 +707,102 @@ TEST(Exchange, APieceFromAConnectionWithoutANameIsRefusedAndTheReportStaysText) 
   v1::ExchangeReport parsed;
   EXPECT_TRUE(parsed.ParseFromString(report.SerializeAsString())) << out.error;
   EXPECT_EQ(parsed.error(), out.error);
+}
+
+TEST(Exchange, APieceAsAnotherMemberFromAConnectionWithoutItsSecretIsRefused) {
+  // Without CURVE: an intruder connects to rank 0's inbox and sends a piece
+  // as rank 1, under rank 1's bare name and under a name with a made-up
+  // secret. Rank 0 knows every member's token (as the plans name them), so
+  // it takes rank 1's pieces only from a connection carrying rank 1's
+  // secret: the intruder's are refused and the round sums what the members
+  // contributed. (Once pieces were matched by the routing id alone, and the
+  // inbox handed a routing id over to its newest connection: the intruder
+  // took rank 1's place, and every round between them failed.)
+  Group group(3, options(4 * 100, false));
+  std::vector<std::string> tokens;
+  for (auto& p : group.peers) tokens.push_back(p->token());
+  for (auto& p : group.peers) p->set_member_tokens(tokens);
+  const std::vector<uint32_t> members{0, 1, 2};
+  const size_t length = 1001;
+  const auto warm = contributions_for(3, length, 21);
+  expect_rank_order_sum(run_round(group, {1, 0}, members, warm, milliseconds(60000)), members,
+                        warm);  // every link is up
+
+  const ExchangePlan plan(length, 3, 100);
+  const PieceRange first = plan.piece(0, 0);
+  const ChunkHeader h{PieceKind::kContribution, 1, 3, members_digest(members), {2, 0}, length,
+                      100, first.offset, first.count, 11};
+  const auto header = encode_header(h);
+  const std::vector<float> forged(first.count, 1e6f);
+  zmq::context_t context;
+  std::vector<zmq::socket_t> intruders;
+  for (const char* id : {"1", "1.1.00112233445566778899aabbccddeeff"}) {
+    zmq::socket_t s(context, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::routing_id, std::string(id));
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(group.endpoints[0]);
+    s.send(zmq::buffer(header), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(forged), zmq::send_flags::none);
+    intruders.push_back(std::move(s));
+  }
+  std::this_thread::sleep_for(milliseconds(200));  // the pieces are in, kept for round 2
+
+  const auto c = contributions_for(3, length, 22);
+  const RoundRun run = run_round(group, {2, 0}, members, c, milliseconds(60000));
+  expect_rank_order_sum(run, members, c);
+  EXPECT_EQ(run.outcomes[0].stats.refused, 2u);
+  EXPECT_NE(run.outcomes[0].stats.first_refusal.find(
+                "a piece that claims rank 1 from a connection without that member's secret"),
+            std::string::npos)
+      << run.outcomes[0].stats.first_refusal;
+}
+
+TEST(Exchange, AFrameLargerThanAPieceClosesItsConnectionWithoutBeingHeld) {
+  // Two connections each send rank 0 a 64 MiB frame (pieces are 400 bytes).
+  // ZeroMQ reads the frame's size, refuses it and closes the connection
+  // before taking the body, so the process's peak memory does not grow by
+  // the frames' 128 MiB (the bound below is 32 MiB); the next round is
+  // unaffected. The frames come from one untouched mapping (the kernel's
+  // zero page): sending them adds nothing to this process's memory either.
+  const auto resident_kib = [](const char* field) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::strlen(field)));
+    }
+    return -1LL;
+  };
+  Group group(2, options(4 * 100, false));
+  const std::vector<uint32_t> members{0, 1};
+  const size_t length = 1001;
+  const auto warm = contributions_for(2, length, 31);
+  expect_rank_order_sum(run_round(group, {1, 0}, members, warm, milliseconds(60000)), members,
+                        warm);
+  const long long before = resident_kib("VmRSS:");
+
+  constexpr size_t kHuge = size_t{64} << 20;
+  void* zeros = mmap(nullptr, kHuge, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(zeros, MAP_FAILED);
+  zmq::context_t context;
+  std::vector<zmq::socket_t> senders;
+  for (const char* id : {"8", "9"}) {
+    zmq::socket_t s(context, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::routing_id, std::string(id));
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(group.endpoints[0]);
+    s.send(zmq::message_t(zeros, kHuge, nullptr, nullptr), zmq::send_flags::none);
+    senders.push_back(std::move(s));
+  }
+  std::this_thread::sleep_for(milliseconds(500));
+
+  const auto c = contributions_for(2, length, 32);
+  const RoundRun run = run_round(group, {2, 0}, members, c, milliseconds(60000));
+  expect_rank_order_sum(run, members, c);
+  const long long peak = resident_kib("VmHWM:");
+  ASSERT_GT(before, 0);
+  EXPECT_LT(peak - before, 32LL << 10) << "KiB: the frames were held";
+  senders.clear();
+  munmap(zeros, kHuge);
 }
 
 TEST(Exchange, CallerMistakesAreRefusedWithAReason) {

@@ -20,6 +20,7 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
+#include "exchange/sum_digest.h"
 #include "tests/runtime/coordinator_fixture.h"
 
 namespace dctrain {
@@ -40,9 +41,27 @@ liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_ti
 stop { max_steps: 4 }
 )";
 
+// The same run with three members: "a", "b", "c" (ranks 0, 1, 2).
+const char* kThreeMembers = R"(
+name: "exchange-commit"
+seed: 5
+workers: 3
+model { name: "mlp" image_channels: 1 image_height: 8 image_width: 8 }
+dataset { kind: "synthetic" synthetic_samples: 600 train_limit: 240 }
+optimizer { kind: "sgd" lr: 0.1 momentum: 0.9 }
+step { global_batch: 24 micro_batch: 4 tau: inf }
+data_plane { kind: "exchange" timeout_seconds: 2 }
+liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_timeout_seconds: 120 }
+stop { max_steps: 4 }
+)";
+
 class ExchangeCommitTest : public testing::CoordinatorFixture {
  protected:
-  ExchangeCommitTest() : CoordinatorFixture(kConfig, "exchange-commit") { order = {"a", "b"}; }
+  ExchangeCommitTest() : ExchangeCommitTest(kConfig, {"a", "b"}) {}
+  ExchangeCommitTest(const char* config_text, std::vector<std::string> members)
+      : CoordinatorFixture(config_text, "exchange-commit") {
+    order = std::move(members);
+  }
 
   // "a" (rank 0) and "b" (rank 1) join with an exchange endpoint each and
   // take their welcomes; returns each one's plan of step 0.
@@ -51,6 +70,7 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
     for (const std::string& name : order) {
       Message hello = workers.at(name).hello();
       hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
+      hello.envelope.mutable_hello()->set_exchange_token(std::string(16, 't'));
       coordinator->handle(as_received(name, std::move(hello)), now);
     }
     for (const std::string& name : order) {
@@ -109,7 +129,29 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
     x.set_attempt(plan.envelope.plan().exchange().attempt());
     x.set_samples(24);
     x.set_sends_sum(sends_sum);
+    set_digests(m, static_cast<size_t>(plan.envelope.plan().exchange().member_ranks_size()));
     return m;
+  }
+
+  // The same report under the redo's attempt: the contribution as computed
+  // for `first`, the digests of a round of the redo's members.
+  Message redo_report(const std::string& name, const Message& first, const Message& redo) {
+    Message m = report(name, first, true);
+    m.envelope.mutable_contribution()->mutable_exchange()->set_attempt(
+        redo.envelope.plan().exchange().attempt());
+    set_digests(m, static_cast<size_t>(redo.envelope.plan().exchange().member_ranks_size()));
+    return m;
+  }
+
+  // The digests of the round's sum (summed, statistics) in a round of
+  // `members`, as every member holds it.
+  void set_digests(Message& report, size_t members) {
+    if (summed.empty()) fill_sum();
+    std::vector<float> whole = summed;
+    whole.insert(whole.end(), statistics.begin(), statistics.end());
+    v1::ExchangeReport& x = *report.envelope.mutable_contribution()->mutable_exchange();
+    x.clear_sum_digests();
+    for (std::string& d : shard_digests(whole, members)) x.add_sum_digests(std::move(d));
   }
 
   // A member's report of a round that failed: it did not get the
@@ -348,8 +390,7 @@ TEST_F(ExchangeCommitTest, AMemberTakenOutOfItsRoundsStepAfterStepIsReleasedWhen
     ASSERT_EQ(redo.envelope.step(), step);
     ASSERT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
     // The contribution a computed, reported again under the redo's attempt.
-    Message again = report("a", latest["a"], true);
-    again.envelope.mutable_contribution()->mutable_exchange()->set_attempt(1);
+    Message again = redo_report("a", latest["a"], redo);
     receive("a", std::move(again));
     receive("a", sum("a", step, 1));
     ASSERT_EQ(coordinator->step(), step + 1);
@@ -365,6 +406,7 @@ TEST_F(ExchangeCommitTest, AMemberTakenOutOfItsRoundsStepAfterStepIsReleasedWhen
     EXPECT_TRUE(asked.envelope.error().rejoin());
     Message hello = workers.at("b").hello();
     hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
+    hello.envelope.mutable_hello()->set_exchange_token(std::string(16, 't'));
     receive("b", std::move(hello));
   };
 
@@ -427,8 +469,7 @@ TEST_F(ExchangeCommitTest, AMemberThatDiesWhileTheOtherWaitsInTheRoundEndsTheRou
   EXPECT_EQ(coordinator->step(), 0u);
   EXPECT_EQ(count(take("a"), v1::Envelope::kPlan), 0u);
   // The redone round: a alone.
-  Message again = report("a", first["a"], true);
-  again.envelope.mutable_contribution()->mutable_exchange()->set_attempt(1);
+  Message again = redo_report("a", first["a"], redo);
   receive("a", std::move(again));
   receive("a", sum("a", 0, 1));
   ASSERT_EQ(coordinator->step(), 1u) << log.text.str();
@@ -607,6 +648,135 @@ TEST_F(ExchangeCommitTest, APeersTextGoesToTheLogCutToItsLimit) {
                       2),
             "a... (4 bytes in all)");
   EXPECT_EQ(peer_text("short"), "short");
+}
+
+// A sum whose values are not the members' (finite: 1e6 everywhere), as a
+// forger would forward it.
+Message forged_sum(const std::string& name, uint64_t step, size_t gradient, size_t buffers) {
+  Message m;
+  m.envelope = make_envelope(step, name);
+  m.envelope.mutable_exchange_sum()->set_attempt(0);
+  add_tensor(m, "gradient", std::vector<float>(gradient, 1e6f));
+  if (buffers > 0) add_tensor(m, "statistics", std::vector<float>(buffers, 1e6f));
+  return m;
+}
+
+TEST_F(ExchangeCommitTest, ALowestMembersForgedSumIsRefusedAndTheNextMembersSumIsApplied) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  receive("a", report("a", first["a"], true));
+  receive("b", report("b", first["b"], false));
+  const v1::Update commit = only("b", v1::Envelope::kUpdate).envelope.update();
+  take("a");
+  receive("a", forged_sum("a", 0, summed.size(), statistics.size()));
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("worker 'a' (rank 0) sent no usable sum of the round: its sum differs from "
+                      "the sum the round's members hold (the digests of 2 of 2 shards differ"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("worker 'a' (rank 0) failed its exchange round (it forwarded a sum that "
+                      "differs from the one the members hold): 1 in a row"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(coordinator->step(), 0u) << "the step waits for the members' sum";
+  ASSERT_EQ(only("b", v1::Envelope::kSumRequest).envelope.sum_request().attempt(), 0u);
+
+  receive("b", sum("b", 0));
+  EXPECT_EQ(coordinator->step(), 1u);
+  EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commit)) << "the members' sum";
+  EXPECT_EQ(coordinator->totals().samples_completed(), 24u);
+  EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
+}
+
+TEST_F(ExchangeCommitTest, AForgedSumThatComesBeforeTheCommitIsRefusedAndTheNextMemberAskedAtIt) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  receive("a", report("a", first["a"], true));
+  receive("a", forged_sum("a", 0, summed.size(), statistics.size()));
+  take("a");
+  receive("b", report("b", first["b"], false));
+  // The commit, and at once the request: the lowest member's sum was refused.
+  const std::vector<Message> to_b = take("b");
+  EXPECT_EQ(count(to_b, v1::Envelope::kUpdate), 1u);
+  EXPECT_EQ(count(to_b, v1::Envelope::kSumRequest), 1u);
+  receive("b", sum("b", 0));
+  EXPECT_EQ(coordinator->step(), 1u);
+  EXPECT_EQ(coordinator->totals().samples_completed(), 24u);
+}
+
+TEST_F(ExchangeCommitTest, AReportOkWithoutADigestPerShardIsRefused) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  Message r = report("b", first["b"], false);
+  r.envelope.mutable_contribution()->mutable_exchange()->mutable_sum_digests()->RemoveLast();
+  receive("b", std::move(r));
+  EXPECT_NE(log.text.str().find("its exchange report says ok with 1 sum digests in a round of 2 "
+                                "shards"),
+            std::string::npos)
+      << log.text.str();
+  EXPECT_EQ(coordinator->totals().samples_completed(), 0u);
+}
+
+class ExchangeThreeMembersTest : public ExchangeCommitTest {
+ protected:
+  ExchangeThreeMembersTest() : ExchangeCommitTest(kThreeMembers, {"a", "b", "c"}) {}
+
+  // `name`'s report with its digest of `shard` changed: it holds (or says
+  // it holds) another sum of that shard.
+  Message report_with_other_shard(const std::string& name, const Message& plan, size_t shard) {
+    Message r = report(name, plan, name == "a");
+    std::string& d = (*r.envelope.mutable_contribution()->mutable_exchange()->mutable_sum_digests())
+        [static_cast<int>(shard)];
+    d[0] = static_cast<char>(d[0] ^ 1);
+    return r;
+  }
+};
+
+TEST_F(ExchangeThreeMembersTest, MembersThatHoldAnotherSumOfAShardAreNotCommittedAndTheRoundRedone) {
+  // c (rank 2) sent b another sum of its shard than it sent a, or b says so:
+  // one member's word cannot tell which, so both are out of the step, and
+  // the round is redone by a alone; neither counts a failed round.
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  receive("a", report("a", first["a"], true));
+  receive("b", report_with_other_shard("b", first["b"], 2));
+  receive("c", report("c", first["c"], false));
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("step 0: the members do not hold the same sum: the digest of the shard of "
+                      "worker 'c' (rank 2) differs on ranks 1; it is not committed"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("failed its exchange round"), std::string::npos) << text;
+  EXPECT_EQ(count(take("b"), v1::Envelope::kUpdate), 0u) << "no commit";
+  EXPECT_EQ(count(take("c"), v1::Envelope::kUpdate), 0u);
+  const Message redo = only("a", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  ASSERT_EQ(redo.envelope.plan().exchange().member_ranks_size(), 1);
+  EXPECT_EQ(redo.envelope.plan().exchange().member_ranks(0), 0u);
+
+  receive("a", redo_report("a", first["a"], redo));
+  receive("a", sum("a", 0, 1));
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  // Only a's work is in the step; b's and c's is requeued.
+  EXPECT_EQ(coordinator->totals().samples_completed(), samples_of(first["a"]).size());
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+}
+
+TEST_F(ExchangeThreeMembersTest, AShardOwnerThatTwoMembersContradictCountsAFailedRound) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  receive("a", report_with_other_shard("a", first["a"], 2));
+  receive("b", report_with_other_shard("b", first["b"], 2));
+  receive("c", report("c", first["c"], false));
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("worker 'c' (rank 2) failed its exchange round (2 members hold another sum "
+                      "of its shard): 1 in a row"),
+            std::string::npos)
+      << text;
+  // Everyone is out of the step: it is dropped and its work requeued.
+  EXPECT_EQ(coordinator->step(), 1u) << text;
+  EXPECT_EQ(coordinator->totals().samples_completed(), 0u);
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
 }
 
 }  // namespace

@@ -167,22 +167,29 @@ TEST(GuardProcesses, ExchangeSumHoldingHugeOrNanValuesIsDiscardedOnEveryReplicaA
   }
 }
 
-TEST(GuardProcesses, ExchangeLowestMemberForwardingAForgedSumIsNotAppliedAndTheWorkersResync) {
-  // The coordinator checks the forwarded sum's values only when it applies
-  // it, after the commit: the honest members have applied theirs by then.
+TEST(GuardProcesses, ExchangeLowestMemberForwardingAForgedSumIsRefusedAndTheNextMemberSendsIt) {
+  // The forger sums honestly, reports the digests of the sum every member
+  // holds, and forwards a finite sum of its own (1e6 everywhere, which the
+  // coordinator once applied: evaluation loss 2e12). The coordinator
+  // compares the forwarded sum's digests with those the members reported,
+  // refuses it, names its sender and asks the next member, whose sum it
+  // applies: no replica differs, nothing is lost.
   GuardRun run("exchange-forged-sum", exchange_config("stop { max_epochs: 2 }"));
-  run_with_peer_lowest(run, {"--poison-step", "0", "--value", "nan", "--forge-sum", "1",
+  run_with_peer_lowest(run, {"--poison-step", "0", "--value", "1e6", "--forge-sum", "1",
                              "--leave-after-poison", "1"});
 
   const std::string log = run.log();
-  EXPECT_NE(log.find("step 0: the sum forwarded by 'peer' holds NaN, infinite or overflowing "
-                     "values although every member of the round found its own copy usable"),
+  EXPECT_NE(log.find("step 0: worker 'peer' (rank 0) sent no usable sum of the round: its sum "
+                     "differs from the sum the round's members hold"),
             std::string::npos)
       << log;
+  EXPECT_NE(log.find("(rank 1) for the round's sum"), std::string::npos) << log;
   const v1::RunSummary summary = run.summary();
-  EXPECT_GE(summary.checksum_mismatches(), 2u) << "w0 and w1 resync to the coordinator's replica";
+  EXPECT_EQ(summary.checksum_mismatches(), 0u) << "the stand-in's sum is the members' sum";
   expect_two_epochs_exactly_once(summary);
   const MetricsRecords records = run.records();
+  ASSERT_FALSE(records.steps.empty());
+  EXPECT_TRUE(records.steps.front().applied()) << records.steps.front().ShortDebugString();
   ASSERT_FALSE(records.evals.empty());
   for (const v1::EvalRecord& e : records.evals) {
     EXPECT_TRUE(std::isfinite(e.eval_loss())) << e.ShortDebugString();

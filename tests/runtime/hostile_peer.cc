@@ -23,8 +23,9 @@
 // replica checksum is the plan's, right only while no update is pending,
 // so it poisons step 0 or every step (--poison-every-step), and
 // --leave-after-poison says bye once it has. With --forge-sum it contributes
-// honestly (nothing) and poisons only the sum it forwards as the round's
-// lowest member: V everywhere in place of the members' sum. With
+// honestly (nothing), reports the digests of the sum it holds, and poisons
+// only the sum it forwards as the round's lowest member: V everywhere in
+// place of the members' sum. With
 // --die-before-sum, as the lowest member of step 0's round, it reports the
 // round ok and exits at once, without the sum it said would follow (nor a
 // bye). It answers the coordinator's request for a round's sum with the
@@ -44,6 +45,7 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "exchange/peer.h"
+#include "exchange/sum_digest.h"
 #include "proto/wire.pb.h"
 
 namespace {
@@ -133,6 +135,7 @@ int main(int argc, char** argv) {
   if (!exchange_bind.empty()) {
     exchange = std::make_unique<dctrain::ExchangePeer>(0, exchange_bind);
     hello.envelope.mutable_hello()->set_exchange_endpoint(exchange->endpoint());
+    hello.envelope.mutable_hello()->set_exchange_token(exchange->token());
   }
   send(socket, std::move(hello));
 
@@ -244,6 +247,11 @@ int main(int argc, char** argv) {
           report.set_samples(out.samples);
           report.set_attempt(x.attempt());
           if (out.ok) {
+            // The digests of the sum it holds, as an honest member's: a
+            // forged forwarded sum below is then told apart by them.
+            for (std::string& d : dctrain::shard_digests(buffer, members.size())) {
+              report.add_sum_digests(std::move(d));
+            }
             sum = buffer;
             sum_step = e.step();
             sum_attempt = x.attempt();

@@ -1,0 +1,59 @@
+#include "exchange/sum_digest.h"
+
+#include <fmt/format.h>
+#include <sodium.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace dctrain {
+
+std::vector<std::string> shard_digests(std::span<const float> sum, size_t members) {
+  return shard_digests({std::as_bytes(sum)}, members);
+}
+
+std::vector<std::string> shard_digests(const std::vector<std::span<const std::byte>>& pieces,
+                                       size_t members) {
+  if (members == 0) throw std::invalid_argument("shard_digests: a round of no members");
+  size_t bytes = 0;
+  for (const auto& p : pieces) bytes += p.size();
+  if (bytes % sizeof(float) != 0) {
+    throw std::invalid_argument(fmt::format("shard_digests: {} bytes are no whole floats", bytes));
+  }
+  // The shard bounds do not depend on the piece size.
+  const ExchangePlan plan(bytes / sizeof(float), members, 1);
+  std::vector<std::string> out(members, std::string(kSumDigestBytes, '\0'));
+  size_t piece = 0, offset = 0;  // the cursor over `pieces`
+  for (size_t s = 0; s < members; ++s) {
+    size_t left = (plan.shard_end(s) - plan.shard_begin(s)) * sizeof(float);
+    crypto_generichash_state state;
+    crypto_generichash_init(&state, nullptr, 0, kSumDigestBytes);
+    while (left > 0) {
+      const std::span<const std::byte> p = pieces[piece];
+      const size_t n = std::min(left, p.size() - offset);
+      crypto_generichash_update(&state, reinterpret_cast<const unsigned char*>(p.data() + offset),
+                                n);
+      left -= n;
+      offset += n;
+      if (offset == p.size()) {
+        ++piece;
+        offset = 0;
+      }
+    }
+    crypto_generichash_final(&state, reinterpret_cast<unsigned char*>(out[s].data()),
+                             kSumDigestBytes);
+  }
+  return out;
+}
+
+std::vector<size_t> differing_shards(const std::vector<std::string>& a,
+                                     const std::vector<std::string>& b) {
+  std::vector<size_t> out;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t s = 0; s < n; ++s) {
+    if (a.size() != b.size() || a[s] != b[s]) out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace dctrain
