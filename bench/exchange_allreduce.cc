@@ -7,7 +7,7 @@
 //
 //   build/release/bench/bench_exchange_allreduce --world 4 --bytes 18350080
 //       [--algorithm direct|star|ring] [--iters 30] [--warmup 5]
-//       [--piece-kib 1024] [--copy] [--io-threads 2] [--untuned] [--profile]
+//       [--piece-kib 1024] [--copy] [--io-threads 2] [--untuned] [--profile] [--digest]
 //
 // The parent forks W ranks (before any ZeroMQ context exists), passes each
 // the others' endpoints through pipes and collects every rank's time per
@@ -15,7 +15,10 @@
 // iteration's time is that of its slowest rank, and the median is over
 // iterations. Every rank checks every result against the exact sum (the
 // contributions are small multiples of 1/4, so every order gives the same
-// exact value) and the run fails if one differs.
+// exact value) and the run fails if one differs. With --digest (direct), each
+// peer digests the sum as its pieces land, as a worker's does for its report
+// (ExchangeOptions::digest_sum, on in the programs): run with and without
+// to see what that costs.
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +57,7 @@ struct Args {
   int warmup = 5;
   size_t piece_kib = 1024;
   bool copy = false;
+  bool digest = false;
   bool profile = false;
   int io_threads = 2;
   bool untuned = false;
@@ -90,6 +94,7 @@ class Direct : public Allreduce {
     o.copy_sends = args.copy;
     o.io_threads = args.io_threads;
     o.tune_allocator = false;  // run_rank decides, for every algorithm alike
+    o.digest_sum = args.digest;
     return o;
   }
   std::string endpoint() override { return peer_.endpoint(); }
@@ -421,6 +426,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 16384))
       ->capture_default_str();
   app.add_flag("--copy", args.copy, "copy pieces into messages instead of zero-copy sends");
+  app.add_flag("--digest", args.digest,
+               "direct: digest the sum as its pieces land, as a worker's peer does");
   app.add_option("--io-threads", args.io_threads, "ZeroMQ I/O threads per rank")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();

@@ -10,8 +10,9 @@
 // gradient per step whatever N. The coordinator decides once for everyone,
 // since members can disagree on a round (one that dies after sending its
 // sum to some): the round is committed only if every planned member
-// reported success, and it is committed on the reports alone, while the sum
-// is still on its way; the step closes (and the next plans go out) once the
+// reported success and their digests of the sum agree, and it is committed
+// on the reports alone, while the sum is still on its way (a forwarded sum
+// is taken only with those digests); the step closes (and the next plans go out) once the
 // sum is in. Should the lowest member die before its sum arrives, another
 // member is asked for it (each holds the sum as summed until its next
 // round, which needs the next plans); with no member left, the committed
@@ -144,7 +145,7 @@ std::optional<std::string> Coordinator::exchange_report_problem(const Message& r
     }
     return std::nullopt;
   };
-  if (x.ok()) {
+  if (x.ok() && config_.data_plane().check_sums()) {
     // One digest per shard of the round: what the agreement compares.
     if (x.sum_digests_size() != static_cast<int>(exchange_members_.size())) {
       return fmt::format("its exchange report says ok with {} sum digests in a round of {} shards",
@@ -221,6 +222,7 @@ std::optional<std::string> Coordinator::forwarded_sum_problem(uint32_t rank, con
   // The sender's own report says what it holds; the commit waits until every
   // member's report says the same (refuse_disagreeing_sums), so a sum that
   // matches it is the sum every member applies.
+  if (!config_.data_plane().check_sums()) return std::nullopt;
   const v1::ExchangeReport& x = planned_.at(rank).contribution->exchange();
   std::vector<std::span<const std::byte>> pieces = tensor_bytes(sum, 0);
   if (replica_.buffer_count() > 0) {
@@ -238,7 +240,9 @@ std::optional<std::string> Coordinator::forwarded_sum_problem(uint32_t rank, con
 }
 
 bool Coordinator::refuse_disagreeing_sums(double now) {
-  if (committed_ahead_ || !exchange_reports_ok()) return false;
+  if (committed_ahead_ || !exchange_reports_ok() || !config_.data_plane().check_sums()) {
+    return false;
+  }
   // Every member holds the sum of every shard as its owner sent it: the
   // members' digests agree unless an owner sent different sums to different
   // members (or a member misreports what it holds). For each shard on which

@@ -12,6 +12,7 @@
 
 #include "comm/transport.h"
 #include "common/usable_values.h"
+#include "exchange/sum_digest.h"
 
 namespace dctrain {
 
@@ -168,6 +169,8 @@ struct ExchangePeer::Round {
   std::vector<std::optional<uint64_t>> result_samples;  // the totals the owners reported
   std::vector<bool> conflict;
   std::string first_conflict;
+  // The sum's digests, taken as its pieces land (ExchangeOptions::digest_sum).
+  std::optional<ShardDigester> digester;
   // A piece of the result (summed here or received) held a value that is not
   // usable().
   bool unusable = false;
@@ -375,6 +378,7 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
   for (size_t m = 0; m < r.members.size(); ++m) {
     if (m != r.me) queue(r, r.members[m], h, r.result.data() + p.offset);
   }
+  if (r.digester) r.digester->landed(r.me, k);  // after the sends: they go first
   if (++r.pieces_reduced == r.inputs.size()) r.stats->reduced_after = Clock::now() - r.start;
 }
 
@@ -446,6 +450,7 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
     r.unusable = r.unusable || !usable(sum);
   }
   r.result_in[from][*k] = true;
+  if (r.digester) r.digester->landed(from, *k);
   --r.results_missing[from];
   if (--r.results_missing_total == 0) out.stats.gathered_after = Clock::now() - r.start;
   ++out.stats.pieces_received;
@@ -545,6 +550,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   r.own_samples = samples;
   r.stats = &out.stats;
   r.start = start;
+  if (options_.digest_sum) r.digester.emplace(r.plan, result);
   const size_t n = members.size();
 
   // Pieces of earlier rounds are dropped, this round's taken, later ones kept.
@@ -566,6 +572,9 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     sum_in_order(own, contribution.size(), result.data());
     r.unusable = !usable(result);
     r.pieces_reduced = r.inputs.size();
+    if (r.digester) {
+      for (size_t k = 0; k < r.plan.pieces(0); ++k) r.digester->landed(0, k);
+    }
   } else {
     // Piece k to every other member before piece k + 1 to any, starting
     // with the next member, so every owner can begin summing early.
@@ -705,6 +714,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     if (r.results_missing[m] > 0) out.missing_results.push_back(members[m]);
   }
   out.ok = out.complete && out.not_reading.empty() && out.conflicting.empty();
+  if (out.ok && r.digester) out.shard_digests = r.digester->digests();
   out.elapsed = Clock::now() - start;
   if (r.all_heard) out.all_heard_after = *r.all_heard - start;
   if (out.ok) return out;

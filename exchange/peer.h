@@ -74,6 +74,9 @@ struct ExchangeOptions {
   // buffers ZeroMQ allocates for received pieces are reused, not mapped
   // fresh and page-faulted for every piece.
   bool tune_allocator = true;
+  // Digest the sum as its pieces land (ExchangeOutcome::shard_digests, what
+  // a worker reports); off only to measure what that costs.
+  bool digest_sum = true;
   // CURVE on the data plane, as on the control plane (comm/security.h):
   // `security.own` is this peer's key pair; its inbox is a CURVE server
   // admitting only `allowed_keys` (a ZapHandler in the peer's context), and
@@ -136,6 +139,9 @@ struct ExchangeOutcome {
   std::vector<uint32_t> conflicting;
 
   std::string error;  // empty when ok; otherwise where, what, and what to do
+  // When ok (and ExchangeOptions::digest_sum): shard_digests() of the result
+  // (exchange/sum_digest.h), taken while its pieces landed.
+  std::vector<std::string> shard_digests;
   ExchangeStats stats;
   std::chrono::nanoseconds elapsed{0};
   // From the start of exchange() to the moment every other member had been
@@ -216,6 +222,9 @@ class ExchangePeer {
                            std::span<const float> contribution, uint64_t samples,
                            std::span<float> result, std::chrono::steady_clock::time_point deadline,
                            std::chrono::nanoseconds after_all_heard = {});
+
+  // ExchangeOptions::digest_sum, from the next round on.
+  void set_digest_sum(bool digest) { options_.digest_sum = digest; }
 
   // Ends rounds from another thread (the worker's session): see RoundCancel.
   RoundCancel& cancel() { return cancel_; }

@@ -46,6 +46,51 @@ std::vector<std::string> shard_digests(const std::vector<std::span<const std::by
   return out;
 }
 
+struct ShardDigester::Hashes {
+  std::vector<crypto_generichash_state> states;  // by shard
+  std::vector<std::vector<bool>> in;             // by shard, by piece
+  std::vector<size_t> next;                      // by shard: the first piece not hashed yet
+};
+
+ShardDigester::ShardDigester(const ExchangePlan& plan, std::span<const float> result)
+    : plan_(plan), result_(result), hashes_(std::make_unique<Hashes>()) {
+  const size_t shards = plan.members();
+  hashes_->states.resize(shards);
+  hashes_->in.resize(shards);
+  hashes_->next.assign(shards, 0);
+  for (size_t s = 0; s < shards; ++s) {
+    crypto_generichash_init(&hashes_->states[s], nullptr, 0, kSumDigestBytes);
+    hashes_->in[s].assign(plan.pieces(s), false);
+  }
+}
+
+ShardDigester::~ShardDigester() = default;
+
+void ShardDigester::landed(size_t shard, size_t index) {
+  Hashes& h = *hashes_;
+  h.in[shard][index] = true;
+  for (size_t& k = h.next[shard]; k < h.in[shard].size() && h.in[shard][k]; ++k) {
+    const PieceRange p = plan_.piece(shard, k);
+    const std::span<const std::byte> bytes = std::as_bytes(result_.subspan(p.offset, p.count));
+    crypto_generichash_update(&h.states[shard],
+                              reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  }
+}
+
+std::vector<std::string> ShardDigester::digests() {
+  Hashes& h = *hashes_;
+  std::vector<std::string> out(h.states.size(), std::string(kSumDigestBytes, '\0'));
+  for (size_t s = 0; s < h.states.size(); ++s) {
+    if (h.next[s] != h.in[s].size()) {
+      throw std::logic_error(fmt::format("ShardDigester: shard {} has {} of {} pieces", s,
+                                         h.next[s], h.in[s].size()));
+    }
+    crypto_generichash_final(&h.states[s], reinterpret_cast<unsigned char*>(out[s].data()),
+                             kSumDigestBytes);
+  }
+  return out;
+}
+
 std::vector<size_t> differing_shards(const std::vector<std::string>& a,
                                      const std::vector<std::string>& b) {
   std::vector<size_t> out;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +31,30 @@ std::vector<std::string> shard_digests(std::span<const float> sum, size_t member
 // statistics]), taken in order as one buffer of floats.
 std::vector<std::string> shard_digests(const std::vector<std::span<const std::byte>>& pieces,
                                        size_t members);
+
+// The same digests taken while a round's pieces land in `result`, in any
+// order: a shard's hash takes its pieces in order, each as soon as the ones
+// before it are in (a piece that lands early waits in `result` for its
+// turn), so the hashing overlaps the round's waits and reads each piece
+// while it is likely still in cache.
+class ShardDigester {
+ public:
+  ShardDigester(const ExchangePlan& plan, std::span<const float> result);
+  ~ShardDigester();
+  ShardDigester(const ShardDigester&) = delete;
+  ShardDigester& operator=(const ShardDigester&) = delete;
+
+  // Piece `index` of shard `shard` is in `result` (each piece once).
+  void landed(size_t shard, size_t index);
+  // Once every piece has landed: shard_digests() of `result`.
+  std::vector<std::string> digests();
+
+ private:
+  struct Hashes;
+  const ExchangePlan& plan_;
+  std::span<const float> result_;
+  std::unique_ptr<Hashes> hashes_;
+};
 
 // The shards (in shard order) on which two lists of digests differ; all of
 // them when the lists differ in length.

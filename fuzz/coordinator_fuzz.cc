@@ -4,8 +4,12 @@
 // outbox, as tests/runtime/coordinator_test.cc drives it. A fresh
 // coordinator per input (its run folder is reused). What must hold: it
 // never throws, crashes or trips a sanitizer; whatever it sent decodes.
+// The input's first byte picks the run: the star data plane, or the
+// exchange (whose reports, digests, sums and blame the script then reaches).
 // The seeds are real runs (fuzz/seeds.cc): hellos, readies and contributions
-// with their gradient frames, so mutations start deep in a run.
+// with their gradient frames on the star; on the exchange, hellos with
+// endpoints and tokens, readies, round reports and sums; so mutations start
+// deep in a run.
 #include <cstdio>
 #include <cstdlib>
 
@@ -19,9 +23,10 @@ namespace dctrain::fuzz {
 namespace {
 
 struct Fixture {
-  v1::RunConfig config = run_config();
-  std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, "");
-  uint64_t train_size = train_samples(config, *train);
+  v1::RunConfig star = run_config();
+  v1::RunConfig exchange = exchange_run_config();
+  std::unique_ptr<Dataset> train = open_dataset(star, Split::kTrain, "");
+  uint64_t train_size = train_samples(star, *train);
   std::filesystem::path run_dir = scratch_dir("coordinator");
   std::shared_ptr<spdlog::logger> log = quiet_logger();
 };
@@ -47,7 +52,11 @@ void check_sent(testing::RecordingOutbox& outbox) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dctrain;
   static fuzz::Fixture fixture;  // once per process: config, data, run folder
-  v1::RunConfig config = fixture.config;
+  if (size == 0) return 0;
+  const bool exchange = data[0] == static_cast<uint8_t>(fuzz::Plane::kExchange);
+  ++data;
+  --size;
+  v1::RunConfig config = exchange ? fixture.exchange : fixture.star;
   resolve_step_budget(config, fixture.train_size);  // as the program does
   Replica replica(testing::softmax_for(config), config.optimizer());
   testing::RecordingOutbox outbox;

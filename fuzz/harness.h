@@ -56,6 +56,20 @@ inline v1::RunConfig run_config() {
   return config;
 }
 
+// The same run on the data plane "exchange", whose workers' side the seeds
+// play by hand (fuzz/seeds.cc): reports of the rounds, sums, no gradients.
+inline v1::RunConfig exchange_run_config() {
+  v1::RunConfig config = parse_run_config(kRunConfig, "fuzz run");
+  config.mutable_data_plane()->set_kind("exchange");
+  config.mutable_data_plane()->set_timeout_seconds(2);
+  finalize_run_config(config);
+  return config;
+}
+
+// The coordinator target's first byte: which of the two runs the script
+// drives.
+enum class Plane : uint8_t { kStar = 0, kExchange = 1 };
+
 // The names of the four peers a script speaks as (the run has three
 // workers; the fourth is one too many).
 inline std::string peer_name(uint8_t peer) {

@@ -6,7 +6,9 @@
 // passed between them until the run finishes. From that run:
 //   coordinator/   the script of everything the workers sent it (hellos,
 //                  readies, contributions with their gradient frames), and
-//                  each step's prefix of it
+//                  each step's prefix of it; the same of a run on the
+//                  exchange, whose workers' side is played by hand (round
+//                  reports with digests, sums)
 //   session/       the script of everything worker 'a' was sent (welcome,
 //                  plans, updates, bye), and a heartbeat / rejoin / refusal
 //   envelope/      every kind of message, one per file
@@ -23,9 +25,13 @@
 #include <map>
 #include <set>
 
+#include "comm/envelope.h"
+#include "comm/framing.h"
 #include "common/files.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
+#include "exchange/chunk.h"
+#include "exchange/sum_digest.h"
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
 #include "runtime/setup.h"
@@ -133,6 +139,112 @@ Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
   return r;
 }
 
+// The exchange run: the coordinator for real, the workers' side played by
+// hand as tests/runtime/exchange_commit_test.cc plays it. Each worker says
+// hello with an endpoint and a token, answers its welcome (FakeWorker) and
+// every plan with its round reported ok (every planned micro-batch done,
+// the digests of one fixed sum); the lowest member sends that sum.
+Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir) {
+  v1::RunConfig config = exchange_run_config();
+  const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, "");
+  const uint64_t train_size = train_samples(config, *train);
+  resolve_step_budget(config, train_size);
+  Replica replica(testing::softmax_for(config), config.optimizer());
+  testing::RecordingOutbox outbox;
+  double now = 0.0;
+  CoordinatorSetup setup{config, train_size, run_dir, std::nullopt, std::nullopt};
+  Coordinator coordinator(setup, replica, nullptr, outbox, quiet_logger(), [&now] { return now; });
+  std::map<std::string, testing::FakeWorker> workers;
+  for (const char* name : {"a", "b", "c"}) workers.emplace(name, testing::FakeWorker(name, *train));
+  std::vector<float> sum(replica.parameter_count() + replica.buffer_count());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = 0.001f * static_cast<float>(i % 97);
+
+  Recorded r;
+  const auto to_coordinator = [&](const std::string& peer, const Message& m) {
+    if (r.kinds.insert(m.envelope.body_case()).second) corpus.add("envelope", as_parts(m));
+    add_script_action(r.coordinator_script, peer, m, 0.01);
+    now += 0.01;
+    coordinator.handle(testing::as_received(peer, testing::copy_of(m)), now);
+  };
+  const auto round_report = [&](const std::string& name, const Message& plan) {
+    const v1::ExchangePlan& x = plan.envelope.plan().exchange();
+    Message m;
+    m.envelope = make_envelope(plan.envelope.step(), name);
+    v1::Contribution& c = *m.envelope.mutable_contribution();
+    uint64_t samples = 0;
+    for (const v1::MicroBatch& mb : plan.envelope.plan().micro_batches()) {
+      v1::MicroBatchTime& t = *c.add_completed();
+      t.set_id(mb.id());
+      t.set_compute_seconds(0.01);
+      samples += static_cast<uint64_t>(mb.samples_size());
+    }
+    c.set_samples(samples);
+    c.set_loss_terms(samples);
+    c.set_loss_sum(2.3 * static_cast<double>(samples));
+    c.set_compute_seconds(0.01);
+    c.set_parameter_checksum(replica.parameter_checksum());
+    v1::ExchangeReport& report = *c.mutable_exchange();
+    report.set_ok(true);
+    report.set_attempt(x.attempt());
+    report.set_samples(samples);
+    report.set_heard_from_all(true);
+    report.set_round_seconds(0.02);
+    report.set_sends_sum(name == "a");
+    for (std::string& d : shard_digests(sum, static_cast<size_t>(x.member_ranks_size()))) {
+      report.add_sum_digests(std::move(d));
+    }
+    return m;
+  };
+  for (const char* name : {"a", "b", "c"}) {
+    Message hello = workers.at(name).hello();
+    hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
+    hello.envelope.mutable_hello()->set_exchange_token(std::string(kExchangeTokenBytes, 't'));
+    to_coordinator(name, hello);
+  }
+  uint64_t last_step = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (auto& [name, worker] : workers) {
+      std::deque<Message>& queue = outbox.inbox[name];
+      while (!queue.empty()) {
+        Message m = std::move(queue.front());
+        queue.pop_front();
+        moved = true;
+        if (r.kinds.insert(m.envelope.body_case()).second) corpus.add("envelope", as_parts(m));
+        if (m.envelope.step() != last_step) {
+          r.coordinator_prefixes.push_back(r.coordinator_script);
+          last_step = m.envelope.step();
+        }
+        if (m.envelope.body_case() == v1::Envelope::kWelcome) {
+          for (const Message& answer : worker.deliver(m)) to_coordinator(name, answer);
+        } else if (m.envelope.body_case() == v1::Envelope::kPlan) {
+          to_coordinator(name, round_report(name, m));
+          if (name == "a") {
+            Message forwarded;
+            forwarded.envelope = make_envelope(m.envelope.step(), name);
+            forwarded.envelope.mutable_exchange_sum()->set_attempt(
+                m.envelope.plan().exchange().attempt());
+            const std::span<const float> values(sum);
+            add_tensor(forwarded, "gradient", values.first(replica.parameter_count()));
+            if (replica.buffer_count() > 0) {
+              add_tensor(forwarded, "statistics", values.subspan(replica.parameter_count()));
+            }
+            to_coordinator(name, forwarded);
+          }
+        }
+      }
+    }
+    write_action(r.coordinator_script, Kind::kTick, 0, 0.01);
+    now += 0.01;
+    coordinator.tick(now);
+  }
+  if (!coordinator.finished() || coordinator.exit_code() != 0) {
+    throw std::runtime_error(fmt::format("the exchange seed run did not finish cleanly: {}",
+                                         coordinator.stop_reason()));
+  }
+  return r;
+}
+
 Message from_coordinator() {
   Message m;
   m.envelope = make_envelope(1, "coordinator");
@@ -153,8 +265,19 @@ void write_seeds(const fs::path& out) {
   Corpus corpus(out);
   const fs::path run_dir = scratch_dir("seeds");
   const Recorded r = record_run(corpus, run_dir);
-  corpus.add("coordinator", r.coordinator_script);
-  for (const std::string& prefix : r.coordinator_prefixes) corpus.add("coordinator", prefix);
+  // The coordinator target's first byte picks the run (fuzz/harness.h).
+  const auto plane = [](Plane p, const std::string& script) {
+    return std::string(1, static_cast<char>(p)) + script;
+  };
+  corpus.add("coordinator", plane(Plane::kStar, r.coordinator_script));
+  for (const std::string& prefix : r.coordinator_prefixes) {
+    corpus.add("coordinator", plane(Plane::kStar, prefix));
+  }
+  const Recorded x = record_exchange_run(corpus, scratch_dir("seeds-exchange"));
+  corpus.add("coordinator", plane(Plane::kExchange, x.coordinator_script));
+  for (const std::string& prefix : x.coordinator_prefixes) {
+    corpus.add("coordinator", plane(Plane::kExchange, prefix));
+  }
   corpus.add("session", r.session_script);
 
   // The session's other answers: a heartbeat, a request to rejoin, a refusal.

@@ -224,6 +224,7 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_EXCHANGE);
   DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
   if (!dp.has_rounds_per_step()) dp.set_rounds_per_step(2);
+  if (!dp.has_check_sums()) dp.set_check_sums(true);
   DCTRAIN_DEFAULT(dp, round_deadline_multiple, 4.0);
   // Never above the timeout (a run that sets a timeout under 0.5 s).
   DCTRAIN_DEFAULT(dp, round_deadline_floor_seconds, std::min(0.5, dp.timeout_seconds()));

@@ -220,7 +220,8 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   if (out.ok) {
     // What this member holds, shard by shard, for the coordinator to compare
     // with every other member's and with the sum forwarded to it.
-    for (std::string& d : shard_digests(result, members.size())) report.add_sum_digests(std::move(d));
+    // (Taken by the peer while the pieces landed.)
+    for (std::string& d : out.shard_digests) report.add_sum_digests(std::move(d));
   }
   if (!out.ok) {
     // A member that connected before this peer admitted its key was refused

@@ -40,6 +40,8 @@ class WorkerDataPlane {
   // bound one, or, bound on every interface (tcp://*:PORT), the address of
   // the interface that reaches the coordinator with that port.
   const std::string& endpoint() const { return endpoint_; }
+  // Whether rounds digest their sums for the report (data_plane.check_sums).
+  void set_check_sums(bool check) { peer_.set_digest_sum(check); }
   // What the hello advertises beside the endpoint (ExchangePeer::token()).
   const std::string& token() const { return peer_.token(); }
 

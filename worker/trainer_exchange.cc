@@ -151,6 +151,7 @@ void Trainer::exchange_round(const ComputeJob& job, std::vector<ComputeOutput>& 
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(std::max(0.0, remaining)));
   const double exchange_begin = clock_.now();
+  data_plane_->set_check_sums(config_.data_plane().check_sums());
   v1::ExchangeReport report =
       data_plane_->exchange(step, rank_, x, held_->values, sum, c.samples(), deadline);
   // The round as its own span of the step's timeline: the compute's events

@@ -25,6 +25,7 @@
 #include "comm/framing.h"
 #include "coordinator/reducer.h"
 #include "exchange/chunk.h"
+#include "exchange/sum_digest.h"
 #include "proto/wire.pb.h"
 #include "tests/comm/tcp_tap.h"
 
@@ -141,6 +142,10 @@ void expect_rank_order_sum(const RoundRun& run, const std::vector<uint32_t>& mem
     for (size_t m = 0; m < members.size(); ++m) EXPECT_EQ(o.member_samples[m], 10 + members[m]);
     EXPECT_TRUE(same_bits(run.results[i], expected))
         << "rank " << members[i] << " differs from the rank-order sum";
+    // The digests the peer took as the pieces landed (in whatever order)
+    // are those of the sum it holds.
+    EXPECT_EQ(o.shard_digests, shard_digests(run.results[i], members.size()))
+        << "rank " << members[i];
   }
 }
 

@@ -631,6 +631,22 @@ TEST_F(ExchangeCommitTest, AReportNamingRanksOutsideTheRoundIsRefusedAndTheRunGo
   EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
 }
 
+TEST_F(ExchangeCommitTest, AReportOfAMebibyteOfSuspectsIsRefusedBeforeItsNamesAreRead) {
+  // 1 MiB of suspects (one byte each as varints) once cost the coordinator's
+  // only thread seconds of quadratic blame; its count is checked first.
+  std::map<std::string, Message> first = join();
+  Message huge = failed_report("a", first["a"], 1);
+  v1::ExchangeReport& x = *huge.envelope.mutable_contribution()->mutable_exchange();
+  for (int i = 0; i < (1 << 20); ++i) x.add_suspects(static_cast<uint32_t>(i % 2));
+  receive("a", std::move(huge));
+  EXPECT_NE(log.text.str().find("its exchange report names 1048577 suspects in a round of 2 "
+                                "members"),
+            std::string::npos)
+      << log.text.str().substr(0, 4096);
+  // b, still in the round, gets the next attempt without a.
+  EXPECT_EQ(only("b", v1::Envelope::kPlan).envelope.plan().exchange().attempt(), 1u);
+}
+
 TEST_F(ExchangeCommitTest, APeersTextGoesToTheLogCutToItsLimit) {
   std::map<std::string, Message> first = join();
   fill_sum();
@@ -715,6 +731,23 @@ TEST_F(ExchangeCommitTest, AReportOkWithoutADigestPerShardIsRefused) {
             std::string::npos)
       << log.text.str();
   EXPECT_EQ(coordinator->totals().samples_completed(), 0u);
+}
+
+TEST_F(ExchangeCommitTest, WithoutSumChecksReportsNeedNoDigestsAndTheSumIsTakenAsSent) {
+  // data_plane.check_sums: false, for workers that are all trusted: the
+  // members' rounds skip the digests and the coordinator what needs them.
+  config.mutable_data_plane()->set_check_sums(false);
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  for (const std::string& name : order) {
+    Message r = report(name, first[name], name == "a");
+    r.envelope.mutable_contribution()->mutable_exchange()->clear_sum_digests();
+    receive(name, std::move(r));
+  }
+  const v1::Update commit = only("b", v1::Envelope::kUpdate).envelope.update();
+  receive("a", sum("a", 0));
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commit));
 }
 
 class ExchangeThreeMembersTest : public ExchangeCommitTest {

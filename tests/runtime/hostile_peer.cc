@@ -45,7 +45,6 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "exchange/peer.h"
-#include "exchange/sum_digest.h"
 #include "proto/wire.pb.h"
 
 namespace {
@@ -249,9 +248,7 @@ int main(int argc, char** argv) {
           if (out.ok) {
             // The digests of the sum it holds, as an honest member's: a
             // forged forwarded sum below is then told apart by them.
-            for (std::string& d : dctrain::shard_digests(buffer, members.size())) {
-              report.add_sum_digests(std::move(d));
-            }
+            for (const std::string& d : out.shard_digests) report.add_sum_digests(d);
             sum = buffer;
             sum_step = e.step();
             sum_attempt = x.attempt();
