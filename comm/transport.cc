@@ -161,7 +161,12 @@ bool RouterTransport::receive(Received& out, std::chrono::milliseconds timeout) 
     // The monitor reports a connection as accepted before the first message
     // on it can arrive, but that report may still be queued: read it first.
     if (fd >= 0 && !open_.contains(fd)) connections();
-    if (fd >= 0 && open_.contains(fd)) peer_connection_[out.peer] = fd;
+    if (fd >= 0 && open_.contains(fd)) {
+      peer_connection_[out.peer] = fd;
+      // Back on an open connection: a close of its old one, not yet taken,
+      // is no longer its.
+      std::erase(disconnected_, out.peer);
+    }
   }
   // The routing-id frame is made by the ROUTER; the next came off the wire
   // and carries the connection's properties.

@@ -48,7 +48,7 @@ class RouterTransport : public Outbox {
 
   // Peers whose connection closed since the last call (the socket monitor
   // saw it), each named once: a peer is known by the connection its last
-  // message came on.
+  // message came on (one heard since on an open connection is not named).
   std::vector<std::string> take_disconnected();
   // Messages dropped because their peer was gone or its queue was full.
   uint64_t dropped_sends() const { return dropped_sends_; }

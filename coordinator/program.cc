@@ -250,8 +250,16 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
           coordinator.handle(std::move(received), now());
         }
       }
-      for (const std::string& peer : transport.take_disconnected()) {
-        coordinator.on_disconnected(peer, now());
+      const std::vector<std::string> gone = transport.take_disconnected();
+      if (!gone.empty()) {
+        // What a peer sent before its connection closed is in the socket
+        // before the close is reported, but may have come after the reads
+        // above (a report, a sum, a bye right before it exits): take it
+        // first, so that its connection's end does not overtake its words.
+        while (transport.receive(received, std::chrono::milliseconds(0))) {
+          coordinator.handle(std::move(received), now());
+        }
+        for (const std::string& peer : gone) coordinator.on_disconnected(peer, now());
       }
       coordinator.tick(now());
       if (const int signal_number = signals.take()) {

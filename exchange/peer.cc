@@ -36,6 +36,9 @@ std::string token_of(std::string_view secret) {
   return out;
 }
 
+// Connections the inbox holds beyond its members' (and their reconnections).
+constexpr size_t kConnectionMargin = 16;
+
 // What the inbox's frame limit allows beyond a piece: CURVE's MESSAGE
 // command (its name, nonce, box and flags) and the frame header.
 constexpr size_t kFrameSlack = 256;
@@ -220,6 +223,7 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
         "for any free port, or ipc://* on one host)",
         rank_, bind_address, e.what()));
   }
+  cap_ = std::make_unique<ConnectionCap>(context_, inbox_, kConnectionMargin * 4);
 }
 
 ExchangePeer::~ExchangePeer() {
@@ -309,6 +313,7 @@ void ExchangePeer::connect(std::vector<std::string> endpoints) {
   // everything the closed sockets held.
   releases_ = std::make_unique<ReleaseTracker>(endpoints.size());
   endpoints_ = std::move(endpoints);
+  cap_->set_limit(2 * endpoints_.size() + kConnectionMargin);
   outboxes_.clear();
   outboxes_.resize(endpoints_.size());
   pending_.resize(endpoints_.size());

@@ -52,6 +52,7 @@
 #include "comm/security.h"
 #include "common/allocator.h"
 #include "exchange/chunk.h"
+#include "exchange/connection_cap.h"
 #include "exchange/plan.h"
 #include "exchange/round_cancel.h"
 #include "exchange/zero_copy.h"
@@ -223,6 +224,12 @@ class ExchangePeer {
                            std::span<float> result, std::chrono::steady_clock::time_point deadline,
                            std::chrono::nanoseconds after_all_heard = {});
 
+  // The inbox's connections: open now, and shut down so far for being over
+  // its cap (twice the group's size and 16 more: each member's connection,
+  // its reconnection while the old one closes, and a margin).
+  size_t inbox_connections() const { return cap_->open(); }
+  uint64_t inbox_connections_refused() const { return cap_->refused(); }
+
   // ExchangeOptions::digest_sum, from the next round on.
   void set_digest_sum(bool digest) { options_.digest_sum = digest; }
 
@@ -264,6 +271,7 @@ class ExchangePeer {
   // released every message over the caller's buffers.
   std::unique_ptr<ReleaseTracker> releases_;
   zmq::socket_t inbox_;                  // ROUTER: every piece sent to this peer
+  std::unique_ptr<ConnectionCap> cap_;   // on the inbox's connections (after it: closed first)
   std::vector<zmq::socket_t> outboxes_;  // DEALER per rank (empty for this peer and absent ranks)
   std::vector<std::deque<Outgoing>> pending_;  // per rank: not yet taken by ZeroMQ
   std::vector<Early> early_;

@@ -20,6 +20,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "comm/framing.h"
@@ -808,6 +809,66 @@ TEST(Exchange, AFrameLargerThanAPieceClosesItsConnectionWithoutBeingHeld) {
   EXPECT_LT(peak - before, 32LL << 10) << "KiB: the frames were held";
   senders.clear();
   munmap(zeros, kHuge);
+}
+
+// TCP connections the kernel holds established on local port `port` (the
+// accepted ends of a listener's connections), from /proc/net/tcp.
+size_t established_on(uint16_t port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  size_t n = 0;
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    const size_t colon = local.find(':');
+    if (colon == std::string::npos) continue;
+    if (std::stoul(local.substr(colon + 1), nullptr, 16) == port && state == "01") ++n;
+  }
+  return n;
+}
+
+TEST(Exchange, AConnectionFloodIsCappedAndTheRoundsGoOn) {
+  // 300 connections to rank 0's inbox (a group of 2: its cap is 2 x 2 + 16).
+  // Those over the cap are shut down as they are accepted, so the inbox
+  // holds the cap's connections, not the flood's (it once held 3,000, and a
+  // worker's next reconnect failed with EMFILE); the members' rounds go on.
+  Group group(2, options(4 * 100, false));
+  const std::vector<uint32_t> members{0, 1};
+  const size_t length = 1001;
+  const auto warm = contributions_for(2, length, 41);
+  expect_rank_order_sum(run_round(group, {1, 0}, members, warm, milliseconds(60000)), members,
+                        warm);
+  const std::string endpoint = group.endpoints[0];
+  const auto port = static_cast<uint16_t>(std::stoul(endpoint.substr(endpoint.rfind(':') + 1)));
+  const size_t cap = 2 * 2 + 16;
+  EXPECT_EQ(group.peers[0]->inbox_connections(), 1u) << "rank 1's";
+  EXPECT_EQ(established_on(port), 1u);
+
+  constexpr int kFlood = 300;
+  zmq::context_t context;
+  std::vector<zmq::socket_t> flood;
+  for (int i = 0; i < kFlood; ++i) {
+    zmq::socket_t s(context, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::reconnect_ivl, 60000);  // shut down, it stays away
+    s.connect(endpoint);
+    flood.push_back(std::move(s));
+  }
+  const uint64_t refused = kFlood + 1 - cap;
+  const auto until = Clock::now() + std::chrono::seconds(20);
+  while ((group.peers[0]->inbox_connections_refused() < refused ||
+          group.peers[0]->inbox_connections() > cap || established_on(port) > cap) &&
+         Clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(group.peers[0]->inbox_connections_refused(), refused);
+  EXPECT_EQ(group.peers[0]->inbox_connections(), cap);
+  EXPECT_EQ(established_on(port), cap) << "the kernel's count of the inbox's connections";
+
+  const auto c = contributions_for(2, length, 42);
+  expect_rank_order_sum(run_round(group, {2, 0}, members, c, milliseconds(60000)), members, c);
 }
 
 TEST(Exchange, CallerMistakesAreRefusedWithAReason) {
