@@ -581,7 +581,7 @@ void Coordinator::start_step(double now) {
 void Coordinator::close_step(double now) {
   if (exchange_mode()) {
     if (refuse_disagreeing_sums(now)) return;  // redone without the shard's owner
-    if (commit_ahead_of_sum(now)) return;     // the step closes once its sum is in
+    if (commit_ahead_of_sum(now)) return;      // the step closes once its sum is in
     judge_exchange_round();
     if (redo_exchange(now)) return;
   }

@@ -12,8 +12,8 @@
 // sum to some): the round is committed only if every planned member
 // reported success and their digests of the sum agree, and it is committed
 // on the reports alone, while the sum is still on its way (a forwarded sum
-// is taken only with those digests); the step closes (and the next plans go out) once the
-// sum is in. Should the lowest member die before its sum arrives, another
+// is taken only with those digests); the step closes (and the next plans
+// go out) once the sum is in. Should the lowest member die before its sum arrives, another
 // member is asked for it (each holds the sum as summed until its next
 // round, which needs the next plans); with no member left, the committed
 // step is dropped after all: its micro-batches are requeued and the live
@@ -153,8 +153,8 @@ std::optional<std::string> Coordinator::exchange_report_problem(const Message& r
     }
     for (const std::string& d : x.sum_digests()) {
       if (d.size() != kSumDigestBytes) {
-        return fmt::format("its exchange report carries a sum digest of {} bytes, not {}",
-                           d.size(), kSumDigestBytes);
+        return fmt::format("its exchange report carries a sum digest of {} bytes, not {}", d.size(),
+                           kSumDigestBytes);
       }
     }
   }
@@ -185,6 +185,7 @@ void Coordinator::on_exchange_sum(const std::string& peer, Message message, doub
   const bool awaited =
       exchange_mode() && phase_ == Phase::kStepping && step == step_ &&
       body.attempt() == exchange_attempt_ && !exchange_sum_ && !exchange_members_.empty() &&
+      !refused_sums_.contains(rank) &&
       (rank == exchange_members_.front() ||
        (committed_ahead_ && !committed_ahead_->lost && committed_ahead_->source == rank)) &&
       planned_.contains(rank) && planned_.at(rank).contribution &&
@@ -253,8 +254,8 @@ bool Coordinator::refuse_disagreeing_sums(double now) {
   std::map<uint32_t, std::set<uint32_t>> accused;  // owner -> members that differ from it
   for (size_t shard = 0; shard < exchange_members_.size(); ++shard) {
     const uint32_t owner = exchange_members_[shard];
-    const std::string& own = planned_.at(owner).contribution->exchange().sum_digests(
-        static_cast<int>(shard));
+    const std::string& own =
+        planned_.at(owner).contribution->exchange().sum_digests(static_cast<int>(shard));
     for (uint32_t rank : exchange_members_) {
       const std::string& theirs =
           planned_.at(rank).contribution->exchange().sum_digests(static_cast<int>(shard));

@@ -9,7 +9,8 @@ std::string worker_identity(const std::string& key, const std::string& exchange_
   const std::string tcp = "tcp://";
   if (exchange_endpoint.starts_with(tcp)) {
     const size_t colon = exchange_endpoint.rfind(':');
-    if (colon > tcp.size()) return "host " + exchange_endpoint.substr(tcp.size(), colon - tcp.size());
+    if (colon > tcp.size())
+      return "host " + exchange_endpoint.substr(tcp.size(), colon - tcp.size());
   }
   if (exchange_endpoint.starts_with("ipc://")) return "host (ipc)";
   return "";

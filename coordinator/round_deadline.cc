@@ -7,7 +7,9 @@
 namespace dctrain {
 
 RoundDeadline::RoundDeadline(double multiple, double floor_seconds, double ceiling_seconds)
-    : multiple_(multiple), floor_(std::min(floor_seconds, ceiling_seconds)), ceiling_(ceiling_seconds) {}
+    : multiple_(multiple),
+      floor_(std::min(floor_seconds, ceiling_seconds)),
+      ceiling_(ceiling_seconds) {}
 
 RoundDeadline::RoundDeadline(const v1::DataPlaneConfig& config)
     : RoundDeadline(config.round_deadline_multiple(), config.round_deadline_floor_seconds(),

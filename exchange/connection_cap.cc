@@ -47,8 +47,8 @@ ConnectionCap::ConnectionCap(zmq::context_t& context, zmq::socket_t& socket, siz
   const std::string endpoint = cap_endpoint();
   if (zmq_socket_monitor(socket_.handle(), endpoint.c_str(),
                          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
-    throw std::runtime_error(
-        fmt::format("exchange: cannot watch the inbox's connections: {}", zmq_strerror(zmq_errno())));
+    throw std::runtime_error(fmt::format("exchange: cannot watch the inbox's connections: {}",
+                                         zmq_strerror(zmq_errno())));
   }
   thread_ = std::thread([this, endpoint] { watch(endpoint); });
 }

@@ -285,8 +285,7 @@ std::optional<std::string> ExchangePeer::sender_problem(const std::string& id, u
   const std::string secret = second == std::string::npos ? std::string() : id.substr(second + 1);
   if (from >= member_tokens_.size() || member_tokens_[from].empty() ||
       token_of(secret) != member_tokens_[from]) {
-    return fmt::format("a piece that claims rank {} from a connection without that member's "
-                       "secret ('{}')",
+    return fmt::format("a piece that claims rank {} from a connection without its secret ('{}')",
                        from, printable(id.substr(0, std::min<size_t>(id.size(), 24))));
   }
   verified_ids_[from] = id;

@@ -82,8 +82,8 @@ std::vector<std::string> ShardDigester::digests() {
   std::vector<std::string> out(h.states.size(), std::string(kSumDigestBytes, '\0'));
   for (size_t s = 0; s < h.states.size(); ++s) {
     if (h.next[s] != h.in[s].size()) {
-      throw std::logic_error(fmt::format("ShardDigester: shard {} has {} of {} pieces", s,
-                                         h.next[s], h.in[s].size()));
+      throw std::logic_error(
+          fmt::format("ShardDigester: shard {} has {} of {} pieces", s, h.next[s], h.in[s].size()));
     }
     crypto_generichash_final(&h.states[s], reinterpret_cast<unsigned char*>(out[s].data()),
                              kSumDigestBytes);

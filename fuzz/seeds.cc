@@ -239,8 +239,8 @@ Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir) {
     coordinator.tick(now);
   }
   if (!coordinator.finished() || coordinator.exit_code() != 0) {
-    throw std::runtime_error(fmt::format("the exchange seed run did not finish cleanly: {}",
-                                         coordinator.stop_reason()));
+    throw std::runtime_error(
+        fmt::format("the exchange seed run did not finish cleanly: {}", coordinator.stop_reason()));
   }
   return r;
 }

@@ -103,8 +103,7 @@ TEST(ExchangeDataPlane, APlanWithoutTheMembersTokensIsRefused) {
   auto buffers = clean_buffers(64);
   for (const v1::ExchangeReport& r : pair.round(1, plan, buffers)) {
     EXPECT_FALSE(r.ok());
-    EXPECT_NE(r.error().find("the plan names 0 connection tokens for 2 members"),
-              std::string::npos)
+    EXPECT_NE(r.error().find("the plan names 0 connection tokens for 2 members"), std::string::npos)
         << r.error();
   }
 }

@@ -736,8 +736,16 @@ TEST(Exchange, APieceAsAnotherMemberFromAConnectionWithoutItsSecretIsRefused) {
 
   const ExchangePlan plan(length, 3, 100);
   const PieceRange first = plan.piece(0, 0);
-  const ChunkHeader h{PieceKind::kContribution, 1, 3, members_digest(members), {2, 0}, length,
-                      100, first.offset, first.count, 11};
+  const ChunkHeader h{PieceKind::kContribution,
+                      1,
+                      3,
+                      members_digest(members),
+                      {2, 0},
+                      length,
+                      100,
+                      first.offset,
+                      first.count,
+                      11};
   const auto header = encode_header(h);
   const std::vector<float> forged(first.count, 1e6f);
   zmq::context_t context;
@@ -758,7 +766,7 @@ TEST(Exchange, APieceAsAnotherMemberFromAConnectionWithoutItsSecretIsRefused) {
   expect_rank_order_sum(run, members, c);
   EXPECT_EQ(run.outcomes[0].stats.refused, 2u);
   EXPECT_NE(run.outcomes[0].stats.first_refusal.find(
-                "a piece that claims rank 1 from a connection without that member's secret"),
+                "a piece that claims rank 1 from a connection without its secret"),
             std::string::npos)
       << run.outcomes[0].stats.first_refusal;
 }

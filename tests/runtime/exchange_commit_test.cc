@@ -758,14 +758,16 @@ class ExchangeThreeMembersTest : public ExchangeCommitTest {
   // it holds) another sum of that shard.
   Message report_with_other_shard(const std::string& name, const Message& plan, size_t shard) {
     Message r = report(name, plan, name == "a");
-    std::string& d = (*r.envelope.mutable_contribution()->mutable_exchange()->mutable_sum_digests())
-        [static_cast<int>(shard)];
+    std::string& d = (*r.envelope.mutable_contribution()
+                           ->mutable_exchange()
+                           ->mutable_sum_digests())[static_cast<int>(shard)];
     d[0] = static_cast<char>(d[0] ^ 1);
     return r;
   }
 };
 
-TEST_F(ExchangeThreeMembersTest, MembersThatHoldAnotherSumOfAShardAreNotCommittedAndTheRoundRedone) {
+TEST_F(ExchangeThreeMembersTest,
+       MembersThatHoldAnotherSumOfAShardAreNotCommittedAndTheRoundRedone) {
   // c (rank 2) sent b another sum of its shard than it sent a, or b says so:
   // one member's word cannot tell which, so both are out of the step, and
   // the round is redone by a alone; neither counts a failed round.
