@@ -23,6 +23,7 @@
 #include "common/child_process.h"
 #include "common/cli.h"
 #include "common/stop_signals.h"
+#include "runtime/run_config.h"
 
 namespace {
 
@@ -75,7 +76,7 @@ void reap(std::vector<Child>& children) {
 // reaped on the way out (ChildProcess).
 int main(int argc, char** argv) try {
   CLI::App app{"dctrain-launch: runs a coordinator and N workers on this host"};
-  int workers = 4;
+  int workers = 0;  // unless given: the config's
   std::string config, out_dir = "runs/latest", data_dir, tau, log_level = "info", resume;
   int threads = 1;
   int64_t steps = 0;
@@ -85,9 +86,10 @@ int main(int argc, char** argv) try {
   app.add_flag("--curve", curve,
                "Encrypt and authenticate every connection with CURVE, with throwaway keys made "
                "for this run in RUN_DIR/keys (replaced on every launch)");
-  app.add_option("--workers", workers, "Worker processes to start")
-      ->check(CLI::Range(1, 256))
-      ->capture_default_str();
+  app.add_option("--workers", workers,
+                 "Worker processes to start (default: the config's 'workers'; with --resume, the "
+                 "run's)")
+      ->check(CLI::Range(1, 256));
   app.add_option("--config", config, "Run config file (Protobuf text format)")
       ->check(CLI::ExistingFile);
   app.add_option("--out", out_dir, "Run folder")->capture_default_str();
@@ -100,6 +102,7 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_option("--tau", tau, "Override the config's threshold: seconds, 'inf' or 'auto'");
   app.add_option("--steps", steps, "Override the config's max steps (0: keep)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--metrics-port", metrics_port,
                  "The coordinator's live metrics port (0: a free one, in RUN_DIR/metrics_endpoint; "
@@ -115,6 +118,22 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr,
                  "dctrain-launch: pass --config FILE (see experiments/) or --resume RUN_DIR\n");
     return 2;
+  }
+
+  if (app.count("--workers") == 0) {
+    // As many as the run asks for: its config, or the config the resumed
+    // run wrote into its folder when it began.
+    const std::string source =
+        resume.empty() ? config : (fs::path(resume) / "config.cfg").string();
+    const uint32_t wanted = dctrain::load_run_config(source).workers();
+    if (wanted < 1 || wanted > 256) {
+      std::fprintf(stderr,
+                   "dctrain-launch: %s asks for %u workers; set 'workers: N' (1 to 256) there or "
+                   "pass --workers N\n",
+                   source.c_str(), wanted);
+      return 2;
+    }
+    workers = static_cast<int>(wanted);
   }
 
   const fs::path bin = fs::canonical("/proc/self/exe").parent_path();

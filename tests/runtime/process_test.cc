@@ -358,5 +358,32 @@ TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Processes, LauncherStartsTheConfigsWorkersAndRefusesANegativeStepCount) {
+  // Without --workers the config's count is started (its own default of 4
+  // once won over `workers: 2`); --steps -5 is an error naming the flag,
+  // not a silent "keep".
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-workers-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "run.cfg") << small_config(2, "stop { max_steps: 3 }");
+  Process two(kBin + "/dctrain-launch",
+              {"--config", (dir / "run.cfg").string(), "--out", (dir / "run").string()},
+              dir / "two.out");
+  ASSERT_EQ(two.wait_for(60s), std::optional<int>(0)) << two.output();
+  EXPECT_NE(two.output().find("[worker 1] "), std::string::npos) << two.output();
+  EXPECT_EQ(two.output().find("[worker 2] "), std::string::npos) << two.output();
+
+  Process negative(kBin + "/dctrain-launch",
+                   {"--config", (dir / "run.cfg").string(), "--out", (dir / "neg").string(),
+                    "--steps", "-5"},
+                   dir / "negative.out");
+  const auto code = negative.wait_for(30s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(negative.output().find("--steps"), std::string::npos) << negative.output();
+  EXPECT_FALSE(std::filesystem::exists(dir / "neg")) << "nothing was started";
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dctrain
