@@ -21,20 +21,19 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <set>
 
-#include "comm/envelope.h"
-#include "comm/framing.h"
 #include "common/files.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "exchange/chunk.h"
-#include "exchange/sum_digest.h"
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
 #include "runtime/setup.h"
+#include "tests/runtime/exchange_script.h"
 #include "tests/runtime/fake_cluster.h"
 
 namespace dctrain::fuzz {
@@ -86,9 +85,17 @@ struct Recorded {
   std::set<v1::Envelope::BodyCase> kinds;
 };
 
-Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
-  v1::RunConfig config = run_config();
-  config.mutable_checkpoint()->set_every_steps(2);  // so the run writes a real checkpoint
+// What a worker answers a message of the coordinator's, into `send`;
+// `parameters` is the coordinator's replica's checksum then.
+using Answer = std::function<void(const std::string& name, testing::FakeWorker& worker,
+                                  const Message& m, uint64_t parameters,
+                                  const std::function<void(const Message&)>& send)>;
+
+// Runs `config` for real with workers a, b, c (their hellos from `hello`,
+// their answers from `answer`) until the coordinator finishes, recording
+// what they sent it and what a was sent.
+Recorded record(Corpus& corpus, v1::RunConfig config, const fs::path& run_dir,
+                const std::function<Message(testing::FakeWorker&)>& hello, const Answer& answer) {
   const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, "");
   const uint64_t train_size = train_samples(config, *train);
   resolve_step_budget(config, train_size);
@@ -109,7 +116,7 @@ Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
     now += 0.01;
     coordinator.handle(testing::as_received(peer, testing::copy_of(m)), now);
   };
-  for (const char* name : {"a", "b", "c"}) to_coordinator(name, workers.at(name).hello());
+  for (const char* name : {"a", "b", "c"}) to_coordinator(name, hello(workers.at(name)));
   uint64_t last_step = 0;
   for (bool moved = true; moved;) {
     moved = false;
@@ -125,7 +132,8 @@ Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
           r.coordinator_prefixes.push_back(r.coordinator_script);
           last_step = m.envelope.step();
         }
-        for (const Message& answer : worker.deliver(m)) to_coordinator(name, answer);
+        answer(name, worker, m, replica.parameter_checksum(),
+               [&, &peer = name](const Message& a) { to_coordinator(peer, a); });
       }
     }
     write_action(r.coordinator_script, Kind::kTick, 0, 0.01);
@@ -139,110 +147,50 @@ Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
   return r;
 }
 
-// The exchange run: the coordinator for real, the workers' side played by
-// hand as tests/runtime/exchange_commit_test.cc plays it. Each worker says
-// hello with an endpoint and a token, answers its welcome (FakeWorker) and
-// every plan with its round reported ok (every planned micro-batch done,
-// the digests of one fixed sum); the lowest member sends that sum.
-Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir) {
-  v1::RunConfig config = exchange_run_config();
-  const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, "");
-  const uint64_t train_size = train_samples(config, *train);
-  resolve_step_budget(config, train_size);
-  Replica replica(testing::softmax_for(config), config.optimizer());
-  testing::RecordingOutbox outbox;
-  double now = 0.0;
-  CoordinatorSetup setup{config, train_size, run_dir, std::nullopt, std::nullopt};
-  Coordinator coordinator(setup, replica, nullptr, outbox, quiet_logger(), [&now] { return now; });
-  std::map<std::string, testing::FakeWorker> workers;
-  for (const char* name : {"a", "b", "c"}) workers.emplace(name, testing::FakeWorker(name, *train));
-  std::vector<float> sum(replica.parameter_count() + replica.buffer_count());
-  for (size_t i = 0; i < sum.size(); ++i) sum[i] = 0.001f * static_cast<float>(i % 97);
+// The star run: the workers run the real session and trainer.
+Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
+  v1::RunConfig config = run_config();
+  config.mutable_checkpoint()->set_every_steps(2);  // so the run writes a real checkpoint
+  return record(
+      corpus, config, run_dir, [](testing::FakeWorker& w) { return w.hello(); },
+      [](const std::string&, testing::FakeWorker& worker, const Message& m, uint64_t,
+         const auto& send) {
+        for (const Message& answer : worker.deliver(m)) send(answer);
+      });
+}
 
-  Recorded r;
-  const auto to_coordinator = [&](const std::string& peer, const Message& m) {
-    if (r.kinds.insert(m.envelope.body_case()).second) corpus.add("envelope", as_parts(m));
-    add_script_action(r.coordinator_script, peer, m, 0.01);
-    now += 0.01;
-    coordinator.handle(testing::as_received(peer, testing::copy_of(m)), now);
-  };
-  const auto round_report = [&](const std::string& name, const Message& plan) {
-    const v1::ExchangePlan& x = plan.envelope.plan().exchange();
-    Message m;
-    m.envelope = make_envelope(plan.envelope.step(), name);
-    v1::Contribution& c = *m.envelope.mutable_contribution();
-    uint64_t samples = 0;
-    for (const v1::MicroBatch& mb : plan.envelope.plan().micro_batches()) {
-      v1::MicroBatchTime& t = *c.add_completed();
-      t.set_id(mb.id());
-      t.set_compute_seconds(0.01);
-      samples += static_cast<uint64_t>(mb.samples_size());
-    }
-    c.set_samples(samples);
-    c.set_loss_terms(samples);
-    c.set_loss_sum(2.3 * static_cast<double>(samples));
-    c.set_compute_seconds(0.01);
-    c.set_parameter_checksum(replica.parameter_checksum());
-    v1::ExchangeReport& report = *c.mutable_exchange();
-    report.set_ok(true);
-    report.set_attempt(x.attempt());
-    report.set_samples(samples);
-    report.set_heard_from_all(true);
-    report.set_round_seconds(0.02);
-    report.set_sends_sum(name == "a");
-    for (std::string& d : shard_digests(sum, static_cast<size_t>(x.member_ranks_size()))) {
-      report.add_sum_digests(std::move(d));
-    }
-    return m;
-  };
-  for (const char* name : {"a", "b", "c"}) {
-    Message hello = workers.at(name).hello();
-    hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
-    hello.envelope.mutable_hello()->set_exchange_token(std::string(kExchangeTokenBytes, 't'));
-    to_coordinator(name, hello);
-  }
-  uint64_t last_step = 0;
-  for (bool moved = true; moved;) {
-    moved = false;
-    for (auto& [name, worker] : workers) {
-      std::deque<Message>& queue = outbox.inbox[name];
-      while (!queue.empty()) {
-        Message m = std::move(queue.front());
-        queue.pop_front();
-        moved = true;
-        if (r.kinds.insert(m.envelope.body_case()).second) corpus.add("envelope", as_parts(m));
-        if (m.envelope.step() != last_step) {
-          r.coordinator_prefixes.push_back(r.coordinator_script);
-          last_step = m.envelope.step();
-        }
+// The exchange run, the workers' side played by hand as
+// tests/runtime/exchange_commit_test.cc plays it: each says hello with an
+// endpoint and a token, answers its welcome (FakeWorker) and every plan with
+// its round reported ok (the digests of one fixed sum, computed on the
+// coordinator's parameters as they are then); a, the lowest member, sends
+// that sum.
+Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir) {
+  const v1::RunConfig config = exchange_run_config();
+  const Replica shape(testing::softmax_for(config), config.optimizer());
+  const size_t parameters = shape.parameter_count();
+  std::vector<float> sum(parameters + shape.buffer_count());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = 0.001f * static_cast<float>(i % 97);
+  return record(
+      corpus, config, run_dir,
+      [](testing::FakeWorker& w) {
+        Message hello = w.hello();
+        hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
+        hello.envelope.mutable_hello()->set_exchange_token(std::string(kExchangeTokenBytes, 't'));
+        return hello;
+      },
+      [&](const std::string& name, testing::FakeWorker& worker, const Message& m,
+          uint64_t parameters_now, const auto& send) {
         if (m.envelope.body_case() == v1::Envelope::kWelcome) {
-          for (const Message& answer : worker.deliver(m)) to_coordinator(name, answer);
+          for (const Message& answer : worker.deliver(m)) send(answer);
         } else if (m.envelope.body_case() == v1::Envelope::kPlan) {
-          to_coordinator(name, round_report(name, m));
+          send(testing::round_report(name, m, name == "a", sum, parameters_now));
           if (name == "a") {
-            Message forwarded;
-            forwarded.envelope = make_envelope(m.envelope.step(), name);
-            forwarded.envelope.mutable_exchange_sum()->set_attempt(
-                m.envelope.plan().exchange().attempt());
-            const std::span<const float> values(sum);
-            add_tensor(forwarded, "gradient", values.first(replica.parameter_count()));
-            if (replica.buffer_count() > 0) {
-              add_tensor(forwarded, "statistics", values.subspan(replica.parameter_count()));
-            }
-            to_coordinator(name, forwarded);
+            send(testing::round_sum(name, m.envelope.step(), m.envelope.plan().exchange().attempt(),
+                                    sum, parameters));
           }
         }
-      }
-    }
-    write_action(r.coordinator_script, Kind::kTick, 0, 0.01);
-    now += 0.01;
-    coordinator.tick(now);
-  }
-  if (!coordinator.finished() || coordinator.exit_code() != 0) {
-    throw std::runtime_error(
-        fmt::format("the exchange seed run did not finish cleanly: {}", coordinator.stop_reason()));
-  }
-  return r;
+      });
 }
 
 Message from_coordinator() {

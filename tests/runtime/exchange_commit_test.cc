@@ -22,6 +22,7 @@
 #include "comm/validation.h"
 #include "exchange/sum_digest.h"
 #include "tests/runtime/coordinator_fixture.h"
+#include "tests/runtime/exchange_script.h"
 
 namespace dctrain {
 namespace {
@@ -42,18 +43,11 @@ stop { max_steps: 4 }
 )";
 
 // The same run with three members: "a", "b", "c" (ranks 0, 1, 2).
-const char* kThreeMembers = R"(
-name: "exchange-commit"
-seed: 5
-workers: 3
-model { name: "mlp" image_channels: 1 image_height: 8 image_width: 8 }
-dataset { kind: "synthetic" synthetic_samples: 600 train_limit: 240 }
-optimizer { kind: "sgd" lr: 0.1 momentum: 0.9 }
-step { global_batch: 24 micro_batch: 4 tau: inf }
-data_plane { kind: "exchange" timeout_seconds: 2 }
-liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_timeout_seconds: 120 }
-stop { max_steps: 4 }
-)";
+const std::string kThreeMembers = [] {
+  std::string config = kConfig;
+  config.replace(config.find("workers: 2"), 10, "workers: 3");
+  return config;
+}();
 
 class ExchangeCommitTest : public testing::CoordinatorFixture {
  protected:
@@ -107,29 +101,11 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
   }
 
   // A member's report of a round that succeeded: every planned micro-batch
-  // completed.
+  // completed, the digests of the round's sum (summed, statistics).
   Message report(const std::string& name, const Message& plan, bool sends_sum) {
-    Message m;
-    m.envelope = make_envelope(plan.envelope.step(), name);
-    v1::Contribution& c = *m.envelope.mutable_contribution();
-    uint64_t samples = 0;
-    for (const v1::MicroBatch& mb : plan.envelope.plan().micro_batches()) {
-      v1::MicroBatchTime& t = *c.add_completed();
-      t.set_id(mb.id());
-      t.set_compute_seconds(0.01);
-      samples += static_cast<uint64_t>(mb.samples_size());
-    }
-    c.set_samples(samples);
-    c.set_loss_terms(samples);
-    c.set_loss_sum(2.3 * static_cast<double>(samples));
-    c.set_compute_seconds(0.01);
-    c.set_parameter_checksum(plan.envelope.plan().parameter_checksum());
-    v1::ExchangeReport& x = *c.mutable_exchange();
-    x.set_ok(true);
-    x.set_attempt(plan.envelope.plan().exchange().attempt());
-    x.set_samples(24);
-    x.set_sends_sum(sends_sum);
-    set_digests(m, static_cast<size_t>(plan.envelope.plan().exchange().member_ranks_size()));
+    Message m = testing::round_report(name, plan, sends_sum, whole_sum(),
+                                      plan.envelope.plan().parameter_checksum());
+    m.envelope.mutable_contribution()->mutable_exchange()->set_samples(24);
     return m;
   }
 
@@ -143,15 +119,19 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
     return m;
   }
 
-  // The digests of the round's sum (summed, statistics) in a round of
-  // `members`, as every member holds it.
+  // The digests of the round's sum in a round of `members`, as every member
+  // holds it.
   void set_digests(Message& report, size_t members) {
+    v1::ExchangeReport& x = *report.envelope.mutable_contribution()->mutable_exchange();
+    x.clear_sum_digests();
+    for (std::string& d : shard_digests(whole_sum(), members)) x.add_sum_digests(std::move(d));
+  }
+  // [summed | statistics], filled on first use.
+  std::vector<float> whole_sum() {
     if (summed.empty()) fill_sum();
     std::vector<float> whole = summed;
     whole.insert(whole.end(), statistics.begin(), statistics.end());
-    v1::ExchangeReport& x = *report.envelope.mutable_contribution()->mutable_exchange();
-    x.clear_sum_digests();
-    for (std::string& d : shard_digests(whole, members)) x.add_sum_digests(std::move(d));
+    return whole;
   }
 
   // A member's report of a round that failed: it did not get the
@@ -167,13 +147,8 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
   }
 
   // The round's sum as `name` sends it.
-  Message sum(const std::string& name, uint64_t step, uint32_t attempt = 0) const {
-    Message m;
-    m.envelope = make_envelope(step, name);
-    m.envelope.mutable_exchange_sum()->set_attempt(attempt);
-    add_tensor(m, "gradient", summed);
-    if (!statistics.empty()) add_tensor(m, "statistics", statistics);
-    return m;
+  Message sum(const std::string& name, uint64_t step, uint32_t attempt = 0) {
+    return testing::round_sum(name, step, attempt, whole_sum(), summed.size());
   }
 
   void receive(const std::string& name, Message m) {
@@ -669,12 +644,7 @@ TEST_F(ExchangeCommitTest, APeersTextGoesToTheLogCutToItsLimit) {
 // A sum whose values are not the members' (finite: 1e6 everywhere), as a
 // forger would forward it.
 Message forged_sum(const std::string& name, uint64_t step, size_t gradient, size_t buffers) {
-  Message m;
-  m.envelope = make_envelope(step, name);
-  m.envelope.mutable_exchange_sum()->set_attempt(0);
-  add_tensor(m, "gradient", std::vector<float>(gradient, 1e6f));
-  if (buffers > 0) add_tensor(m, "statistics", std::vector<float>(buffers, 1e6f));
-  return m;
+  return testing::round_sum(name, step, 0, std::vector<float>(gradient + buffers, 1e6f), gradient);
 }
 
 TEST_F(ExchangeCommitTest, ALowestMembersForgedSumIsRefusedAndTheNextMembersSumIsApplied) {
@@ -752,7 +722,7 @@ TEST_F(ExchangeCommitTest, WithoutSumChecksReportsNeedNoDigestsAndTheSumIsTakenA
 
 class ExchangeThreeMembersTest : public ExchangeCommitTest {
  protected:
-  ExchangeThreeMembersTest() : ExchangeCommitTest(kThreeMembers, {"a", "b", "c"}) {}
+  ExchangeThreeMembersTest() : ExchangeCommitTest(kThreeMembers.c_str(), {"a", "b", "c"}) {}
 
   // `name`'s report with its digest of `shard` changed: it holds (or says
   // it holds) another sum of that shard.
