@@ -60,7 +60,7 @@ inline v1::RunConfig run_config() {
 // play by hand (fuzz/seeds.cc): reports of the rounds, sums, no gradients.
 inline v1::RunConfig exchange_run_config() {
   v1::RunConfig config = parse_run_config(kRunConfig, "fuzz run");
-  config.mutable_data_plane()->set_kind("exchange");
+  config.mutable_data_plane()->set_kind(v1::DATA_PLANE_EXCHANGE);
   config.mutable_data_plane()->set_timeout_seconds(2);
   finalize_run_config(config);
   return config;
