@@ -11,8 +11,6 @@
 #include <optional>
 #include <stdexcept>
 
-#include "exchange/sum_digest.h"
-
 namespace dctrain {
 
 std::string default_exchange_bind(const std::string& coordinator) {
@@ -218,9 +216,9 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     return report;
   }
   if (out.ok) {
-    // What this member holds, shard by shard, for the coordinator to compare
-    // with every other member's and with the sum forwarded to it.
-    // (Taken by the peer while the pieces landed.)
+    // What this member holds, shard by shard (taken by the peer while the
+    // pieces landed), for the coordinator to compare with every other
+    // member's and with the sum forwarded to it.
     for (std::string& d : out.shard_digests) report.add_sum_digests(std::move(d));
   }
   if (!out.ok) {
