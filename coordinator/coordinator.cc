@@ -187,7 +187,7 @@ void Coordinator::dispatch(Received received, double now) {
       on_contribution(peer, std::move(message), now);
       return;
     case v1::Envelope::kBye:
-      on_bye(peer, message);
+      on_bye(peer, message, now);
       return;
     case v1::Envelope::kReady:
       on_ready(peer, now);
@@ -196,7 +196,10 @@ void Coordinator::dispatch(Received received, double now) {
       on_exchange_sum(peer, std::move(message), now);
       return;
     case v1::Envelope::kError:
-      log_->warn("worker '{}' reports: {}", peer, peer_text(message.envelope.error().message()));
+      peer_log_.peer_says(
+          peer,
+          fmt::format("worker '{}' reports: {}", peer, peer_text(message.envelope.error().message())),
+          now);
       if (Member* m = membership_.live_member(peer)) m->last_heard = now;
       return;
     default:
@@ -310,12 +313,14 @@ void Coordinator::ask_to_rejoin(const std::string& peer, const std::string& why)
   send(peer, std::move(m));
 }
 
-void Coordinator::on_bye(const std::string& peer, const Message& message) {
+void Coordinator::on_bye(const std::string& peer, const Message& message, double now) {
   Member* m = membership_.live_member(peer);
   if (m == nullptr) return;
   const uint32_t rank = m->rank;
-  log_->warn("worker '{}' (rank {}) left: {}", peer, rank,
-             peer_text(message.envelope.bye().reason()));
+  peer_log_.peer_says(peer,
+                      fmt::format("worker '{}' (rank {}) left: {}", peer, rank,
+                                  peer_text(message.envelope.bye().reason())),
+                      now);
   if (phase_ == Phase::kStepping) abandon(rank, "it left during the step");
   membership_.mark_dead(rank);
 }

@@ -112,7 +112,7 @@ class Coordinator {
   void dispatch(Received message, double now);
   void on_hello(const Received& from, const Message& message, double now);
   void on_contribution(const std::string& peer, Message message, double now);
-  void on_bye(const std::string& peer, const Message& message);
+  void on_bye(const std::string& peer, const Message& message, double now);
   void on_ready(const std::string& peer, double now);
   // Data plane "exchange": a round's sum from one of its members
   // (coordinator/exchange_steps.cc).

@@ -207,8 +207,11 @@ void Coordinator::on_exchange_sum(const std::string& peer, Message message, doub
   }
   if (!problem) problem = forwarded_sum_problem(rank, message);
   if (problem) {
-    log_->warn("step {}: worker '{}' (rank {}) sent no usable sum of the round: {}", step, peer,
-               rank, *problem);
+    peer_log_.peer_says(peer,
+                        fmt::format("step {}: worker '{}' (rank {}) sent no usable sum of the "
+                                    "round: {}",
+                                    step, peer, rank, *problem),
+                        now);
     refused_sums_.insert(rank);
     if (committed_ahead_ && !committed_ahead_->lost && committed_ahead_->source == rank) {
       committed_ahead_->failed.insert(rank);
@@ -307,14 +310,17 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   }
   if (x.ok()) return;
   if (x.cancelled()) {
-    log_->info("worker '{}' (rank {}) ended the round of step {} when asked: {}",
-               membership_.at(rank).name, rank, step_, peer_text(x.error()));
+    log_->info("worker '{}' (rank {}) ended the round of step {} when asked",
+               membership_.at(rank).name, rank, step_);
     return;
   }
   // Whom it blames is weighed with the other members' reports (one report
   // alone can blame an innocent member: judge_exchange_round).
-  log_->warn("worker '{}' (rank {}): exchange of step {} failed: {}", membership_.at(rank).name,
-             rank, step_, peer_text(x.error()));
+  const std::string& name = membership_.at(rank).name;
+  peer_log_.peer_says(name,
+                      fmt::format("worker '{}' (rank {}): exchange of step {} failed: {}", name,
+                                  rank, step_, peer_text(x.error())),
+                      now);
 }
 
 void Coordinator::cancel_overdue_members(double now) {

@@ -24,19 +24,28 @@ PeerLog::PeerLog(const v1::GuardConfig& config, std::shared_ptr<spdlog::logger> 
       max_refused_(config.max_refused_peers() > 0 ? config.max_refused_peers() : 64),
       log_(std::move(log)) {}
 
-void PeerLog::prune(double now) {
-  for (auto it = peers_.begin(); it != peers_.end();) {
-    it = now - it->second.heard > period_ && it->second.since == 0 ? peers_.erase(it)
+void PeerLog::prune(Entries& entries, double now) {
+  for (auto it = entries.begin(); it != entries.end();) {
+    it = now - it->second.heard > period_ && it->second.since == 0 ? entries.erase(it)
                                                                    : std::next(it);
   }
 }
 
 void PeerLog::bad_message(const std::string& peer, const std::string& line, double now) {
   ++bad_messages_;
-  if (!peers_.contains(peer) && peers_.size() >= kMaxPeers) prune(now);
+  limited(bad_, "bad messages", peer, line, now);
+}
+
+void PeerLog::peer_says(const std::string& peer, const std::string& line, double now) {
+  limited(said_, "lines of its own text", peer, line, now);
+}
+
+void PeerLog::limited(Entries& entries, const char* kind, const std::string& peer,
+                      const std::string& line, double now) {
+  if (!entries.contains(peer) && entries.size() >= kMaxPeers) prune(entries, now);
   // Still full: the new peer shares the entry of all such peers.
-  const bool shared = !peers_.contains(peer) && peers_.size() >= kMaxPeers;
-  Entry& e = peers_[shared ? std::string() : peer];
+  const bool shared = !entries.contains(peer) && entries.size() >= kMaxPeers;
+  Entry& e = entries[shared ? std::string() : peer];
   ++e.count;
   ++e.since;
   e.heard = now;
@@ -45,13 +54,13 @@ void PeerLog::bad_message(const std::string& peer, const std::string& line, doub
     e.since = 0;
     e.logged = now;
     if (e.count == kBurst) {
-      log_->warn("peer '{}' sent {} bad messages: from now on at most one line per {:g} s about it",
-                 shared ? std::string("(other peers)") : peer, kBurst, period_);
+      log_->warn("peer '{}' sent {} {}: from now on at most one line per {:g} s about it",
+                 shared ? std::string("(other peers)") : peer, kBurst, kind, period_);
     }
     return;
   }
   if (now - e.logged < period_) return;
-  log_->warn("{} ({} bad messages from {} in the last {:.0f} s, {} in all)", line, e.since,
+  log_->warn("{} ({} {} from {} in the last {:.0f} s, {} in all)", line, e.since, kind,
              shared ? std::string("other peers") : fmt::format("peer '{}'", peer), now - e.logged,
              e.count);
   e.since = 0;

@@ -39,6 +39,12 @@ class PeerLog {
 
   // A bad message from `peer`, `line` saying what it was.
   void bad_message(const std::string& peer, const std::string& line, double now);
+  // A line that carries text `peer` wrote (an error it reports, the reason
+  // it gives for leaving, why its exchange failed), cut to
+  // kPeerTextLimit by the caller: logged like bad messages, the first
+  // kBurst one by one and then one line per period, so a peer that repeats
+  // itself costs the log a bounded number of lines whatever it sends.
+  void peer_says(const std::string& peer, const std::string& line, double now);
   // A hello from `peer` that is refused (`line` says so, for the log):
   // whether to answer (and log) it.
   bool answer_refusal(const std::string& peer, const std::string& line, double now);
@@ -53,12 +59,17 @@ class PeerLog {
     double logged = -1e300;
     double heard = 0.0;
   };
-  void prune(double now);
+  using Entries = std::map<std::string, Entry>;
+  // One line of `kind` from `peer`, logged or counted for the next line.
+  void limited(Entries& entries, const char* kind, const std::string& peer,
+               const std::string& line, double now);
+  void prune(Entries& entries, double now);
 
   double period_;
   size_t max_refused_;
   std::shared_ptr<spdlog::logger> log_;
-  std::map<std::string, Entry> peers_;
+  Entries bad_;   // bad messages, by peer
+  Entries said_;  // lines of the peer's own text, by peer
   uint64_t bad_messages_ = 0;
   // Refused hellos in the current period.
   double window_start_ = -1e300;

@@ -485,6 +485,15 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
     return;
   }
   if (h->round > r.id) {
+    // A piece of a later run: its coordinator started after this round's.
+    // Members learn of a new run from its first plan, so such a piece comes
+    // from a member that has, and this one will take part in that round
+    // only after it has ended this one: not kept, as no sender could be
+    // bounded that way (a later run's every step is "later").
+    if (h->round.run != r.id.run) {
+      return refuse(out, fmt::format("a piece of a later run ({}) than this round's",
+                                     describe(h->round)));
+    }
     // Kept for its round, within a bound in bytes and in count (empty pieces
     // cost no bytes): a member is at most one round ahead, and sends this
     // peer less than the whole buffer per round, in at most this peer's

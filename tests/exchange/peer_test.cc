@@ -650,6 +650,36 @@ TEST(Exchange, PiecesOfLaterRoundsAreKeptWithinABoundInCountNotOnlyInBytes) {
       << o.stats.first_refusal;
 }
 
+TEST(Exchange, APieceOfALaterRunIsNotKept) {
+  // Pieces kept for later rounds are those of this round's run: a piece
+  // that names another run is refused, whatever its step, so a sender
+  // cannot fill what is kept with rounds that may never come.
+  Group group(2, options(4 * 100, false));
+  zmq::context_t context;
+  zmq::socket_t intruder(context, zmq::socket_type::dealer);
+  intruder.set(zmq::sockopt::routing_id, std::string("7"));
+  intruder.set(zmq::sockopt::linger, 0);
+  intruder.connect(group.endpoints[0]);
+  const std::vector<uint32_t> members{0, 1};
+  const size_t length = 1001;
+  const uint64_t run = 1000;
+  constexpr int kSent = 10;
+  for (int i = 0; i < kSent; ++i) {
+    const ChunkHeader h{PieceKind::kContribution, 7, 2, members_digest(members),
+                        {5, 0, run + 1 + static_cast<uint64_t>(i)}, length, 100, 0, 0, 0};
+    const auto bytes = encode_header(h);
+    intruder.send(zmq::buffer(bytes), zmq::send_flags::sndmore);
+    intruder.send(zmq::message_t(), zmq::send_flags::none);
+  }
+  std::vector<float> c(length, 1.0f), out(length);
+  const ExchangeOutcome o = group.peers[0]->exchange({5, 0, run}, members, c, 10, out,
+                                                     Clock::now() + milliseconds(1500));
+  EXPECT_FALSE(o.ok) << "rank 1 never took part";
+  EXPECT_EQ(o.stats.early, 0u);
+  EXPECT_EQ(o.stats.refused, static_cast<uint64_t>(kSent));
+  EXPECT_NE(o.stats.first_refusal.find("later run"), std::string::npos) << o.stats.first_refusal;
+}
+
 TEST(Exchange, APieceOfARunBeforeACoordinatorRestartIsNeverSummedWhateverItsStep) {
   // A coordinator restarted from a checkpoint plans its steps again from
   // there: a piece of the earlier run's step 50 must not wait for the new

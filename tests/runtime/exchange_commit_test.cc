@@ -20,6 +20,7 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
+#include "coordinator/peer_limits.h"
 #include "exchange/sum_digest.h"
 #include "tests/runtime/coordinator_fixture.h"
 #include "tests/runtime/exchange_script.h"
@@ -639,6 +640,41 @@ TEST_F(ExchangeCommitTest, APeersTextGoesToTheLogCutToItsLimit) {
                       2),
             "a... (4 bytes in all)");
   EXPECT_EQ(peer_text("short"), "short");
+}
+
+TEST_F(ExchangeCommitTest, APeerThatRepeatsItselfCostsTheLogABoundedNumberOfLines) {
+  // 30 error reports of 1 MB each within a second, from a peer that never
+  // joined: the first PeerLog::kBurst are logged (each cut to its limit),
+  // the rest counted, and a period later one line says how many.
+  join();
+  auto error = [&](const std::string& text) {
+    Message m;
+    m.envelope = make_envelope(0, "stranger");
+    m.envelope.mutable_error()->set_message(text);
+    receive("stranger", std::move(m));
+  };
+  const std::string loud(1 << 20, 'y');
+  for (int i = 0; i < 30; ++i) {
+    error(loud);
+    now += 0.03;
+  }
+  const std::string cut = std::string(kPeerTextLimit, 'y') + "... (1048576 bytes in all)";
+  auto lines_with = [&](const std::string& what) {
+    const std::string text = log.text.str();
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(lines_with(cut), PeerLog::kBurst);
+  EXPECT_EQ(lines_with("peer 'stranger' sent 5 lines of its own text: from now on at most one "
+                       "line per"),
+            1u);
+  EXPECT_LT(log.text.str().size(), size_t{16} << 10);
+  now += 11.0;  // past guard.peer_log_seconds (10 s unset)
+  error(loud);
+  EXPECT_EQ(lines_with(cut), PeerLog::kBurst + 1);
+  EXPECT_EQ(lines_with("(26 lines of its own text from peer 'stranger' in the last"), 1u)
+      << log.text.str().substr(log.text.str().size() - 1024);
 }
 
 // A sum whose values are not the members' (finite: 1e6 everywhere), as a
