@@ -106,6 +106,11 @@ std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir) {
 
 void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header,
                      Replica& replica) {
+  write_checkpoint(path, std::move(header), replica).put_in_place();
+}
+
+PendingFile write_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header,
+                             Replica& replica) {
   header.clear_tensor_names();
   header.clear_tensor_counts();
   const std::vector<TensorSpec> specs = replica.state_specs();
@@ -129,7 +134,7 @@ void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader hea
   const uint64_t sum = checksum(std::span<const float>(reinterpret_cast<const float*>(out.data()),
                                                        out.size() / sizeof(float)));
   put<uint64_t>(out, sum);
-  write_file_atomically(path, out);
+  return PendingFile(path, out);
 }
 
 v1::CheckpointHeader load_checkpoint_header(const std::filesystem::path& path) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string>
 
+#include "common/files.h"
 #include "proto/checkpoint.pb.h"
 #include "runtime/replica.h"
 
@@ -20,7 +21,11 @@ namespace dctrain {
 
 std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir);
 
-// Writes header + the replica's state views.
+// Writes header + the replica's state views to `path`.tmp, synced, and
+// leaves it to the caller to put in place (PendingFile::put_in_place).
+PendingFile write_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header,
+                             Replica& replica);
+// write_checkpoint, put in place at once.
 void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header,
                      Replica& replica);
 

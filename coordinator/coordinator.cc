@@ -56,7 +56,7 @@ Coordinator::Coordinator(CoordinatorSetup setup, Replica& replica, Evaluator* ev
       membership_(config_.workers()),
       ledger_(initial_ledger(setup_)),
       reducer_(replica.parameter_count(), replica.buffer_count()),
-      metrics_(setup_.run_dir,
+      metrics_(setup_.run_dir, config_.run_id(),
                setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step()) : std::nullopt),
       threshold_(config_.step(), config_.seed()),
       timeline_(setup_.run_dir, config_.trace(), clock_(), log_),
@@ -121,10 +121,14 @@ void Coordinator::send(const std::string& peer, Message message) {
 // ---------------------------------------------------------------- messages
 
 void Coordinator::handle(Received received, double now) {
-  dispatch(std::move(received), now);
-  end_round_without_lost_members(now);
-  if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
-  start_when_ready(now);
+  try {
+    dispatch(std::move(received), now);
+    end_round_without_lost_members(now);
+    if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
+    start_when_ready(now);
+  } catch (const FileWriteError& e) {
+    run_folder_failed(e.what(), now);
+  }
 }
 
 bool Coordinator::start_when_ready(double now) {
@@ -655,12 +659,19 @@ void Coordinator::close_step(double now) {
   if (eval_due && !in_background) record.set_eval_seconds(evaluate(now));
   const uint64_t checkpoint_every = config_.checkpoint().every_steps();
   const std::optional<std::string> stop = stop_reached(now);
-  if (checkpoint_every > 0 && t.steps() % checkpoint_every == 0 && !stop) {
-    record.set_checkpoint_seconds(checkpoint(now));
-  }
-  // After the checkpoint, so that it never waits for this evaluation.
+  const bool checkpoint_due = checkpoint_every > 0 && t.steps() % checkpoint_every == 0 && !stop;
+  const double checkpoint_begin = clock_();
+  std::optional<PendingFile> checkpoint =
+      checkpoint_due ? write_checkpoint(now) : std::optional<PendingFile>();
+  if (checkpoint_due) record.set_checkpoint_seconds(clock_() - checkpoint_begin);
+  // After the checkpoint is written, so that it never waits for this
+  // evaluation.
   if (eval_due && in_background) record.set_eval_seconds(request_evaluation(now));
   metrics_.record_step(record);
+  // The step's record is durable before the checkpoint that covers it is
+  // in place: a crash in between leaves the record, whose step the resumed
+  // run (from the checkpoint before) removes and does again.
+  if (checkpoint) put_checkpoint_in_place(*checkpoint);
   live_metrics_.step_recorded(record);
   observe_threshold(closed, now);
   publish_live(now);
@@ -992,9 +1003,9 @@ double Coordinator::evaluate(double now) {
   return result.seconds;
 }
 
-double Coordinator::checkpoint(double now) {
+std::optional<PendingFile> Coordinator::write_checkpoint(double now) {
   apply_pending();
-  if (setup_.run_dir.empty()) return 0.0;
+  if (setup_.run_dir.empty()) return std::nullopt;
   const double begin = clock_();
   // An evaluation of an earlier step still running: its result goes into
   // the totals the checkpoint saves (a resumed run could not redo it).
@@ -1006,15 +1017,25 @@ double Coordinator::checkpoint(double now) {
   *header.mutable_ledger() = ledger_.state();
   *header.mutable_totals() = metrics_.totals();
   header.mutable_totals()->set_wall_seconds(wall(now));
-  try {
-    save_checkpoint(checkpoint_path(setup_.run_dir), std::move(header), replica_);
-    log_->info("checkpoint written at step {}", step_);
-  } catch (const std::exception& e) {
-    log_->error("checkpoint at step {} failed: {}", step_, e.what());
-  }
-  const double end = clock_();
-  timeline_.span("checkpoint", begin, end);
-  return end - begin;
+  PendingFile written =
+      dctrain::write_checkpoint(checkpoint_path(setup_.run_dir), std::move(header), replica_);
+  timeline_.span("checkpoint", begin, clock_());
+  return written;
+}
+
+void Coordinator::put_checkpoint_in_place(PendingFile& checkpoint) {
+  metrics_.sync();
+  checkpoint.put_in_place();
+  log_->info("checkpoint written at step {}", step_);
+}
+
+void Coordinator::run_folder_failed(const std::string& what, double now) {
+  if (phase_ == Phase::kFinished) return;
+  log_->error("{}", what);
+  finish(fmt::format("the run folder cannot be written ({}); nothing after the last checkpoint "
+                     "is kept: free space, then continue with dctrain-coordinator --resume {}",
+                     what, setup_.run_dir.string()),
+         kCoordinatorRunFolderFailed, now);
 }
 
 std::optional<std::string> Coordinator::stop_reached(double now) const {
@@ -1034,17 +1055,27 @@ std::optional<std::string> Coordinator::stop_reached(double now) const {
   return std::nullopt;
 }
 
-void Coordinator::finish(const std::string& reason, int exit_code, double now) {
+void Coordinator::finish(std::string reason, int exit_code, double now) {
   apply_pending();
   v1::RunTotals& t = metrics_.totals();
-  // The evaluation still running completes, and is recorded, before the
-  // summary.
-  if (setup_.evaluation_thread != nullptr) collect_evaluation(true, now);
-  if (exit_code == 0 && evaluator_ != nullptr &&
-      (!t.has_eval() || t.last_eval_step() != t.steps())) {
-    evaluate(now);
+  try {
+    // The evaluation still running completes, and is recorded, before the
+    // summary.
+    if (setup_.evaluation_thread != nullptr) collect_evaluation(true, now);
+    if (exit_code == kCoordinatorDone && evaluator_ != nullptr &&
+        (!t.has_eval() || t.last_eval_step() != t.steps())) {
+      evaluate(now);
+    }
+    if (exit_code == kCoordinatorDone && config_.checkpoint().every_steps() > 0) {
+      if (std::optional<PendingFile> checkpoint = write_checkpoint(now)) {
+        put_checkpoint_in_place(*checkpoint);
+      }
+    }
+  } catch (const FileWriteError& e) {
+    log_->error("{}", e.what());
+    reason = fmt::format("{}, but the run folder cannot be written ({})", reason, e.what());
+    exit_code = kCoordinatorRunFolderFailed;
   }
-  if (exit_code == 0 && config_.checkpoint().every_steps() > 0) checkpoint(now);
   phase_ = Phase::kFinished;
   exit_code_ = exit_code;
   stop_reason_ = reason;
@@ -1072,19 +1103,28 @@ void Coordinator::finish(const std::string& reason, int exit_code, double now) {
       if (setup_.blas) *summary.mutable_blas() = *setup_.blas;
       if (!setup_.resume) summary.set_startup_seconds(run_started_ - created_);
       worker_summary_.add_to(summary);
+      summary.set_completed(exit_code_ == kCoordinatorDone);
+      summary.set_exit_status(exit_code_);
       write_summary(setup_.run_dir / "summary.json", summary);
     } catch (const std::exception& e) {
-      log_->error("{}", e.what());
+      // A run without its summary did not end well, whatever its reason.
+      log_->error("summary.json not written: {}", e.what());
+      if (exit_code == kCoordinatorDone) exit_code_ = kCoordinatorRunFolderFailed;
     }
   }
-  if (exit_code == 0) {
+  if (exit_code_ == kCoordinatorDone) {
     log_->info("run finished after {} steps ({:.2f} epochs, {:.1f} s): {}", t.steps(), epochs(),
                wall(now), reason);
   } else {
-    log_->error("run failed after {} steps: {}", t.steps(), reason);
+    log_->error("run failed after {} steps (exit status {}): {}", t.steps(), exit_code_, reason);
   }
   publish_live(now);
-  timeline_.close();
+  try {
+    timeline_.close();
+  } catch (const FileWriteError& e) {
+    log_->error("trace.json not finished: {}", e.what());
+    if (exit_code_ == kCoordinatorDone) exit_code_ = kCoordinatorRunFolderFailed;
+  }
 }
 
 void Coordinator::stop(const std::string& reason, int exit_code, double now) {
@@ -1094,6 +1134,14 @@ void Coordinator::stop(const std::string& reason, int exit_code, double now) {
 // -------------------------------------------------------------------- time
 
 void Coordinator::tick(double now) {
+  try {
+    advance(now);
+  } catch (const FileWriteError& e) {
+    run_folder_failed(e.what(), now);
+  }
+}
+
+void Coordinator::advance(double now) {
   if (phase_ == Phase::kFinished) return;
   const v1::LivenessConfig& live = config_.liveness();
   if (setup_.evaluation_thread != nullptr && collect_evaluation(false, now)) {

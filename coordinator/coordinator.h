@@ -23,8 +23,10 @@
 #include <vector>
 
 #include "comm/message.h"
+#include "coordinator/checkpoint.h"
 #include "coordinator/evaluation_thread.h"
 #include "coordinator/evaluator.h"
+#include "coordinator/exit_codes.h"
 #include "coordinator/ledger.h"
 #include "coordinator/live_metrics.h"
 #include "coordinator/membership.h"
@@ -82,7 +84,8 @@ class Coordinator {
   void stop(const std::string& reason, int exit_code, double now);
 
   bool finished() const { return phase_ == Phase::kFinished; }
-  // 0 when the run ended normally (a stop criterion), 1 when it failed.
+  // coordinator/exit_codes.h: kCoordinatorDone when the run ended
+  // normally (a stop criterion), else why not.
   int exit_code() const { return exit_code_; }
   const std::string& stop_reason() const { return stop_reason_; }
 
@@ -164,7 +167,15 @@ class Coordinator {
   void observe_threshold(const ClosedStep& closed, double now);
   // Each returns the seconds it took on the coordinator's clock.
   double evaluate(double now);
-  double checkpoint(double now);
+  // The checkpoint of the state now, written to checkpoint.bin.tmp and
+  // synced; put in place by the caller once the records it covers are
+  // durable (close_step, finish). None without a run folder.
+  std::optional<PendingFile> write_checkpoint(double now);
+  // The records so far made durable, then `checkpoint` put in place.
+  void put_checkpoint_in_place(PendingFile& checkpoint);
+  // A write to the run folder failed (`what` says which and why): the run
+  // stops with kCoordinatorRunFolderFailed, as cleanly as it can.
+  void run_folder_failed(const std::string& what, double now);
   // Evaluation off the step loop (coordinator_observe.cc). Starts one on
   // a snapshot of the replica, after waiting for the previous one if it
   // still runs; returns the seconds the step loop spent.
@@ -179,7 +190,11 @@ class Coordinator {
   // Hands a snapshot of the live metrics to setup_.publish_metrics.
   void publish_live(double now);
   std::optional<std::string> stop_reached(double now) const;
-  void finish(const std::string& reason, int exit_code, double now);
+  void finish(std::string reason, int exit_code, double now);
+  // tick()'s and on_disconnected()'s work; those stop the run when it
+  // throws FileWriteError.
+  void advance(double now);
+  void declare_disconnected(const std::string& peer, double now);
   void progress(double now);
   void send(const std::string& peer, Message message);
   double wall(double now) const { return wall_offset_ + (now - run_started_); }

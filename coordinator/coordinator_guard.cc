@@ -88,6 +88,14 @@ void Coordinator::refuse_hello(const std::string& peer, const std::string& line,
 }
 
 void Coordinator::on_disconnected(const std::string& peer, double now) {
+  try {
+    declare_disconnected(peer, now);
+  } catch (const FileWriteError& e) {
+    run_folder_failed(e.what(), now);
+  }
+}
+
+void Coordinator::declare_disconnected(const std::string& peer, double now) {
   if (phase_ == Phase::kFinished) return;
   Member* m = membership_.live_member(peer);
   if (m == nullptr) return;

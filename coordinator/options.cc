@@ -10,8 +10,13 @@ void add_coordinator_options(CLI::App& app, CoordinatorOptions& options) {
       ->check(CLI::ExistingFile);
   app.add_option("--bind", options.bind, "Address to bind for workers, tcp://HOST:PORT")
       ->capture_default_str();
-  app.add_option("--out", options.out_dir, "Run folder for config, metrics, summary and logs")
-      ->capture_default_str();
+  app.add_option("--out", options.out_dir,
+                 "Run folder for config, metrics, summary and logs (default: a new folder "
+                 "runs/NAME-YYYYMMDD-HHMMSS, NAME the config's name); one that holds another "
+                 "run is refused unless --overwrite");
+  app.add_flag("--overwrite", options.overwrite,
+               "Start the run in --out even if that folder holds another run, whose files "
+               "(config, metrics, checkpoint, summary, trace, log) are removed first");
   app.add_option("--resume", options.resume_dir,
                  "Continue from the last checkpoint in this run folder")
       ->check(CLI::ExistingDirectory);

@@ -12,7 +12,9 @@ struct CoordinatorOptions {
   // ROUTER address workers connect to; loopback unless told otherwise (an
   // address other hosts reach needs CURVE keys or --insecure).
   std::string bind = "tcp://127.0.0.1:5555";
-  std::string out_dir = "runs/latest";  // run folder: config, metrics, summary, logs
+  // Run folder: config, metrics, summary, logs; empty: a new one under runs/.
+  std::string out_dir;
+  bool overwrite = false;               // --out may hold another run, whose files are replaced
   std::string resume_dir;               // continue from this run folder's checkpoint
   int workers = 0;                      // 0: take the config's value
   std::string tau;                      // "": config's; seconds, "inf" or "auto"

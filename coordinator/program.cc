@@ -26,6 +26,7 @@
 #include "coordinator/metrics_server.h"
 #include "coordinator/peer_limits.h"
 #include "coordinator/run_metrics.h"
+#include "metrics/run_identity.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"
 #include "runtime/setup.h"
@@ -126,6 +127,35 @@ ServerSecurity resolve_security(const v1::SecurityConfig& config, const std::str
   return out;
 }
 
+// Why a new run cannot start in `run_dir`: it holds another run, and
+// --overwrite was not passed (with it, that run's files are removed).
+std::optional<std::string> new_run_problem(const fs::path& run_dir,
+                                           const CoordinatorOptions& options) {
+  std::optional<std::string> refusal = new_run_refusal(run_dir);
+  if (refusal && options.overwrite) {
+    spdlog::warn("--overwrite: removing the run in '{}' ({})", run_dir.string(), *refusal);
+    remove_run_files(run_dir);
+    return std::nullopt;
+  }
+  return refusal;
+}
+
+// Why the checkpoint's run (its config's id) cannot resume in `run_dir`: the
+// folder's records are another run's.
+std::optional<std::string> resume_problem(const fs::path& run_dir, const v1::RunConfig& config) {
+  if (config.run_id().empty()) return std::nullopt;  // a checkpoint of a build before run ids
+  for (const std::string& id : recorded_run_ids(run_dir)) {
+    if (id != config.run_id()) {
+      return fmt::format(
+          "the checkpoint in '{}' is run {}'s, but the folder's metrics.jsonl holds records of "
+          "run {}: resuming would mix two runs. Resume the folder the checkpoint came from, or "
+          "start a new run",
+          run_dir.string(), config.run_id(), id);
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
@@ -156,7 +186,18 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     spdlog::error("{}", e.what());
     return 2;
   }
-  const fs::path run_dir = resuming ? fs::path(options.resume_dir) : fs::path(options.out_dir);
+  fs::path run_dir = resuming ? fs::path(options.resume_dir) : fs::path(options.out_dir);
+  if (run_dir.empty()) run_dir = new_run_folder("runs", config.name());
+  if (const std::optional<std::string> problem =
+          resuming ? resume_problem(run_dir, config) : new_run_problem(run_dir, options)) {
+    spdlog::error("{}", *problem);
+    return kCoordinatorUsage;
+  }
+  // A new run: its own id, in everything it writes (metrics/run_identity.h).
+  if (!resuming) config.set_run_id(new_run_id());
+  // What a process killed mid-write left (a resumed run's, or an
+  // overwritten one's): a checkpoint.bin.tmp of hundreds of MB, say.
+  remove_temporary_files(run_dir);
   std::error_code ec;
   fs::create_directories(run_dir, ec);
   if (ec) {
@@ -280,9 +321,13 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     }
     transport.set_linger(std::chrono::milliseconds(10000));
     return coordinator.exit_code();
+  } catch (const FileWriteError& e) {
+    // Before the run began (config.cfg, the endpoint): nothing to stop.
+    log->error("{}", e.what());
+    return kCoordinatorRunFolderFailed;
   } catch (const std::exception& e) {
     log->error("{}", e.what());
-    return 1;
+    return kCoordinatorFailed;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include "common/files.h"
@@ -49,22 +50,23 @@ uint64_t keep_records_before(const std::filesystem::path& path, uint64_t next_st
 
 }  // namespace
 
-RunMetrics::RunMetrics(const std::filesystem::path& run_dir, std::optional<uint64_t> resume_step) {
+RunMetrics::RunMetrics(const std::filesystem::path& run_dir, std::string run_id,
+                       std::optional<uint64_t> resume_step)
+    : run_id_(std::move(run_id)) {
   const std::filesystem::path path = run_dir / "metrics.jsonl";
   if (resume_step) superseded_ = keep_records_before(path, *resume_step);
-  out_.open(path, resume_step ? std::ios::app : std::ios::trunc);
-  if (!out_) {
-    throw std::runtime_error(
-        fmt::format("cannot open '{}' for writing (is the run folder writable?)",
-                    (run_dir / "metrics.jsonl").string()));
-  }
+  out_ = std::make_unique<AppendFile>(path, !resume_step);
 }
 
 template <typename Record>
 void RunMetrics::append(Record record, const char* type) {
   record.set_type(type);
-  out_ << metrics_line(record);
-  out_.flush();
+  record.set_run_id(run_id_);
+  out_->append(metrics_line(record));
+}
+
+void RunMetrics::sync() {
+  out_->sync();
 }
 
 void RunMetrics::record_step(const v1::StepRecord& record) {
@@ -105,6 +107,7 @@ v1::RunSummary RunMetrics::summary(const v1::RunConfig& config, double wall_seco
   const auto none = std::optional<double>();
   v1::RunSummary s;
   s.set_name(config.name());
+  s.set_run_id(config.run_id());
   *s.mutable_final_eval_accuracy() =
       number_or_null(t.has_eval() ? std::optional(t.last_eval_accuracy()) : none);
   *s.mutable_final_eval_loss() =

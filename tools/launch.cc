@@ -23,6 +23,7 @@
 #include "common/child_process.h"
 #include "common/cli.h"
 #include "common/stop_signals.h"
+#include "metrics/run_identity.h"
 #include "runtime/run_config.h"
 
 namespace {
@@ -77,7 +78,8 @@ void reap(std::vector<Child>& children) {
 int main(int argc, char** argv) try {
   CLI::App app{"dctrain-launch: runs a coordinator and N workers on this host"};
   int workers = 0;  // unless given: the config's
-  std::string config, out_dir = "runs/latest", data_dir, tau, log_level = "info", resume;
+  std::string config, out_dir, data_dir, tau, log_level = "info", resume;
+  bool overwrite = false;
   int threads = 1;
   int64_t steps = 0;
   int metrics_port = -1;
@@ -92,7 +94,12 @@ int main(int argc, char** argv) try {
       ->check(CLI::Range(1, 256));
   app.add_option("--config", config, "Run config file (Protobuf text format)")
       ->check(CLI::ExistingFile);
-  app.add_option("--out", out_dir, "Run folder")->capture_default_str();
+  app.add_option("--out", out_dir,
+                 "Run folder (default: a new folder runs/NAME-YYYYMMDD-HHMMSS, NAME the config's "
+                 "name); one that holds another run is refused unless --overwrite");
+  app.add_flag("--overwrite", overwrite,
+               "Start the run in --out even if that folder holds another run (its files are "
+               "removed first)");
   app.add_option("--resume", resume, "Continue the run in this folder from its last checkpoint")
       ->check(CLI::ExistingDirectory);
   app.add_option("--data-dir", data_dir, "Data root for every process (empty: synthetic data only)")
@@ -137,7 +144,19 @@ int main(int argc, char** argv) try {
   }
 
   const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
+  if (resume.empty() && out_dir.empty()) {
+    out_dir = dctrain::new_run_folder("runs", dctrain::load_run_config(config).name()).string();
+    std::fprintf(stderr, "dctrain-launch: run folder %s\n", out_dir.c_str());
+  }
   const fs::path run_dir = resume.empty() ? fs::path(out_dir) : fs::path(resume);
+  // Refused here, before the launcher touches the folder (its endpoint, its
+  // keys), as the coordinator would refuse it.
+  if (resume.empty() && !overwrite) {
+    if (const std::optional<std::string> refusal = dctrain::new_run_refusal(run_dir)) {
+      std::fprintf(stderr, "dctrain-launch: %s\n", refusal->c_str());
+      return 2;
+    }
+  }
   fs::create_directories(run_dir);
   fs::remove(run_dir / "endpoint");
 
@@ -153,6 +172,7 @@ int main(int argc, char** argv) try {
                                           std::to_string(workers)};
   if (resume.empty()) {
     coordinator.insert(coordinator.end(), {"--config", config, "--out", out_dir});
+    if (overwrite) coordinator.push_back("--overwrite");
   } else {
     coordinator.insert(coordinator.end(), {"--resume", resume});
   }
@@ -278,7 +298,11 @@ int main(int argc, char** argv) try {
     }
   }
   if (failed == 0) std::printf("dctrain-launch: run folder %s\n", run_dir.c_str());
-  return failed == 0 ? 0 : (interrupted ? 130 : 1);
+  if (failed == 0) return 0;
+  if (interrupted) return 130;
+  // The coordinator's own status says the most (3: the run folder could not
+  // be written, README "Exit statuses"); a worker's failure alone is 1.
+  return *children[0].status != 0 ? *children[0].status : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "dctrain-launch: %s\n", e.what());
   return 1;

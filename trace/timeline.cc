@@ -69,13 +69,7 @@ Timeline::Timeline(const std::filesystem::path& run_dir, const v1::TraceConfig& 
                    double origin, std::shared_ptr<spdlog::logger> log)
     : selection_(config), origin_(origin), log_(std::move(log)) {
   if (run_dir.empty() || !selection_.any()) return;
-  try {
-    writer_ = std::make_unique<TraceWriter>(run_dir / "trace.json");
-  } catch (const std::exception& e) {
-    // The timeline is an aid: without it the run goes on.
-    log_->error("{}; the run goes on without a timeline", e.what());
-    return;
-  }
+  writer_ = std::make_unique<TraceWriter>(run_dir / "trace.json");
   writer_->process_name(kCoordinatorPid, "coordinator", 0);
   writer_->thread_name(kCoordinatorPid, 0, "steps");
   flush();
@@ -212,9 +206,11 @@ void Timeline::flush() {
       json_string(selection_.describe()), workers));
   try {
     writer_->flush();
-  } catch (const std::exception& e) {
-    log_->error("{}; the run goes on without a timeline", e.what());
+  } catch (...) {
+    // A run folder that cannot be written stops the run (the caller's);
+    // the timeline writes nothing more.
     writer_.reset();
+    throw;
   }
 }
 

@@ -8,7 +8,9 @@
 //
 // trace.json is written as the run goes (trace/trace_writer.h): it is a
 // whole JSON document after every step that recorded something, so a run
-// stopped by a signal, or even killed, leaves a file that opens.
+// stopped by a signal, or even killed, leaves a file that opens. A write
+// that fails throws FileWriteError (common/files.h) to the coordinator,
+// which stops the run; the timeline writes nothing more.
 //
 // Coordinator events belong to the step of the latest plan (its reduce,
 // update, evaluation and checkpoint come before the next plan). A worker's

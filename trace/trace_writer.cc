@@ -8,6 +8,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/files.h"
+
 namespace dctrain {
 
 namespace {
@@ -56,10 +58,7 @@ std::string json_micros(double us) {
 
 TraceWriter::TraceWriter(std::filesystem::path path) : path_(std::move(path)) {
   file_.reset(std::fopen(path_.c_str(), "w+"));
-  if (!file_) {
-    throw std::runtime_error(fmt::format("trace: cannot write {}: {}; is the run folder writable?",
-                                         path_.string(), std::strerror(errno)));
-  }
+  if (!file_) throw FileWriteError(path_, errno, 0);
   pending_ = std::string(kHead);
   flush();
 }
@@ -128,6 +127,9 @@ void TraceWriter::end_event(const TraceArgList& args) {
 void TraceWriter::flush() {
   std::FILE* f = file_.get();
   const std::string tail = "\n],\"otherData\":" + other_data_ + "}\n";
+  if (const int injected = fault_at("write", path_)) {
+    throw FileWriteError(path_, injected, pending_.size() + tail.size());
+  }
   bool ok = std::fseek(f, tail_position_, SEEK_SET) == 0 &&
             std::fwrite(pending_.data(), 1, pending_.size(), f) == pending_.size();
   const long tail_position = ok ? std::ftell(f) : -1;
@@ -135,10 +137,7 @@ void TraceWriter::flush() {
        std::fflush(f) == 0;
   // A shorter closing part than the last one leaves nothing of it behind.
   ok = ok && ::ftruncate(::fileno(f), tail_position + static_cast<long>(tail.size())) == 0;
-  if (!ok) {
-    throw std::runtime_error(fmt::format("trace: writing {} failed: {}; is the disk full?",
-                                         path_.string(), std::strerror(errno)));
-  }
+  if (!ok) throw FileWriteError(path_, errno, pending_.size() + tail.size());
   tail_position_ = tail_position;
   pending_.clear();
 }

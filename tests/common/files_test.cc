@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -143,6 +144,68 @@ TEST(Files, AWriterKilledAtAnyPointLeavesTheOldOrTheNewContent) {
         << "round " << round << ": " << text.size() << " bytes, neither content";
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(Files, AFailedAtomicWriteLeavesTheOldContentAndNoTemporaryFile) {
+  const auto dir = fresh_dir("full");
+  write_file_atomically(dir / "summary.json", "old");
+  set_fault("enospc:write:summary.json");
+  try {
+    write_file_atomically(dir / "summary.json", std::string(5000, 'n'));
+    FAIL() << "the injected ENOSPC was not reported";
+  } catch (const FileWriteError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.error(), ENOSPC);
+    EXPECT_NE(what.find((dir / "summary.json.tmp").string() + "' failed: No space left on device"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("it needs 5.0 kB; '" + dir.string() + "' has "), std::string::npos) << what;
+  }
+  EXPECT_EQ(read_text_file(dir / "summary.json"), "old");
+  EXPECT_FALSE(std::filesystem::exists(dir / "summary.json.tmp"));
+  // Failing before the rename, after the bytes were written and synced.
+  set_fault("enospc:rename:summary.json");
+  EXPECT_THROW(write_file_atomically(dir / "summary.json", "new"), FileWriteError);
+  EXPECT_EQ(read_text_file(dir / "summary.json"), "old");
+  EXPECT_FALSE(std::filesystem::exists(dir / "summary.json.tmp"));
+  write_file_atomically(dir / "summary.json", "new");  // each fault fires once
+  EXPECT_EQ(read_text_file(dir / "summary.json"), "new");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Files, AnAppendThatFailsLeavesNoTornRecord) {
+  const auto dir = fresh_dir("append");
+  {
+    AppendFile records(dir / "metrics.jsonl", true);
+    records.append("{\"step\":0}\n");
+    records.sync();
+    set_fault("enospc:write:metrics.jsonl:2");
+    records.append("{\"step\":1}\n");  // the first time: no fault
+    EXPECT_THROW(records.append("{\"step\":2}\n"), FileWriteError);
+  }
+  EXPECT_EQ(read_text_file(dir / "metrics.jsonl"), "{\"step\":0}\n{\"step\":1}\n");
+  {
+    AppendFile again(dir / "metrics.jsonl", false);  // appends where it ended
+    again.append("{\"step\":2}\n");
+  }
+  EXPECT_EQ(read_text_file(dir / "metrics.jsonl"), "{\"step\":0}\n{\"step\":1}\n{\"step\":2}\n");
+  EXPECT_THROW(set_fault("explode:write:x"), std::invalid_argument);
+  EXPECT_THROW(set_fault("kill:write:x:0"), std::invalid_argument);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Files, OnARealFullFilesystemTheWriteFailsWholeAndCleansUp) {
+  // /dev/full answers every write with ENOSPC, as a full disk does; the
+  // atomic writer's temporary file must go even so. (A folder cannot be
+  // /dev/full: this checks the append path on the device itself.)
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  AppendFile full("/dev/full", false);
+  try {
+    full.append("record\n");
+    FAIL() << "a write to /dev/full succeeded";
+  } catch (const FileWriteError& e) {
+    EXPECT_EQ(e.error(), ENOSPC) << e.what();
+  }
 }
 
 }  // namespace

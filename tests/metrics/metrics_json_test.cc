@@ -188,8 +188,11 @@ TEST(MetricsJson, CountsStayNumbersTauInfinityIsInfAndMissingIsNull) {
   v1::WorkerStep& w = *step.add_workers();
   *w.mutable_arrival_seconds() = number_or_null(std::nullopt);
   w.add_micro_batch_seconds(1.0 / 3.0);
+  step.set_run_id("0123456789abcdef");
   const std::string line = metrics_line(step);
-  EXPECT_EQ(line.rfind("{\"type\":\"step\",\"step\":4000000000,", 0), 0u) << line;
+  EXPECT_EQ(
+      line.rfind("{\"type\":\"step\",\"run_id\":\"0123456789abcdef\",\"step\":4000000000,", 0), 0u)
+      << line;
   EXPECT_NE(line.find("\"samples\":96,"), std::string::npos) << line;
   EXPECT_NE(line.find("\"loss\":0.1,"), std::string::npos) << line;
   EXPECT_NE(line.find("\"tau\":\"inf\""), std::string::npos) << line;

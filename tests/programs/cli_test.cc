@@ -35,12 +35,13 @@ TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
   EXPECT_EQ(r.status, 0);
   for (const char* flag :
        {"--config", "--bind", "--out", "--resume", "--workers", "--tau", "--steps", "--log-level",
-        "--version", "--help", "--secret-key", "--allowed-keys", "--insecure"}) {
+        "--version", "--help", "--secret-key", "--allowed-keys", "--insecure", "--overwrite"}) {
     expect_contains(r.output, flag);
   }
   // Loopback by default: reaching other hosts takes keys or --insecure.
   expect_contains(r.output, "tcp://127.0.0.1:5555");
-  expect_contains(r.output, "runs/latest");
+  // A new folder per run by default, so that no run lands on another's.
+  expect_contains(r.output, "runs/NAME-YYYYMMDD-HHMMSS");
 }
 
 TEST(Programs, WorkerHelpListsEveryFlagWithDefaults) {

@@ -4,9 +4,11 @@
 // the plots; a rerun that skips finished cases; bad sweep files.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <cmath>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include "metrics/metrics_json.h"
@@ -231,6 +233,52 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
   EXPECT_NE(read_text(report / "plots" / "tiny-mlp_w2_dropcompute_compute.dat")
                 .find(fmt::format("{} 0", tau)),
             std::string::npos);
+}
+
+TEST_F(ExperimentReport, AnInterruptedCaseIsResumedFromItsCheckpointNotCountedAsFinished) {
+  // The first case's coordinator is killed at its second checkpoint (the
+  // file layer's fault injection, inherited through the launcher): the
+  // sweep fails that case (and the p80 case, which needs it), and the same
+  // command then resumes it from its first checkpoint.
+  write("tiny.cfg", std::string(kConfig) + "checkpoint { every_steps: 4 }\n");
+  write("tiny.sweep", kSweep);
+  const fs::path out = dir_ / "runs";
+  const fs::path base = out / "tiny-mlp_w2_dropcompute_tau-inf_s5";
+  ::setenv("DCTRAIN_FAULT", "kill:synced:metrics.jsonl:2", 1);
+  const int broken = run("dctrain-experiment",
+                         {(dir_ / "tiny.sweep").string(), "--out", out.string()}, "broken.log");
+  ::unsetenv("DCTRAIN_FAULT");
+  ASSERT_NE(broken, 0) << last_output_;
+  ASSERT_FALSE(fs::exists(base / "summary.json")) << last_output_;
+  ASSERT_TRUE(fs::exists(base / "checkpoint.bin")) << last_output_;
+
+  ASSERT_EQ(run("dctrain-experiment",
+                {(dir_ / "tiny.sweep").string(), "--out", out.string(), "--dry-run"}, "dry.log"),
+            0);
+  EXPECT_NE(last_output_.find("tiny-mlp_w2_dropcompute_tau-inf_s5: stopped without a summary "
+                              "(killed?): will resume"),
+            std::string::npos)
+      << last_output_;
+
+  ASSERT_EQ(run("dctrain-experiment", {(dir_ / "tiny.sweep").string(), "--out", out.string()},
+                "resumed.log"),
+            0)
+      << last_output_;
+  EXPECT_NE(last_output_.find("[1/2] tiny-mlp_w2_dropcompute_tau-inf_s5: stopped without a "
+                              "summary (killed?): resuming from its checkpoint"),
+            std::string::npos)
+      << last_output_;
+  const MetricsRecords records =
+      parse_metrics(read_text(base / "metrics.jsonl"), (base / "metrics.jsonl").string());
+  std::vector<uint32_t> steps;
+  for (const v1::StepRecord& r : records.steps) steps.push_back(r.step());
+  std::vector<uint32_t> expected(12);
+  std::iota(expected.begin(), expected.end(), 0u);
+  EXPECT_EQ(steps, expected) << "every step once, in order";
+  const v1::RunSummary summary = read_summary(base);
+  EXPECT_TRUE(summary.completed());
+  EXPECT_EQ(summary.steps(), 12u);
+  EXPECT_TRUE(read_summary(out / "tiny-mlp_w2_dropcompute_tau-p80_requeue_s5").completed());
 }
 
 TEST_F(ExperimentReport, BadSweepFilesAreRefusedBeforeAnythingRuns) {

@@ -94,6 +94,42 @@ double percentile_tau(const fs::path& baseline_dir, double p, std::string& how) 
   return tau;
 }
 
+// What a case's folder holds when the sweep comes to it.
+struct CaseFolder {
+  enum State { kNew, kFinished, kResume, kRerun } state = kNew;
+  std::string why;  // kResume, kRerun: how its run ended
+};
+
+CaseFolder inspect_case(const fs::path& dir) {
+  CaseFolder folder;
+  if (run_finished(dir)) {
+    folder.state = CaseFolder::kFinished;
+    return folder;
+  }
+  // A folder with only the sweep's case.txt and input.cfg never started.
+  if (!fs::exists(dir / "config.cfg") && !fs::exists(dir / "metrics.jsonl")) return folder;
+  int status = -1;  // no summary: the run was killed
+  folder.why = "stopped without a summary (killed?)";
+  if (const std::optional<std::string> text = read_file_if_present(dir / "summary.json")) {
+    try {
+      const v1::RunSummary s = parse_summary(*text, (dir / "summary.json").string());
+      status = s.exit_status();
+      folder.why = fmt::format("{} (exit status {}: {})", status == 130 ? "interrupted" : "failed",
+                               status, s.stop_reason());
+    } catch (const std::exception& e) {
+      folder.why = fmt::format("its summary.json is unreadable ({})", e.what());
+    }
+  }
+  // Stopped from outside (a signal, a kill) or by a full disk (README, "Exit
+  // statuses"): it goes on from its checkpoint. A run that failed by itself
+  // would fail again from there: it starts over.
+  const bool from_outside = status == -1 || status == 130 || status == 3;
+  const bool resumable =
+      fs::exists(dir / "checkpoint.bin") && fs::exists(dir / "config.cfg") && from_outside;
+  folder.state = resumable ? CaseFolder::kResume : CaseFolder::kRerun;
+  return folder;
+}
+
 }  // namespace
 
 int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* out) {
@@ -128,12 +164,13 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
   if (options.dry_run) {
     for (size_t k = 0; k < n; ++k) {
       const SweepCase& c = plan.cases[selected[k]];
-      const bool done = run_finished(options.out_dir / c.info.case_name());
-      std::fprintf(
-          out, "  [%zu/%zu] %s: %s\n", k + 1, n, c.info.case_name().c_str(),
-          done ? "finished"
-               : fmt::format("{} steps, ~{}", c.expected_steps, format_duration(c.expected_seconds))
-                     .c_str());
+      const CaseFolder folder = inspect_case(options.out_dir / c.info.case_name());
+      std::string what =
+          fmt::format("{} steps, ~{}", c.expected_steps, format_duration(c.expected_seconds));
+      if (folder.state == CaseFolder::kFinished) what = "finished";
+      if (folder.state == CaseFolder::kResume) what = folder.why + ": will resume; " + what;
+      if (folder.state == CaseFolder::kRerun) what = folder.why + ": will rerun; " + what;
+      std::fprintf(out, "  [%zu/%zu] %s: %s\n", k + 1, n, c.info.case_name().c_str(), what.c_str());
     }
     std::fflush(out);
     return 0;
@@ -152,7 +189,8 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     const SweepCase& c = plan.cases[selected[k]];
     const std::string& name = c.info.case_name();
     const fs::path dir = options.out_dir / name;
-    if (run_finished(dir)) {
+    const CaseFolder folder = inspect_case(dir);
+    if (folder.state == CaseFolder::kFinished) {
       std::fprintf(out, "[%zu/%zu] %s: finished before, skipped\n", k + 1, n, name.c_str());
       continue;
     }
@@ -181,30 +219,40 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
         continue;
       }
     }
-    // A folder without summary.json is a run that did not finish: start over.
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    std::string info_text;
-    google::protobuf::TextFormat::PrintToString(info, &info_text);
-    std::ofstream(dir / "case.txt") << info_text;
-    std::ofstream(dir / "input.cfg") << to_text(config);
+    // An interrupted run with a checkpoint goes on from it; any other
+    // unfinished one starts over.
+    const bool resume = folder.state == CaseFolder::kResume;
+    if (!resume) {
+      if (folder.state == CaseFolder::kRerun) {
+        std::fprintf(out, "[%zu/%zu] %s: %s: running it again from the start\n", k + 1, n,
+                     name.c_str(), folder.why.c_str());
+      }
+      fs::remove_all(dir);
+      fs::create_directories(dir);
+      std::string info_text;
+      google::protobuf::TextFormat::PrintToString(info, &info_text);
+      std::ofstream(dir / "case.txt") << info_text;
+      std::ofstream(dir / "input.cfg") << to_text(config);
+    }
 
     const double scale = expected_done > 0 ? actual_done / expected_done : 1.0;
-    std::fprintf(out, "[%zu/%zu] %s: running, %llu steps, expected %s%s; sweep ETA %s\n", k + 1, n,
-                 name.c_str(), static_cast<unsigned long long>(c.expected_steps),
-                 format_duration(c.expected_seconds * scale).c_str(), tau_note.c_str(),
-                 format_duration((expected_left + c.expected_seconds) * scale).c_str());
+    std::fprintf(
+        out, "[%zu/%zu] %s: %s, %llu steps, expected %s%s; sweep ETA %s\n", k + 1, n, name.c_str(),
+        resume ? fmt::format("{}: resuming from its checkpoint", folder.why).c_str() : "running",
+        static_cast<unsigned long long>(c.expected_steps),
+        format_duration(c.expected_seconds * scale).c_str(), tau_note.c_str(),
+        format_duration((expected_left + c.expected_seconds) * scale).c_str());
     std::fflush(out);
 
-    std::vector<std::string> argv = {(options.bin_dir / "dctrain-launch").string(),
-                                     "--workers",
-                                     std::to_string(config.workers()),
-                                     "--config",
-                                     (dir / "input.cfg").string(),
-                                     "--out",
-                                     dir.string(),
-                                     "--threads",
-                                     std::to_string(options.threads)};
+    std::vector<std::string> argv = {(options.bin_dir / "dctrain-launch").string()};
+    if (resume) {
+      // The launcher takes the workers from the run's config.cfg.
+      argv.insert(argv.end(), {"--resume", dir.string()});
+    } else {
+      argv.insert(argv.end(), {"--workers", std::to_string(config.workers()), "--config",
+                               (dir / "input.cfg").string(), "--out", dir.string()});
+    }
+    argv.insert(argv.end(), {"--threads", std::to_string(options.threads)});
     if (!options.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", options.data_dir});
     const auto start = Clock::now();
     const LaunchResult result = run_logged(argv, dir / "launch.log", signals);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   app.add_option(
          "--target", target,
          "Target accuracy for time to target, for runs whose config set none (0: the runs' own)")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--gnuplot", gnuplot, "gnuplot program (default: gnuplot on PATH)");
   app.add_flag("--no-plots", no_plots, "Tables only; gnuplot is not needed");

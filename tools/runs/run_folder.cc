@@ -17,7 +17,14 @@ namespace dctrain {
 namespace fs = std::filesystem;
 
 bool run_finished(const fs::path& dir) {
-  return fs::is_regular_file(dir / "summary.json");
+  const std::optional<std::string> text = read_file_if_present(dir / "summary.json");
+  if (!text) return false;
+  try {
+    const v1::RunSummary summary = parse_summary(*text, (dir / "summary.json").string());
+    return !summary.has_completed() || summary.completed();
+  } catch (const std::exception&) {
+    return false;  // not a summary this build reads: the run is done again
+  }
 }
 
 v1::CaseInfo case_info_from_config(const v1::RunConfig& config, const std::string& folder_name) {
@@ -58,8 +65,8 @@ std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths) {
     }
     if (inside.empty()) {
       throw std::runtime_error(fmt::format(
-          "'{}' holds no finished run (no summary.json in it or in its subfolders{}): did the runs "
-          "fail?",
+          "'{}' holds no finished run (no summary.json of a completed run in it or in its "
+          "subfolders{}): did the runs fail, or were they interrupted?",
           path.string(), unfinished ? fmt::format("; {} unfinished run folders", unfinished) : ""));
     }
     std::sort(inside.begin(), inside.end());

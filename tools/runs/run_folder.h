@@ -25,7 +25,10 @@ struct RunFolder {
   std::vector<v1::EvalRecord> evals;
 };
 
-// A run is finished once its summary.json exists (written last, atomically).
+// A run is finished once its summary.json exists (written last, atomically)
+// and says the run ended by its own stop criterion (`completed`; a summary
+// without it, from builds before it, counts as finished). An interrupted or
+// failed run writes a summary too, and is not finished.
 bool run_finished(const std::filesystem::path& dir);
 
 // The finished run folders named by `paths`: each a run folder, or a folder

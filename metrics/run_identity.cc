@@ -1,0 +1,113 @@
+#include "metrics/run_identity.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/text_format.h>
+#include <time.h>
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "metrics/metrics_json.h"
+#include "proto/config.pb.h"
+
+namespace dctrain {
+
+namespace {
+
+constexpr const char* kRunFiles[] = {"config.cfg", "metrics.jsonl", "checkpoint.bin",
+                                     "summary.json"};
+// Written by a run too, but on their own no sign of one (a coordinator that
+// stopped before training leaves a log and an endpoint).
+constexpr const char* kOtherRunFiles[] = {"trace.json", "coordinator.log", "endpoint",
+                                          "metrics_endpoint"};
+
+}  // namespace
+
+std::string new_run_id() {
+  std::random_device source;
+  const uint64_t high = source(), low = source();
+  return fmt::format("{:016x}", (high << 32) ^ low);
+}
+
+std::vector<std::string> recorded_run_ids(const std::filesystem::path& dir) {
+  std::vector<std::string> ids;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const std::optional<v1::RecordHeader> header = parse_record_header(line);
+    if (!header || header->run_id().empty()) continue;
+    if (std::find(ids.begin(), ids.end(), header->run_id()) == ids.end()) {
+      ids.push_back(header->run_id());
+    }
+  }
+  return ids;
+}
+
+std::optional<FolderRun> run_in_folder(const std::filesystem::path& dir) {
+  FolderRun run;
+  for (const char* name : kRunFiles) {
+    if (std::filesystem::exists(dir / name)) run.files.push_back(name);
+  }
+  if (run.files.empty()) return std::nullopt;
+  if (std::ifstream config(dir / "config.cfg"); config) {
+    std::stringstream text;
+    text << config.rdbuf();
+    v1::RunConfig parsed;
+    // A config this build does not read leaves it to the records to say.
+    if (google::protobuf::TextFormat::ParseFromString(text.str(), &parsed)) {
+      run.run_id = parsed.run_id();
+    }
+  }
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const std::optional<v1::RecordHeader> header = parse_record_header(line);
+    if (!header) continue;
+    if (run.run_id.empty()) run.run_id = header->run_id();
+    if (header->type() == kStepRecordType) ++run.step_records;
+  }
+  return run;
+}
+
+std::optional<std::string> new_run_refusal(const std::filesystem::path& dir) {
+  const std::optional<FolderRun> held = run_in_folder(dir);
+  if (!held) return std::nullopt;
+  std::string files;
+  for (const std::string& f : held->files) files += (files.empty() ? "" : ", ") + f;
+  return fmt::format(
+      "'{}' holds a run already ({}{}, {} step records): continue it with --resume {}, pass "
+      "another --out folder, or pass --overwrite to replace it",
+      dir.string(), held->run_id.empty() ? "" : "run " + held->run_id + ": ", files,
+      held->step_records, dir.string());
+}
+
+void remove_temporary_files(const std::filesystem::path& dir) {
+  std::error_code ignored;
+  for (const char* name : kRunFiles)
+    std::filesystem::remove(dir / (std::string(name) + ".tmp"), ignored);
+  for (const char* name : kOtherRunFiles) {
+    std::filesystem::remove(dir / (std::string(name) + ".tmp"), ignored);
+  }
+}
+
+void remove_run_files(const std::filesystem::path& dir) {
+  std::error_code ignored;
+  for (const char* name : kRunFiles) std::filesystem::remove(dir / name, ignored);
+  for (const char* name : kOtherRunFiles) std::filesystem::remove(dir / name, ignored);
+  remove_temporary_files(dir);
+}
+
+std::filesystem::path new_run_folder(const std::filesystem::path& root, const std::string& name) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  const std::string base = fmt::format("{}-{}", name.empty() ? "run" : name, stamp);
+  std::filesystem::path dir = root / base;
+  for (int n = 2; std::filesystem::exists(dir); ++n) dir = root / fmt::format("{}-{}", base, n);
+  return dir;
+}
+
+}  // namespace dctrain
