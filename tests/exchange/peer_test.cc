@@ -33,6 +33,18 @@
 namespace dctrain {
 namespace {
 
+// A DEALER connected to `endpoint` as a hand-played sender (an intruder, a
+// member's impersonator, a flood), under routing id `id` (none: ZeroMQ's
+// own), closed without lingering.
+zmq::socket_t hand_sender(zmq::context_t& context, const std::string& endpoint,
+                          const std::string& id = "") {
+  zmq::socket_t s(context, zmq::socket_type::dealer);
+  if (!id.empty()) s.set(zmq::sockopt::routing_id, id);
+  s.set(zmq::sockopt::linger, 0);
+  s.connect(endpoint);
+  return s;
+}
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -389,10 +401,7 @@ struct StalledFourthMember {
     for (auto& p : group.peers) p->connect(endpoints);
     const ExchangePlan plan(kLength, 4, 1000);
     for (uint32_t to = 0; to < 3; ++to) {
-      zmq::socket_t s(context, zmq::socket_type::dealer);
-      s.set(zmq::sockopt::routing_id, std::string("3"));
-      s.set(zmq::sockopt::linger, 0);
-      s.connect(endpoints[to]);
+      zmq::socket_t s = hand_sender(context, endpoints[to], "3");
       for (size_t k = 0; k < plan.pieces(to); ++k) {
         const PieceRange p = plan.piece(to, k);
         const ChunkHeader h{PieceKind::kContribution,
@@ -528,10 +537,7 @@ TEST(Exchange, AMemberThatStopsReadingIsNamedAndTheBuffersAreLetGo) {
   const auto expected = rank_order_sum(c);
   const ExchangeRound round{1, 0};
   const ExchangePlan plan(length, 2, 1 << 18);
-  zmq::socket_t out(context, zmq::socket_type::dealer);
-  out.set(zmq::sockopt::routing_id, std::string("1"));
-  out.set(zmq::sockopt::linger, 0);
-  out.connect(group.endpoints[0]);
+  zmq::socket_t out = hand_sender(context, group.endpoints[0], "1");
   auto send = [&](PieceKind kind, size_t shard, size_t k, const float* values) {
     const PieceRange p = plan.piece(shard, k);
     const ChunkHeader h{kind,    1,
@@ -620,10 +626,7 @@ TEST(Exchange, PiecesOfLaterRoundsAreKeptWithinABoundInCountNotOnlyInBytes) {
   // round's members, which are not known yet.)
   Group group(2, options(4 * 100, false));
   zmq::context_t context;
-  zmq::socket_t intruder(context, zmq::socket_type::dealer);
-  intruder.set(zmq::sockopt::routing_id, std::string("7"));
-  intruder.set(zmq::sockopt::linger, 0);
-  intruder.connect(group.endpoints[0]);
+  zmq::socket_t intruder = hand_sender(context, group.endpoints[0], "7");
   const std::vector<uint32_t> members{0, 1};
   const size_t length = 1001;
   const ChunkHeader h{PieceKind::kContribution, 7, 2, members_digest(members), {9, 0}, length,
@@ -656,10 +659,7 @@ TEST(Exchange, APieceOfALaterRunIsNotKept) {
   // cannot fill what is kept with rounds that may never come.
   Group group(2, options(4 * 100, false));
   zmq::context_t context;
-  zmq::socket_t intruder(context, zmq::socket_type::dealer);
-  intruder.set(zmq::sockopt::routing_id, std::string("7"));
-  intruder.set(zmq::sockopt::linger, 0);
-  intruder.connect(group.endpoints[0]);
+  zmq::socket_t intruder = hand_sender(context, group.endpoints[0], "7");
   const std::vector<uint32_t> members{0, 1};
   const size_t length = 1001;
   const uint64_t run = 1000;
@@ -713,9 +713,7 @@ TEST(Exchange, APieceFromAConnectionWithoutANameIsRefusedAndTheReportStaysText) 
   const std::vector<uint32_t> members{0, 1};
   const size_t length = 1001;
   zmq::context_t context;
-  zmq::socket_t stranger(context, zmq::socket_type::dealer);
-  stranger.set(zmq::sockopt::linger, 0);
-  stranger.connect(group.endpoints[0]);
+  zmq::socket_t stranger = hand_sender(context, group.endpoints[0]);
   ChunkHeader h;
   h.kind = PieceKind::kContribution;
   h.from = 1;
@@ -781,10 +779,7 @@ TEST(Exchange, APieceAsAnotherMemberFromAConnectionWithoutItsSecretIsRefused) {
   zmq::context_t context;
   std::vector<zmq::socket_t> intruders;
   for (const char* id : {"1", "1.1.00112233445566778899aabbccddeeff"}) {
-    zmq::socket_t s(context, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::routing_id, std::string(id));
-    s.set(zmq::sockopt::linger, 0);
-    s.connect(group.endpoints[0]);
+    zmq::socket_t s = hand_sender(context, group.endpoints[0], std::string(id));
     s.send(zmq::buffer(header), zmq::send_flags::sndmore);
     s.send(zmq::buffer(forged), zmq::send_flags::none);
     intruders.push_back(std::move(s));
@@ -830,10 +825,7 @@ TEST(Exchange, AFrameLargerThanAPieceClosesItsConnectionWithoutBeingHeld) {
   zmq::context_t context;
   std::vector<zmq::socket_t> senders;
   for (const char* id : {"8", "9"}) {
-    zmq::socket_t s(context, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::routing_id, std::string(id));
-    s.set(zmq::sockopt::linger, 0);
-    s.connect(group.endpoints[0]);
+    zmq::socket_t s = hand_sender(context, group.endpoints[0], std::string(id));
     s.send(zmq::message_t(zeros, kHuge, nullptr, nullptr), zmq::send_flags::none);
     senders.push_back(std::move(s));
   }

@@ -130,4 +130,25 @@ class Cluster {
   std::map<std::string, int> restarts_;
 };
 
+// Resumes the run in `run_dir` from its checkpoint (dctrain-coordinator
+// --resume) with two fresh workers, w0 and w1; expects all three to exit 0.
+inline void resume_run(const std::filesystem::path& run_dir) {
+  using namespace std::chrono_literals;
+  std::filesystem::remove(run_dir / "endpoint");
+  Process resumed(kBin + "/dctrain-coordinator",
+                  {"--resume", run_dir.string(), "--bind", "tcp://127.0.0.1:*"},
+                  run_dir / "resumed.out");
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(run_dir / "endpoint"); }, 30s))
+      << resumed.output();
+  std::string endpoint = read_text(run_dir / "endpoint");
+  endpoint.erase(endpoint.find_last_not_of('\n') + 1);
+  Process w0(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w0"},
+             run_dir / "w0.resumed.out");
+  Process w1(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w1"},
+             run_dir / "w1.resumed.out");
+  ASSERT_EQ(resumed.wait_for(60s), std::optional<int>(0)) << resumed.output();
+  EXPECT_EQ(w0.wait_for(15s), std::optional<int>(0)) << w0.output();
+  EXPECT_EQ(w1.wait_for(15s), std::optional<int>(0)) << w1.output();
+}
+
 }  // namespace dctrain::testing

@@ -282,22 +282,7 @@ TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrok
   ASSERT_TRUE(std::filesystem::exists(checkpoint_path(broken.run_dir())));
 
   // Resume the same run folder with fresh workers; it runs to step 16.
-  Process resumed(kBin + "/dctrain-coordinator",
-                  {"--resume", broken.run_dir().string(), "--bind", "tcp://127.0.0.1:*"},
-                  broken.run_dir() / "resumed.out");
-  std::filesystem::remove(broken.run_dir() / "endpoint");
-  ASSERT_TRUE(
-      eventually([&] { return std::filesystem::exists(broken.run_dir() / "endpoint"); }, 30s))
-      << resumed.output();
-  std::string endpoint = read_text(broken.run_dir() / "endpoint");
-  endpoint.erase(endpoint.find_last_not_of('\n') + 1);
-  Process w0(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w0"},
-             broken.run_dir() / "w0.out");
-  Process w1(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w1"},
-             broken.run_dir() / "w1.out");
-  ASSERT_EQ(resumed.wait_for(60s), std::optional<int>(0)) << resumed.output();
-  EXPECT_EQ(w0.wait_for(15s), std::optional<int>(0)) << w0.output();
-  EXPECT_EQ(w1.wait_for(15s), std::optional<int>(0)) << w1.output();
+  testing::resume_run(broken.run_dir());
   const std::string log = broken.log();
   const size_t resumed_at = log.find("resuming at step ");
   ASSERT_NE(resumed_at, std::string::npos) << log;

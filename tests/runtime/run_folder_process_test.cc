@@ -29,6 +29,7 @@ using testing::eventually;
 using testing::kBin;
 using testing::Process;
 using testing::read_text;
+using testing::resume_run;
 using testing::small_config;
 
 const std::string kRun = "stop { max_steps: 10 }\ncheckpoint { every_steps: 4 }";
@@ -38,25 +39,6 @@ std::vector<std::pair<uint32_t, double>> losses(const MetricsRecords& records) {
   std::vector<std::pair<uint32_t, double>> out;
   for (const v1::StepRecord& r : records.steps) out.emplace_back(r.step(), r.loss());
   return out;
-}
-
-// Resumes `run_dir` with two fresh workers; expects a clean finish.
-void resume(const std::filesystem::path& run_dir) {
-  std::filesystem::remove(run_dir / "endpoint");
-  Process resumed(kBin + "/dctrain-coordinator",
-                  {"--resume", run_dir.string(), "--bind", "tcp://127.0.0.1:*"},
-                  run_dir / "resumed.out");
-  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(run_dir / "endpoint"); }, 30s))
-      << resumed.output();
-  std::string endpoint = read_text(run_dir / "endpoint");
-  endpoint.erase(endpoint.find_last_not_of('\n') + 1);
-  Process w0(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w0"},
-             run_dir / "w0.resumed.out");
-  Process w1(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "w1"},
-             run_dir / "w1.resumed.out");
-  ASSERT_EQ(resumed.wait_for(60s), std::optional<int>(0)) << resumed.output();
-  EXPECT_EQ(w0.wait_for(15s), std::optional<int>(0)) << w0.output();
-  EXPECT_EQ(w1.wait_for(15s), std::optional<int>(0)) << w1.output();
 }
 
 TEST(RunFolderProcesses, AKillAtEachPointOfTheCheckpointWindowLeavesEveryStepOnce) {
@@ -100,7 +82,7 @@ TEST(RunFolderProcesses, AKillAtEachPointOfTheCheckpointWindowLeavesEveryStepOnc
       EXPECT_TRUE(broken.worker("w1").wait_for(15s).has_value());
       EXPECT_NE(broken.log().find("No space left on device"), std::string::npos) << broken.log();
     }
-    resume(broken.run_dir());
+    resume_run(broken.run_dir());
     EXPECT_EQ(losses(broken.records()), expected) << read_text(broken.run_dir() / "metrics.jsonl");
     for (const auto& entry : std::filesystem::directory_iterator(broken.run_dir())) {
       EXPECT_NE(entry.path().extension(), ".tmp") << entry.path();

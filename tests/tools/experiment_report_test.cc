@@ -281,6 +281,39 @@ TEST_F(ExperimentReport, AnInterruptedCaseIsResumedFromItsCheckpointNotCountedAs
   EXPECT_TRUE(read_summary(out / "tiny-mlp_w2_dropcompute_tau-p80_requeue_s5").completed());
 }
 
+TEST_F(ExperimentReport, TheReportRefusesToPoolADuplicateOrAMismatchedRunAsSeeds) {
+  write("tiny.cfg", kConfig);
+  write("tiny.sweep", kSweep);
+  const fs::path out = dir_ / "runs";
+  ASSERT_EQ(run("dctrain-experiment",
+                {(dir_ / "tiny.sweep").string(), "--out", out.string(), "--only", "tau-inf"},
+                "experiment.log"),
+            0)
+      << last_output_;
+  const fs::path base = out / "tiny-mlp_w2_dropcompute_tau-inf_s5";
+  const fs::path copy = out / "copy";
+  fs::copy(base, copy, fs::copy_options::recursive);
+  const fs::path report = dir_ / "report";
+  EXPECT_NE(run("dctrain-report", {out.string(), "--out", report.string()}, "duplicate.log"), 0);
+  EXPECT_NE(last_output_.find("are the same case with the same seed (5): a duplicate is not a "
+                              "second seed"),
+            std::string::npos)
+      << last_output_;
+
+  // Another seed, but another budget too: not a second seed of the case.
+  std::string config = read_text(copy / "config.cfg");
+  config.replace(config.find("seed: 5"), 7, "seed: 6");
+  config.replace(config.find("max_steps: 12"), 13, "max_steps: 11");
+  std::ofstream(copy / "config.cfg") << config;
+  EXPECT_NE(run("dctrain-report", {out.string(), "--out", report.string()}, "mismatch.log"), 0);
+  EXPECT_NE(last_output_.find("differ in more than the seed"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("max_steps"), std::string::npos) << last_output_;
+
+  fs::remove_all(copy);
+  EXPECT_EQ(run("dctrain-report", {out.string(), "--out", report.string()}, "alone.log"), 0)
+      << last_output_;
+}
+
 TEST_F(ExperimentReport, BadSweepFilesAreRefusedBeforeAnythingRuns) {
   write("tiny.cfg", kConfig);
   const fs::path out = dir_ / "runs";

@@ -1,11 +1,13 @@
 #include "tools/report/tables.h"
 
 #include <fmt/format.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <map>
+#include <stdexcept>
 #include <tuple>
 
 namespace dctrain {
@@ -152,6 +154,53 @@ double run_tau(const RunFolder& run) {
   return taus.empty() ? std::numeric_limits<double>::infinity() : percentile(taus, 50);
 }
 
+namespace {
+
+// What must match for two runs to be seeds of one case: the config with its
+// seed, run id and threshold left out (a percentile or automatic tau is
+// each seed's own), the budget included.
+v1::RunConfig pooled_part(const v1::RunConfig& config) {
+  v1::RunConfig c = config;
+  c.clear_seed();
+  c.clear_run_id();
+  c.mutable_step()->clear_tau();
+  return c;
+}
+
+// Why the runs of `row` cannot be pooled as seeds of one case: two with the
+// same seed, or two whose configs differ in more than the seed.
+std::optional<std::string> pooling_problem(const Experiment& e, const CaseRow& row) {
+  std::map<uint64_t, size_t> by_seed;
+  for (size_t i : row.runs) {
+    const RunFolder& run = e.runs[i];
+    const auto [it, fresh] = by_seed.emplace(run.config.seed(), i);
+    if (!fresh) {
+      return fmt::format(
+          "'{}' and '{}' are the same case with the same seed ({}): a duplicate is not a second "
+          "seed. Pass one of them",
+          e.runs[it->second].dir.string(), run.dir.string(), run.config.seed());
+    }
+  }
+  const RunFolder& first = e.runs[row.runs.front()];
+  const v1::RunConfig reference = pooled_part(first.config);
+  for (size_t i : row.runs) {
+    const RunFolder& run = e.runs[i];
+    std::string differences;
+    google::protobuf::util::MessageDifferencer differ;
+    differ.ReportDifferencesToString(&differences);
+    if (differ.Compare(reference, pooled_part(run.config))) continue;
+    if (differences.size() > 600) differences = differences.substr(0, 600) + "...";
+    return fmt::format(
+        "'{}' and '{}' look like seeds of one case but their configs differ in more than the "
+        "seed (a different budget, model or recipe), so their figures cannot be pooled:\n{}"
+        "Report them apart, or run the case again with the same config",
+        first.dir.string(), run.dir.string(), differences);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
   Report report;
   report.target = target;
@@ -199,6 +248,11 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
     }
     std::sort(e.rows.begin(), e.rows.end(),
               [](const CaseRow& a, const CaseRow& b) { return row_order(a) < row_order(b); });
+    for (const CaseRow& row : e.rows) {
+      if (const std::optional<std::string> problem = pooling_problem(e, row)) {
+        throw std::runtime_error(*problem);
+      }
+    }
     for (const RunFolder& run : e.runs) {
       if (run.evals.empty()) continue;
       const double last = run.evals.back().wall_seconds() + run.summary.startup_seconds();

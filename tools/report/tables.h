@@ -66,7 +66,11 @@ struct Report {
 };
 
 // Groups and aggregates. `target`: time to target for runs whose summary has
-// none is the wall time of the first evaluation reaching it.
+// none is the wall time of the first evaluation reaching it. Throws
+// std::runtime_error naming the runs when a case's runs are not seeds of
+// one config: two with the same seed, or configs that differ in more than
+// the seed (the budget included). Unfinished runs never get here
+// (run_finished).
 Report build_report(std::vector<RunFolder> runs, std::optional<double> target);
 
 // Time to target of one run on the clock from the process's start (the
