@@ -1032,9 +1032,18 @@ void Coordinator::put_checkpoint_in_place(PendingFile& checkpoint) {
 void Coordinator::run_folder_failed(const std::string& what, double now) {
   if (phase_ == Phase::kFinished) return;
   log_->error("{}", what);
-  finish(fmt::format("the run folder cannot be written ({}); nothing after the last checkpoint "
-                     "is kept: free space, then continue with dctrain-coordinator --resume {}",
-                     what, setup_.run_dir.string()),
+  const std::string dir = setup_.run_dir.string();
+  const std::string next =
+      std::filesystem::exists(checkpoint_path(setup_.run_dir))
+          ? fmt::format(
+                "nothing after the last checkpoint is kept: free space, then continue "
+                "with dctrain-coordinator --resume {}",
+                dir)
+          : fmt::format(
+                "there is no checkpoint to resume from yet: free space, then start the "
+                "run again (--out {} --overwrite)",
+                dir);
+  finish(fmt::format("the run folder cannot be written ({}); {}", what, next),
          kCoordinatorRunFolderFailed, now);
 }
 

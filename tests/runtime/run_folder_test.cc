@@ -97,6 +97,9 @@ TEST_F(RunFolderTest, ACheckpointThatCannotBePutInPlaceIsRemoved) {
   run();
   expect_stopped_for("checkpoint.bin.tmp");
   EXPECT_FALSE(std::filesystem::exists(checkpoint_path(run_dir)));
+  EXPECT_NE(coordinator->stop_reason().find("there is no checkpoint to resume from yet"),
+            std::string::npos)
+      << coordinator->stop_reason();
   // Step 1's record went first (the order a crash needs), then the rename
   // failed.
   EXPECT_EQ(metrics().steps.size(), 2u);
