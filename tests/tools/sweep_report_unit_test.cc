@@ -88,6 +88,39 @@ startup_seconds: 2
   EXPECT_EQ(plan.cases[28].config.workers(), 4u);
 }
 
+TEST(Sweep, ClearSetsAFieldToZeroWhereAnOverrideCannot) {
+  // An override of 0 merges as nothing (proto3); `clear` resets the field
+  // first, and the overrides then set what they set.
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("dctrain-sweep-clear-{}", ::getpid());
+  fs::create_directories(dir);
+  std::ofstream(dir / "m.cfg") << R"(name: "m" seed: 1 workers: 2 model { name: "mlp" }
+dataset { kind: "synthetic" synthetic_samples: 1000 }
+optimizer { lr: 0.1 } step { global_batch: 64 micro_batch: 8 } stop { max_epochs: 2 })";
+  const std::string overrides = R"(
+configs: "m.cfg"
+overrides { stop { max_epochs: 0 max_steps: 7 } }
+)";
+  const SweepPlan merged = plan_sweep(parse_sweep(overrides, "a.sweep"), dir, "a");
+  EXPECT_EQ(merged.cases.front().config.stop().max_epochs(), 2.0) << "a merged 0 changes nothing";
+  const SweepPlan cleared =
+      plan_sweep(parse_sweep(overrides + "clear: [\"stop.max_epochs\"]\n", "b.sweep"), dir, "b");
+  EXPECT_EQ(cleared.cases.front().config.stop().max_epochs(), 0.0);
+  EXPECT_EQ(cleared.cases.front().config.stop().max_steps(), 7u);
+  EXPECT_EQ(cleared.cases.front().expected_steps, 7u);
+  try {
+    plan_sweep(parse_sweep(overrides + "clear: [\"stop.nope\", \"seed.x\"]\n", "c.sweep"), dir,
+               "c");
+    ADD_FAILURE() << "a path that names no field was taken";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("clear: 'stop.nope': StopConfig has no field 'nope'"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("'seed' is not a message field"), std::string::npos) << what;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(RunFolder, PercentileInterpolatesBetweenOrderStatistics) {
   EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 0), 1);
   EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 100), 4);

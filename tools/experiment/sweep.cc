@@ -1,11 +1,14 @@
 #include "tools/experiment/sweep.h"
 
 #include <fmt/format.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -128,6 +131,36 @@ v1::Sweep parse_sweep(const std::string& text, const std::string& origin) {
   return sweep;
 }
 
+namespace {
+
+// Clears the field of `message` at the dotted `path`; what is wrong with the
+// path when it names no field.
+std::optional<std::string> clear_field(google::protobuf::Message& message,
+                                       const std::string& path) {
+  google::protobuf::Message* at = &message;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string name = path.substr(start, dot == std::string::npos ? dot : dot - start);
+    const google::protobuf::FieldDescriptor* field = at->GetDescriptor()->FindFieldByName(name);
+    if (field == nullptr) {
+      return fmt::format("'{}': {} has no field '{}'", path, at->GetDescriptor()->name(), name);
+    }
+    if (dot == std::string::npos) {
+      at->GetReflection()->ClearField(at, field);
+      return std::nullopt;
+    }
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE ||
+        field->is_repeated()) {
+      return fmt::format("'{}': '{}' is not a message field, so nothing is inside it", path, name);
+    }
+    at = at->GetReflection()->MutableMessage(at, field);
+    start = dot + 1;
+  }
+}
+
+}  // namespace
+
 SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
                      const std::string& default_name) {
   std::vector<std::string> problems;
@@ -213,6 +246,14 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
           fmt::format("configs: '{}' (relative to the sweep file): {}", config_file, e.what()));
       continue;
     }
+    bool cleared = true;
+    for (const std::string& path : sweep.clear()) {
+      if (const std::optional<std::string> problem = clear_field(base, path)) {
+        problems.push_back(fmt::format("clear: {}", *problem));
+        cleared = false;
+      }
+    }
+    if (!cleared) continue;
     base.MergeFrom(sweep.overrides());
     const std::string model =
         base.name().empty() ? fs::path(config_file).stem().string() : base.name();
