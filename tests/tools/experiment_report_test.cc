@@ -305,6 +305,9 @@ TEST_F(ExperimentReport, TheReportRefusesToPoolADuplicateOrAMismatchedRunAsSeeds
   config.replace(config.find("seed: 5"), 7, "seed: 6");
   config.replace(config.find("max_steps: 12"), 13, "max_steps: 11");
   std::ofstream(copy / "config.cfg") << config;
+  std::string info = read_text(copy / "case.txt");
+  info.replace(info.find("seed: 5"), 7, "seed: 6");
+  std::ofstream(copy / "case.txt") << info;
   EXPECT_NE(run("dctrain-report", {out.string(), "--out", report.string()}, "mismatch.log"), 0);
   EXPECT_NE(last_output_.find("differ in more than the seed"), std::string::npos) << last_output_;
   EXPECT_NE(last_output_.find("max_steps"), std::string::npos) << last_output_;

@@ -173,12 +173,12 @@ std::optional<std::string> pooling_problem(const Experiment& e, const CaseRow& r
   std::map<uint64_t, size_t> by_seed;
   for (size_t i : row.runs) {
     const RunFolder& run = e.runs[i];
-    const auto [it, fresh] = by_seed.emplace(run.config.seed(), i);
+    const auto [it, fresh] = by_seed.emplace(run.info.seed(), i);
     if (!fresh) {
       return fmt::format(
           "'{}' and '{}' are the same case with the same seed ({}): a duplicate is not a second "
           "seed. Pass one of them",
-          e.runs[it->second].dir.string(), run.dir.string(), run.config.seed());
+          e.runs[it->second].dir.string(), run.dir.string(), run.info.seed());
     }
   }
   const RunFolder& first = e.runs[row.runs.front()];
