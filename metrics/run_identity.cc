@@ -17,12 +17,31 @@ namespace dctrain {
 
 namespace {
 
+// The files that show a folder holds a run; then those a run writes too
+// that on their own are no sign of one (a coordinator that stopped before
+// training leaves a log and an endpoint).
 constexpr const char* kRunFiles[] = {"config.cfg", "metrics.jsonl", "checkpoint.bin",
                                      "summary.json"};
-// Written by a run too, but on their own no sign of one (a coordinator that
-// stopped before training leaves a log and an endpoint).
 constexpr const char* kOtherRunFiles[] = {"trace.json", "coordinator.log", "endpoint",
                                           "metrics_endpoint"};
+
+// Calls `visit` with the header of each metrics.jsonl record that parses.
+template <typename Visit>
+void for_each_record(const std::filesystem::path& dir, Visit visit) {
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (const std::optional<v1::RecordHeader> header = parse_record_header(line)) visit(*header);
+  }
+}
+
+// Removes from `dir` every run file (both lists) with `suffix` appended to its name.
+void remove_all_of(const std::filesystem::path& dir, const std::string& suffix) {
+  std::error_code ignored;
+  for (const char* name : kRunFiles)
+    std::filesystem::remove(dir / (std::string(name) + suffix), ignored);
+  for (const char* name : kOtherRunFiles)
+    std::filesystem::remove(dir / (std::string(name) + suffix), ignored);
+}
 
 }  // namespace
 
@@ -34,14 +53,12 @@ std::string new_run_id() {
 
 std::vector<std::string> recorded_run_ids(const std::filesystem::path& dir) {
   std::vector<std::string> ids;
-  std::ifstream in(dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const std::optional<v1::RecordHeader> header = parse_record_header(line);
-    if (!header || header->run_id().empty()) continue;
-    if (std::find(ids.begin(), ids.end(), header->run_id()) == ids.end()) {
-      ids.push_back(header->run_id());
+  for_each_record(dir, [&](const v1::RecordHeader& header) {
+    if (!header.run_id().empty() &&
+        std::find(ids.begin(), ids.end(), header.run_id()) == ids.end()) {
+      ids.push_back(header.run_id());
     }
-  }
+  });
   return ids;
 }
 
@@ -60,13 +77,10 @@ std::optional<FolderRun> run_in_folder(const std::filesystem::path& dir) {
       run.run_id = parsed.run_id();
     }
   }
-  std::ifstream in(dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const std::optional<v1::RecordHeader> header = parse_record_header(line);
-    if (!header) continue;
-    if (run.run_id.empty()) run.run_id = header->run_id();
-    if (header->type() == kStepRecordType) ++run.step_records;
-  }
+  for_each_record(dir, [&](const v1::RecordHeader& header) {
+    if (run.run_id.empty()) run.run_id = header.run_id();
+    if (header.type() == kStepRecordType) ++run.step_records;
+  });
   return run;
 }
 
@@ -83,19 +97,12 @@ std::optional<std::string> new_run_refusal(const std::filesystem::path& dir) {
 }
 
 void remove_temporary_files(const std::filesystem::path& dir) {
-  std::error_code ignored;
-  for (const char* name : kRunFiles)
-    std::filesystem::remove(dir / (std::string(name) + ".tmp"), ignored);
-  for (const char* name : kOtherRunFiles) {
-    std::filesystem::remove(dir / (std::string(name) + ".tmp"), ignored);
-  }
+  remove_all_of(dir, ".tmp");
 }
 
 void remove_run_files(const std::filesystem::path& dir) {
-  std::error_code ignored;
-  for (const char* name : kRunFiles) std::filesystem::remove(dir / name, ignored);
-  for (const char* name : kOtherRunFiles) std::filesystem::remove(dir / name, ignored);
-  remove_temporary_files(dir);
+  remove_all_of(dir, "");
+  remove_all_of(dir, ".tmp");
 }
 
 std::filesystem::path new_run_folder(const std::filesystem::path& root, const std::string& name) {

@@ -62,7 +62,8 @@ class RunFolderTest : public testing::CoordinatorFixture {
     const std::string text = log.text.str();
     EXPECT_NE(text.find(file + "' failed: No space left on device (it needs "), std::string::npos)
         << text;
-    EXPECT_NE(text.find("has "), std::string::npos) << "the free space is named: " << text;
+    EXPECT_NE(text.find("'" + run_dir.string() + "' has "), std::string::npos)
+        << "the folder and its free space are named: " << text;
     EXPECT_EQ(byes.size(), 2u) << "every worker got its bye";
     EXPECT_TRUE(temporary_files().empty()) << temporary_files().front();
   }

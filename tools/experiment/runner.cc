@@ -16,6 +16,7 @@
 #include "common/child_process.h"
 #include "common/files.h"
 #include "common/stop_signals.h"
+#include "coordinator/exit_codes.h"
 #include "runtime/run_config.h"
 #include "tools/runs/run_folder.h"
 
@@ -114,8 +115,9 @@ CaseFolder inspect_case(const fs::path& dir) {
     try {
       const v1::RunSummary s = parse_summary(*text, (dir / "summary.json").string());
       status = s.exit_status();
-      folder.why = fmt::format("{} (exit status {}: {})", status == 130 ? "interrupted" : "failed",
-                               status, s.stop_reason());
+      folder.why = fmt::format("{} (exit status {}: {})",
+                               status == kCoordinatorInterrupted ? "interrupted" : "failed", status,
+                               s.stop_reason());
     } catch (const std::exception& e) {
       folder.why = fmt::format("its summary.json is unreadable ({})", e.what());
     }
@@ -123,7 +125,8 @@ CaseFolder inspect_case(const fs::path& dir) {
   // Stopped from outside (a signal, a kill) or by a full disk (README, "Exit
   // statuses"): it goes on from its checkpoint. A run that failed by itself
   // would fail again from there: it starts over.
-  const bool from_outside = status == -1 || status == 130 || status == 3;
+  const bool from_outside =
+      status == -1 || status == kCoordinatorInterrupted || status == kCoordinatorRunFolderFailed;
   const bool resumable =
       fs::exists(dir / "checkpoint.bin") && fs::exists(dir / "config.cfg") && from_outside;
   folder.state = resumable ? CaseFolder::kResume : CaseFolder::kRerun;
