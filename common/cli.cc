@@ -3,12 +3,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/source_version.h"
 #include "common/version.h"
 
 namespace dctrain {
 
 std::string version_line(const std::string& program) {
-  return fmt::format("{} {} (protocol {})", program, kVersion, kProtocolVersion);
+  return fmt::format("{} {} (protocol {})", program, source_version(), kProtocolVersion);
 }
 
 void add_common_options(CLI::App& app, const std::string& program, std::string& level) {

@@ -8,7 +8,8 @@
 
 namespace dctrain {
 
-// "dctrain-worker 0.1.0 (protocol 1)"
+// "dctrain-worker 0.1.0+3f2c9a1b7d4e (protocol 9)": the source version
+// (common/source_version.h) and the wire protocol.
 std::string version_line(const std::string& program);
 
 // Adds --version and --log-level (bound to `level`, default "info").

@@ -957,13 +957,13 @@ void Coordinator::observe_threshold(const ClosedStep& closed, double now) {
   *r.mutable_new_tau() = tau_value(d->new_tau);
   *r.mutable_best_tau() = tau_value(e.tau);
   r.set_predicted_drop_rate(e.drop_rate);
-  r.set_predicted_speedup(e.speedup);
+  r.set_predicted_speedup(1.0 + e.speedup);  // records give ratios; the model, gains
   r.set_predicted_step_seconds(e.step_seconds);
   r.set_predicted_baseline_step_seconds(e.baseline_step_seconds);
   r.set_overhead_seconds(e.overhead_seconds);
   r.set_steps(static_cast<uint32_t>(e.steps));
   r.set_old_tau_drop_rate(d->in_force.drop_rate);
-  r.set_old_tau_speedup(d->in_force.speedup);
+  r.set_old_tau_speedup(1.0 + d->in_force.speedup);
   metrics_.record_tau(r);
   if (d->changed) {
     t.set_tau_changes(t.tau_changes() + 1);
@@ -974,19 +974,19 @@ void Coordinator::observe_threshold(const ClosedStep& closed, double now) {
     t.set_microbatches_dropped_at_tau(0);
     log_->info(
         "tau {} -> {} after step {} ({} over {} steps): predicted drop rate {:.1f}%, "
-        "step {:.4g} s against {:.4g} s at inf, speedup {:+.1f}% (tau in force: {:+.1f}%{})",
+        "step {:.4g} s against {:.4g} s at inf, speedup {:.3f}x (tau in force: {:.3f}x{})",
         describe_tau(d->old_tau), describe_tau(d->new_tau), d->step, d->why, e.steps,
-        100.0 * e.drop_rate, e.step_seconds, e.baseline_step_seconds, 100.0 * e.speedup,
-        100.0 * d->in_force.speedup,
+        100.0 * e.drop_rate, e.step_seconds, e.baseline_step_seconds, 1.0 + e.speedup,
+        1.0 + d->in_force.speedup,
         d->in_force_over_bound
             ? fmt::format(", dropping {:.1f}%, above max_drop_rate", 100.0 * d->in_force.drop_rate)
             : std::string());
   } else {
     log_->debug(
-        "tau stays {} after step {} ({} over {} steps): best {} would give {:+.1f}% "
-        "against {:+.1f}% in force",
-        describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 100.0 * e.speedup,
-        100.0 * d->in_force.speedup);
+        "tau stays {} after step {} ({} over {} steps): best {} would give {:.3f}x "
+        "against {:.3f}x in force",
+        describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 1.0 + e.speedup,
+        1.0 + d->in_force.speedup);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "common/files.h"
+#include "common/source_version.h"
 #include "runtime/text_format.h"
 
 namespace dctrain {
@@ -108,6 +109,7 @@ v1::RunSummary RunMetrics::summary(const v1::RunConfig& config, double wall_seco
   v1::RunSummary s;
   s.set_name(config.name());
   s.set_run_id(config.run_id());
+  s.set_code_version(source_version());
   *s.mutable_final_eval_accuracy() =
       number_or_null(t.has_eval() ? std::optional(t.last_eval_accuracy()) : none);
   *s.mutable_final_eval_loss() =
@@ -161,7 +163,8 @@ v1::RunSummary RunMetrics::summary(const v1::RunConfig& config, double wall_seco
   };
   *s.mutable_predicted_at_step() = predicted(static_cast<double>(e.step()));
   *s.mutable_predicted_tau() = estimated ? tau_value(e.tau()) : number_or_null(none);
-  *s.mutable_predicted_speedup() = predicted(e.speedup());
+  // A ratio against tau = inf, as the report's (the threshold model's is the gain).
+  *s.mutable_predicted_speedup() = predicted(1.0 + e.speedup());
   *s.mutable_predicted_drop_rate() = predicted(e.drop_rate());
   *s.mutable_predicted_step_seconds() = predicted(e.step_seconds());
   *s.mutable_predicted_baseline_step_seconds() = predicted(e.baseline_step_seconds());

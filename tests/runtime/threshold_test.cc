@@ -638,8 +638,14 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
     // are real sleeps on a machine that may be busy).
     EXPECT_GT(r.predicted_speedup() - r.old_tau_speedup(), 0.01) << r.ShortDebugString();
     if (r.new_tau().string_value() != "inf") {
-      EXPECT_GT(r.predicted_speedup(), 0.0) << r.ShortDebugString();
+      EXPECT_GT(r.predicted_speedup(), 1.0) << r.ShortDebugString();
     }
+    // A ratio against tau = inf, as the report gives it (it was the gain).
+    EXPECT_NEAR(r.predicted_speedup(),
+                (1.0 - r.predicted_drop_rate()) * r.predicted_baseline_step_seconds() /
+                    r.predicted_step_seconds(),
+                1e-9 * r.predicted_speedup())
+        << r.ShortDebugString();
     // A change decided after the run's last step has no step left to show it.
     if (after == steps.size()) continue;
     ASSERT_LT(after, steps.size());
@@ -656,7 +662,14 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
   const v1::RunSummary summary = parse_summary(text, "summary.json");
   EXPECT_EQ(summary.tau_policy(), "auto") << text;
   EXPECT_EQ(summary.tau_changes(), changed) << text;
-  EXPECT_TRUE(optional_number(summary.predicted_speedup()).has_value()) << text;
+  ASSERT_TRUE(optional_number(summary.predicted_speedup()).has_value()) << text;
+  EXPECT_NEAR(*optional_number(summary.predicted_speedup()),
+              (1.0 - *optional_number(summary.predicted_drop_rate())) *
+                  *optional_number(summary.predicted_baseline_step_seconds()) /
+                  *optional_number(summary.predicted_step_seconds()),
+              1e-9)
+      << text;
+  EXPECT_FALSE(summary.code_version().empty()) << text;
   const auto predicted_tau = summary.predicted_tau().kind_case();
   EXPECT_TRUE(predicted_tau == google::protobuf::Value::kNumberValue ||
               predicted_tau == google::protobuf::Value::kStringValue)

@@ -155,15 +155,17 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
   EXPECT_NE(markdown.find("## tiny-mlp: 2 workers, dropcompute delays"), std::string::npos)
       << markdown;
   const std::vector<std::string> header = table_row(markdown, "case");
-  ASSERT_EQ(header.size(), 8u);
+  ASSERT_EQ(header.size(), 10u);
   EXPECT_EQ(header[2], "final accuracy");
   EXPECT_EQ(header[4], "samples/s");
-  EXPECT_EQ(header[5], "speedup vs tau = inf");
+  EXPECT_EQ(header[5], "speedup vs tau = inf [95% CI]");
+  EXPECT_EQ(header[6], "p");
+  EXPECT_EQ(header[7], "predicted");
   const std::vector<std::string> base_row = table_row(markdown, "tau = inf (baseline)");
   const std::vector<std::string> drop_row =
       table_row(markdown, fmt::format("tau = p80 ({:.4g} s), requeue", tau));
-  ASSERT_EQ(base_row.size(), 8u);
-  ASSERT_EQ(drop_row.size(), 8u);
+  ASSERT_EQ(base_row.size(), 10u);
+  ASSERT_EQ(drop_row.size(), 10u);
   for (const auto& [row, summary] :
        {std::pair{base_row, base_summary}, std::pair{drop_row, drop_summary}}) {
     EXPECT_EQ(row[1], "1");
@@ -171,12 +173,23 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
     EXPECT_EQ(row[2], fmt::format("{:.4f}", summary.final_eval_accuracy().number_value()));
     EXPECT_EQ(row[3], "not reached");  // no target configured
     EXPECT_EQ(row[4], fmt::format("{:.1f}", summary.samples_per_second()));
-    EXPECT_EQ(row[6], fmt::format("{:.2f}%", 100 * summary.drop_rate()));
-    EXPECT_EQ(row[7], fmt::format("{:.0f}", static_cast<double>(summary.samples_lost())));
+    EXPECT_EQ(row[6], "-");  // one seed: no test
+    EXPECT_EQ(row[8], fmt::format("{:.2f}%", 100 * summary.drop_rate()));
+    EXPECT_EQ(row[9], fmt::format("{:.0f}", static_cast<double>(summary.samples_lost())));
   }
   EXPECT_EQ(base_row[5], "1.000x (samples/s)");
   EXPECT_EQ(drop_row[5], fmt::format("{:.3f}x (samples/s)", drop_summary.samples_per_second() /
                                                                 base_summary.samples_per_second()));
+  // The prediction beside the measurement: the baseline replayed under
+  // the case's tau, a ratio with its drop rate; and a sentence on what the
+  // one-seed table can and cannot show.
+  EXPECT_EQ(base_row[7], "1.000x (0.0% dropped)");
+  EXPECT_EQ(drop_row[7].find('x'), 5u) << drop_row[7];
+  EXPECT_NE(drop_row[7].find("% dropped)"), std::string::npos) << drop_row[7];
+  EXPECT_NE(markdown.find("What this table shows: no case has the seeds for an interval. What it "
+                          "cannot show: whether tau = p80"),
+            std::string::npos)
+      << markdown;
   // The printed table is the file's.
   EXPECT_NE(last_output_.find(fmt::format("| {} |", fmt::join(drop_row, " | "))),
             std::string::npos);
@@ -283,17 +296,37 @@ TEST_F(ExperimentReport, AnInterruptedCaseIsResumedFromItsCheckpointNotCountedAs
 
 TEST_F(ExperimentReport, TheReportRefusesToPoolADuplicateOrAMismatchedRunAsSeeds) {
   write("tiny.cfg", kConfig);
-  write("tiny.sweep", kSweep);
+  write("tiny.sweep", std::string(kSweep) + "seeds: [5, 6]\n");
   const fs::path out = dir_ / "runs";
   ASSERT_EQ(run("dctrain-experiment",
                 {(dir_ / "tiny.sweep").string(), "--out", out.string(), "--only", "tau-inf"},
                 "experiment.log"),
             0)
       << last_output_;
+  // Two seeds of a sweep's case pool (their names, data and delay seeds
+  // follow the seed), and each summary names the code that ran it.
+  const fs::path report = dir_ / "report";
+  ASSERT_EQ(
+      run("dctrain-report", {out.string(), "--out", report.string(), "--no-plots"}, "pooled.log"),
+      0)
+      << last_output_;
+  EXPECT_NE(last_output_.find("| tau = inf (baseline) | 2 |"), std::string::npos) << last_output_;
   const fs::path base = out / "tiny-mlp_w2_dropcompute_tau-inf_s5";
+  EXPECT_NE(read_text(base / "summary.json").find("\"code_version\": \"0."), std::string::npos);
+
+  // The same seeds run by other code: not seeds of one case.
+  const fs::path other = out / "tiny-mlp_w2_dropcompute_tau-inf_s6";
+  std::string summary = read_text(other / "summary.json");
+  const size_t version = summary.find("\"code_version\": \"") + 17;
+  summary.insert(version, "9.9.9+elsewhere-");
+  std::ofstream(other / "summary.json") << summary;
+  EXPECT_NE(run("dctrain-report", {out.string(), "--out", report.string()}, "code.log"), 0);
+  EXPECT_NE(last_output_.find("were run by different code ('"), std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("9.9.9+elsewhere-"), std::string::npos) << last_output_;
+  fs::remove_all(other);
+
   const fs::path copy = out / "copy";
   fs::copy(base, copy, fs::copy_options::recursive);
-  const fs::path report = dir_ / "report";
   EXPECT_NE(run("dctrain-report", {out.string(), "--out", report.string()}, "duplicate.log"), 0);
   EXPECT_NE(last_output_.find("are the same case with the same seed (5): a duplicate is not a "
                               "second seed"),

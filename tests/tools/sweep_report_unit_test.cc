@@ -196,18 +196,41 @@ TEST(Tables, AggregatesSeedsAndPicksTheSpeedupBasis) {
   ASSERT_TRUE(requeue.accuracy.has_value());
   EXPECT_DOUBLE_EQ(requeue.accuracy->mean, 0.85);
   EXPECT_NEAR(requeue.accuracy->spread, std::sqrt(0.005), 1e-12);  // sample standard deviation
-  // Both seeds of both rows reached the target: 12 / 12.
-  EXPECT_DOUBLE_EQ(*requeue.speedup, 1.0);
-  EXPECT_EQ(requeue.speedup_basis, "time to target");
-  // Without requeue no seed reached it: samples/s ratio.
+  // Both seeds of both rows reached the target, and the row ran the
+  // baseline's seeds: paired by seed, the geometric mean of 12 / 10 and
+  // 12 / 14 (the ratio of the means, 12 / 12, before pairing).
+  EXPECT_NEAR(*requeue.speedup, std::sqrt(1.2 * 12.0 / 14.0), 1e-12);
+  EXPECT_EQ(requeue.speedup_basis, "time to target, paired by seed");
+  ASSERT_TRUE(requeue.speedup_test.has_value());
+  EXPECT_EQ(requeue.speedup_test->df, 1.0);
+  // Without requeue only seed 1 ran, no seed reached the target: the
+  // samples/s ratio of the means, unpaired, no interval with one seed.
   EXPECT_DOUBLE_EQ(*e.rows[2].speedup, 1.5);
   EXPECT_EQ(e.rows[2].speedup_basis, "samples/s");
+  EXPECT_FALSE(e.rows[2].speedup_interval.has_value());
   const auto cells = table_cells(requeue);
   EXPECT_EQ(cells[2], "0.8500 ± 0.0707");
   EXPECT_EQ(cells[3], "12.00 ± 2.83 s");
-  // Welch's test of the seeds' times (10, 14 against 12, 12): t = 0, p = 1.
-  EXPECT_EQ(cells[5], "1.000x (time to target; p = 1, not significant)");
+  EXPECT_EQ(cells[5], fmt::format("1.014x [{:.3f}, {:.3f}] (time to target, paired by seed)",
+                                  requeue.speedup_interval->low, requeue.speedup_interval->high));
+  EXPECT_LT(requeue.speedup_interval->low, 1.0);
+  EXPECT_GT(requeue.speedup_interval->high, 1.0);
+  EXPECT_EQ(cells[6], fmt::format("{:.2g}", requeue.speedup_test->p));
+  // The replay column: the fake runs record no steps, so nothing to replay.
+  EXPECT_EQ(cells[7], "-");
+  EXPECT_EQ(table_cells(e.rows[0])[7], "1.000x (0.0% dropped)");
   EXPECT_EQ(table_cells(e.rows[2])[3], "not reached");
+  EXPECT_EQ(table_cells(e.rows[2])[5], "1.500x (samples/s)");
+  EXPECT_EQ(table_cells(e.rows[2])[6], "-");
+  // Under the table: the 1.5x of one seed cannot be told from noise.
+  const std::string reading = reading_line(e);
+  EXPECT_NE(reading.find("tau = p90 (0.2 s), requeue (1.01x) cannot be told from the baseline"),
+            std::string::npos)
+      << reading;
+  EXPECT_NE(reading.find("whether tau = p90 (0.2 s), no requeue differ from the baseline at all "
+                         "(one seed: no interval"),
+            std::string::npos)
+      << reading;
 }
 
 TEST(Prediction, ReplaysTheBaselineUnderTau) {

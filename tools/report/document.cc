@@ -112,6 +112,8 @@ std::string report_markdown(const Report& report, const std::vector<Plot>& plots
                                 run_count(report), report.experiments.size());
   for (const Experiment& e : report.experiments) {
     out += "## " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
+    const std::string reading = reading_line(e);
+    if (!reading.empty()) out += reading + "\n";
     const std::string stats = statistics_table(e);
     if (!stats.empty()) out += stats + "\n";
     const std::string predicted = predicted_line(e);
@@ -170,6 +172,8 @@ std::string report_html(const Report& report, const std::vector<Plot>& plots,
       out += "</tr>\n";
     }
     out += "</table>\n";
+    const std::string reading = reading_line(e);
+    if (!reading.empty()) out += "<p>" + html_escape(reading) + "</p>\n";
     const std::string stats = statistics_table(e);
     if (!stats.empty()) out += "<pre>" + html_escape(stats) + "</pre>\n";
     const std::string predicted = predicted_line(e);

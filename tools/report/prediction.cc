@@ -1,5 +1,7 @@
 #include "tools/report/prediction.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -102,7 +104,8 @@ std::vector<CurvePoint> predicted_curve(const PooledSteps& pooled, double tau,
   return points;
 }
 
-CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers, int grid_points) {
+CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers, int grid_points,
+                          double max_drop_rate) {
   const StepTimePrediction none =
       predict_step_time(pooled.worker_steps, workers, kInf, pooled.overhead_seconds);
   TauSpan span;
@@ -114,7 +117,8 @@ CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers, int grid_
   speedups.reserve(static_cast<size_t>(grid_points));
   for (double tau : tau_grid(span, grid_points)) {
     grid.push_back(predict_step_time(pooled.worker_steps, workers, tau, pooled.overhead_seconds));
-    speedups.push_back(grid.back().speedup);
+    // Over the bound: out of the running, as in estimate_threshold.
+    speedups.push_back(grid.back().drop_rate <= max_drop_rate ? grid.back().speedup : 0.0);
   }
   // The automatic threshold's choice among ties (estimate_threshold's).
   const std::optional<size_t> best = best_candidate(speedups);
@@ -122,7 +126,8 @@ CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers, int grid_
 }
 
 std::optional<PredictedCurves> predict_curves(const PooledSteps& pooled, uint32_t recorded_workers,
-                                              const std::vector<CurveCase>& cases) {
+                                              const std::vector<CurveCase>& cases,
+                                              double max_drop_rate) {
   if (pooled.worker_steps.empty()) return std::nullopt;
   PredictedCurves out;
   out.worker_steps = pooled.worker_steps.size();
@@ -134,9 +139,23 @@ std::optional<PredictedCurves> predict_curves(const PooledSteps& pooled, uint32_
   SpeedupCurve best{"best tau", "best", {}};
   for (uint32_t n : workers) best.points.push_back(best_tau_point(pooled, n));
   out.curves.push_back(std::move(best));
+  if (max_drop_rate < 1.0) {
+    SpeedupCurve bounded{
+        fmt::format("best tau, drop rate <= {:.3g}%", 100.0 * max_drop_rate), "bounded", {}};
+    for (uint32_t n : workers)
+      bounded.points.push_back(best_tau_point(pooled, n, kBestTauGridPoints, max_drop_rate));
+    out.curves.push_back(std::move(bounded));
+  }
   for (const CurveCase& c : cases)
     out.curves.push_back({c.label, c.tau_policy, predicted_curve(pooled, c.tau, workers)});
   return out;
+}
+
+const SpeedupCurve* find_curve(const PredictedCurves& curves, const std::string& tau_policy) {
+  for (const SpeedupCurve& c : curves.curves) {
+    if (c.tau_policy == tau_policy) return &c;
+  }
+  return nullptr;
 }
 
 const CurvePoint* curve_point(const SpeedupCurve& curve, uint32_t workers) {

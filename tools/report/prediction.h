@@ -48,6 +48,8 @@ std::vector<uint32_t> curve_worker_counts();
 // Candidate taus of the best-tau search, as the automatic threshold's
 // default (proto/config.proto, auto_tau.grid_points).
 inline constexpr int kBestTauGridPoints = 200;
+// The automatic threshold's default drop-rate bound (auto_tau.max_drop_rate).
+inline constexpr double kDefaultMaxDropRate = 0.1;
 
 // Baseline runs' worker steps pooled for predict_step_time.
 struct PooledSteps {
@@ -80,13 +82,17 @@ std::vector<CurvePoint> predicted_curve(const PooledSteps& pooled, double tau,
 // candidates evenly spaced from the smallest first micro-batch time to the
 // largest worker step time, as estimate_threshold; among candidates tied at
 // the best it takes the middle of the run of ties holding the first best.
-// tau = inf (speedup 1) when no candidate gains.
+// Only candidates whose predicted drop rate is at most `max_drop_rate` can
+// win (1: no bound), as the automatic threshold's rule. tau = inf
+// (speedup 1) when no candidate gains.
 CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers,
-                          int grid_points = kBestTauGridPoints);
+                          int grid_points = kBestTauGridPoints, double max_drop_rate = 1.0);
 
 struct SpeedupCurve {
-  std::string label;       // "best tau", "tau = p90 (0.0421 s)"
-  std::string tau_policy;  // the case's ("p90", "0.05", "auto"), "best" for the best tau
+  std::string label;  // "best tau", "best tau, drop rate <= 10%", "tau = p90 (0.0421 s)"
+  // The case's ("p90", "0.05", "auto"); "best" for the best tau, "bounded"
+  // for the best within the drop-rate bound.
+  std::string tau_policy;
   std::vector<CurvePoint> points;
 };
 
@@ -100,13 +106,20 @@ struct PredictedCurves {
   size_t worker_steps = 0, steps = 0, runs = 0;  // what was pooled
   uint32_t recorded_workers = 0;                 // the baseline's worker count
   double overhead_seconds = 0.0;
-  std::vector<SpeedupCurve> curves;  // the best tau first, then the cases in order
+  // The best tau first; then, when the bound is below 1, the best within
+  // it; then the cases in order.
+  std::vector<SpeedupCurve> curves;
 };
 
-// The best-tau curve and one curve per case, at curve_worker_counts().
-// Nothing when `pooled` holds no worker step.
+// The best-tau curve, the best within `max_drop_rate` (when below 1) and
+// one curve per case, at curve_worker_counts(). Nothing when `pooled` holds
+// no worker step.
 std::optional<PredictedCurves> predict_curves(const PooledSteps& pooled, uint32_t recorded_workers,
-                                              const std::vector<CurveCase>& cases);
+                                              const std::vector<CurveCase>& cases,
+                                              double max_drop_rate = 1.0);
+
+// The curve of `curves` with this tau_policy ("best", "bounded"), if any.
+const SpeedupCurve* find_curve(const PredictedCurves& curves, const std::string& tau_policy);
 
 // A curve's point at `workers`, if it has one.
 const CurvePoint* curve_point(const SpeedupCurve& curve, uint32_t workers);

@@ -107,17 +107,79 @@ MeanInterval mean_interval(const std::vector<double>& values) {
   return out;
 }
 
-std::optional<WelchTest> welch_test(const std::vector<double>& a, const std::vector<double>& b) {
+std::optional<TTest> welch_test(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() < 2 || b.size() < 2) return std::nullopt;
   const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
   const double ma = mean_of(a), mb = mean_of(b);
   const double va = variance(a, ma) / na, vb = variance(b, mb) / nb;
   if (va + vb <= 0.0) return std::nullopt;
-  WelchTest w;
+  TTest w;
   w.t = (ma - mb) / std::sqrt(va + vb);
   w.df = (va + vb) * (va + vb) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
   w.p = std::min(1.0, 2.0 * student_t_cdf(-std::abs(w.t), w.df));
   return w;
+}
+
+std::optional<MeanInterval> ratio_interval(const std::vector<double>& a,
+                                           const std::vector<double>& b) {
+  if (a.size() < 2 || b.size() < 2) return std::nullopt;
+  const double na = static_cast<double>(a.size()), nb = static_cast<double>(b.size());
+  const double ma = mean_of(a), mb = mean_of(b);
+  if (!(ma > 0.0) || !(mb > 0.0)) return std::nullopt;
+  MeanInterval out;
+  out.count = a.size() + b.size();
+  out.mean = out.low = out.high = ma / mb;
+  // The relative variances of the two means: the log ratio's variance.
+  const double va = variance(a, ma) / (na * ma * ma), vb = variance(b, mb) / (nb * mb * mb);
+  if (va + vb <= 0.0) return out;
+  const double df = (va + vb) * (va + vb) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+  const double half = student_t_quantile(0.975, df) * std::sqrt(va + vb);
+  out.low = out.mean * std::exp(-half);
+  out.high = out.mean * std::exp(half);
+  return out;
+}
+
+std::optional<PairedRatio> paired_ratio(const std::vector<double>& a,
+                                        const std::vector<double>& b) {
+  if (a.size() < 2 || a.size() != b.size()) return std::nullopt;
+  std::vector<double> logs;
+  logs.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(a[i] > 0.0) || !(b[i] > 0.0)) return std::nullopt;
+    logs.push_back(std::log(a[i] / b[i]));
+  }
+  const double n = static_cast<double>(logs.size());
+  const double mean = mean_of(logs);
+  const double se = std::sqrt(variance(logs, mean) / n);
+  PairedRatio out;
+  out.ratio.count = logs.size();
+  out.ratio.mean = out.ratio.low = out.ratio.high = std::exp(mean);
+  if (!(se > 0.0)) return out;
+  const double half = student_t_quantile(0.975, n - 1.0) * se;
+  out.ratio.low = std::exp(mean - half);
+  out.ratio.high = std::exp(mean + half);
+  TTest t;
+  t.t = mean / se;
+  t.df = n - 1.0;
+  t.p = std::min(1.0, 2.0 * student_t_cdf(-std::abs(t.t), t.df));
+  out.test = t;
+  return out;
+}
+
+std::optional<TTest> paired_t_test(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() < 2 || a.size() != b.size()) return std::nullopt;
+  std::vector<double> differences;
+  differences.reserve(a.size());
+  for (size_t i = 0; i < a.size(); ++i) differences.push_back(a[i] - b[i]);
+  const double n = static_cast<double>(differences.size());
+  const double mean = mean_of(differences);
+  const double se = std::sqrt(variance(differences, mean) / n);
+  if (!(se > 0.0)) return std::nullopt;
+  TTest t;
+  t.t = mean / se;
+  t.df = n - 1.0;
+  t.p = std::min(1.0, 2.0 * student_t_cdf(-std::abs(t.t), t.df));
+  return t;
 }
 
 }  // namespace dctrain

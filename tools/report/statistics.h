@@ -30,13 +30,45 @@ struct MeanInterval {
 // Mean and 95% interval (t distribution, n - 1 degrees of freedom).
 MeanInterval mean_interval(const std::vector<double>& values);
 
-struct WelchTest {
-  double t = 0.0;   // (mean a - mean b) / sqrt(var a / n a + var b / n b)
-  double df = 0.0;  // Welch-Satterthwaite
+struct TTest {
+  // Welch: (mean a - mean b) / sqrt(var a / n a + var b / n b); paired: the
+  // mean of the pairs' log ratios over its standard error.
+  double t = 0.0;
+  double df = 0.0;  // Welch-Satterthwaite; paired: pairs - 1
   double p = 1.0;   // two-sided
 };
 // Welch's t-test of a against b; nothing with fewer than two values in
 // either, or when both have no spread at all.
-std::optional<WelchTest> welch_test(const std::vector<double>& a, const std::vector<double>& b);
+std::optional<TTest> welch_test(const std::vector<double>& a, const std::vector<double>& b);
+
+// The ratio of two means, mean(a) / mean(b), with its 95% interval: on
+// the log scale, where the ratio is a difference, by the delta method
+// (var log mean(x) ~ var(x) / (n mean(x)^2)) and a t quantile with
+// Welch-Satterthwaite's degrees of freedom; back to the ratio by exp. Seeds
+// of two cases are independent samples, so a speedup's interval. Nothing
+// with fewer than two values in either or a mean <= 0; the ratio alone
+// (low = high) when neither has any spread.
+std::optional<MeanInterval> ratio_interval(const std::vector<double>& a,
+                                           const std::vector<double>& b);
+
+// The ratio of a to b when a[i] and b[i] are a pair (two cases run with one
+// seed: the same data order, initialisation and injected delays, common
+// random numbers): the geometric mean of a[i] / b[i] with the 95% interval
+// and the two-sided p of the one-sample t-test of the log ratios against 0
+// (pairs - 1 degrees of freedom). What the seeds share cancels, so a small
+// effect under noisy delays shows with few seeds. Nothing with fewer than
+// two pairs, sizes that differ or a value <= 0; no test (the ratio alone)
+// when every pair has the same ratio.
+// The paired t-test of a against b (a[i] and b[i] from one seed): the
+// mean of a[i] - b[i] over its standard error, pairs - 1 degrees of freedom.
+// Nothing with fewer than two pairs, sizes that differ, or no spread in the
+// differences.
+std::optional<TTest> paired_t_test(const std::vector<double>& a, const std::vector<double>& b);
+
+struct PairedRatio {
+  MeanInterval ratio;
+  std::optional<TTest> test;
+};
+std::optional<PairedRatio> paired_ratio(const std::vector<double>& a, const std::vector<double>& b);
 
 }  // namespace dctrain

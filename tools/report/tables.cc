@@ -87,7 +87,7 @@ std::string with_interval(const std::vector<double>& values, const std::string& 
   return text;
 }
 
-std::string p_text(const std::optional<WelchTest>& test) {
+std::string p_text(const std::optional<TTest>& test) {
   if (!test) return "-";
   return fmt::format("{:.2g}{}", test->p, test->p < 0.05 ? " (significant)" : "");
 }
@@ -157,11 +157,15 @@ double run_tau(const RunFolder& run) {
 namespace {
 
 // What must match for two runs to be seeds of one case: the config with its
-// seed, run id and threshold left out (a percentile or automatic tau is
-// each seed's own), the budget included.
+// seed (and the data's and delays' seeds where they follow it), name, run id
+// and threshold left out (a percentile or automatic tau is each seed's own),
+// the budget included.
 v1::RunConfig pooled_part(const v1::RunConfig& config) {
   v1::RunConfig c = config;
+  if (c.dataset().seed() == c.seed()) c.mutable_dataset()->clear_seed();
+  if (c.delay().seed() == c.seed()) c.mutable_delay()->clear_seed();
   c.clear_seed();
+  c.clear_name();  // a sweep names each seed's case
   c.clear_run_id();
   c.mutable_step()->clear_tau();
   return c;
@@ -185,6 +189,14 @@ std::optional<std::string> pooling_problem(const Experiment& e, const CaseRow& r
   const v1::RunConfig reference = pooled_part(first.config);
   for (size_t i : row.runs) {
     const RunFolder& run = e.runs[i];
+    if (run.summary.code_version() != first.summary.code_version()) {
+      return fmt::format(
+          "'{}' and '{}' look like seeds of one case but were run by different code ('{}' and "
+          "'{}'), so their figures cannot be pooled. Report them apart, or run the case again "
+          "with one build",
+          first.dir.string(), run.dir.string(), first.summary.code_version(),
+          run.summary.code_version());
+    }
     std::string differences;
     google::protobuf::util::MessageDifferencer differ;
     differ.ReportDifferencesToString(&differences);
@@ -197,6 +209,67 @@ std::optional<std::string> pooling_problem(const Experiment& e, const CaseRow& r
         first.dir.string(), run.dir.string(), differences);
   }
   return std::nullopt;
+}
+
+// Whether two rows ran the same seeds (their runs are in seed order).
+bool same_seeds(const Experiment& e, const CaseRow& a, const CaseRow& b) {
+  if (a.runs.size() != b.runs.size()) return false;
+  for (size_t i = 0; i < a.runs.size(); ++i) {
+    if (e.runs[a.runs[i]].info.seed() != e.runs[b.runs[i]].info.seed()) return false;
+  }
+  return true;
+}
+
+// The row's speedup = mean(faster) / mean(slower) per seed, its interval and
+// test: paired by seed when both rows ran the same seeds (a seed fixes the
+// data order and the injected delays, so what the seeds share cancels),
+// else the two means' ratio and Welch's test.
+void speedup_of(CaseRow& row, const std::vector<double>& numerator,
+                const std::vector<double>& denominator, bool paired, const std::string& basis) {
+  row.speedup_basis = basis;
+  if (paired) {
+    if (const std::optional<PairedRatio> r = paired_ratio(numerator, denominator)) {
+      row.speedup = r->ratio.mean;
+      row.speedup_interval = r->ratio;
+      row.speedup_test = r->test;
+      row.speedup_basis += ", paired by seed";
+      return;
+    }
+  }
+  row.speedup = mean_interval(numerator).mean / mean_interval(denominator).mean;
+  row.speedup_interval = ratio_interval(numerator, denominator);
+  row.speedup_test = welch_test(numerator, denominator);
+}
+
+// A case's per-seed figure against the baseline's: paired by seed when
+// both ran the same seeds and every seed has the figure, else Welch's.
+std::optional<TTest> seed_test(const std::vector<double>& row, const std::vector<double>& base,
+                               bool paired, size_t seeds) {
+  if (paired && row.size() == seeds && base.size() == seeds) return paired_t_test(row, base);
+  return welch_test(row, base);
+}
+
+// The replay of the baseline's seeds under the row's tau (see CaseRow).
+void predict_row(const Experiment& e, const CaseRow& base, CaseRow& row) {
+  if (&row == &base) {
+    row.predicted_speedup = 1.0;
+    row.predicted_drop_rate = 0.0;
+    return;
+  }
+  const bool modelled = row.policy.empty() || row.policy == "dropcompute" || row.policy == "sync";
+  if (!modelled || !std::isfinite(row.tau_seconds.mean)) return;
+  double speedup = 0.0, dropped = 0.0;
+  size_t replayed = 0;
+  for (size_t i : base.runs) {
+    const std::optional<Prediction> p = predict_speedup(e.runs[i], row.tau_seconds.mean);
+    if (!p) continue;
+    speedup += p->speedup;
+    dropped += 1.0 - p->completed_fraction;
+    ++replayed;
+  }
+  if (replayed == 0) return;
+  row.predicted_speedup = speedup / static_cast<double>(replayed);
+  row.predicted_drop_rate = dropped / static_cast<double>(replayed);
 }
 
 }  // namespace
@@ -252,6 +325,11 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       if (const std::optional<std::string> problem = pooling_problem(e, row)) {
         throw std::runtime_error(*problem);
       }
+    }
+    for (const RunFolder& run : e.runs) {
+      const v1::StepConfig& step = run.config.step();
+      if (step.tau_policy() == v1::TAU_POLICY_AUTO && step.auto_tau().has_max_drop_rate())
+        e.max_drop_rate = step.auto_tau().max_drop_rate();
     }
     for (const RunFolder& run : e.runs) {
       if (run.evals.empty()) continue;
@@ -316,19 +394,23 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
         for (size_t i : base.runs) base_sps.push_back(e.runs[i].summary.samples_per_second());
         for (size_t i : row.runs) row_sps.push_back(e.runs[i].summary.samples_per_second());
         if (all_reached) {
-          row.speedup = base.time_to_target->mean / row.time_to_target->mean;
-          row.speedup_basis = "time to target";
-          row.speedup_test = welch_test(row.time_to_target_values, base.time_to_target_values);
+          // Faster is a shorter time: the baseline's over the case's.
+          speedup_of(row, base.time_to_target_values, row.time_to_target_values,
+                     same_seeds(e, row, base), "time to target");
         } else if (base.samples_per_second.mean > 0) {
-          row.speedup = row.samples_per_second.mean / base.samples_per_second.mean;
-          row.speedup_basis = "samples/s";
-          row.speedup_test = welch_test(row_sps, base_sps);
+          speedup_of(row, row_sps, base_sps, same_seeds(e, row, base), "samples/s");
         }
-        if (&row == &base) row.speedup_test.reset();
-        row.time_to_target_test = welch_test(row.time_to_target_values, base.time_to_target_values);
-        row.steady_test = welch_test(row.steady_values, base.steady_values);
-        row.accuracy_at_time_test =
-            welch_test(row.accuracy_at_time_values, base.accuracy_at_time_values);
+        if (&row == &base) {
+          row.speedup_test.reset();
+          row.speedup_interval.reset();
+        }
+        predict_row(e, base, row);
+        const bool paired = same_seeds(e, row, base);
+        row.time_to_target_test = seed_test(row.time_to_target_values, base.time_to_target_values,
+                                            paired, row.runs.size());
+        row.steady_test = seed_test(row.steady_values, base.steady_values, paired, row.runs.size());
+        row.accuracy_at_time_test = seed_test(
+            row.accuracy_at_time_values, base.accuracy_at_time_values, paired, row.runs.size());
         if (&row == &base) {
           row.time_to_target_test.reset();
           row.steady_test.reset();
@@ -337,16 +419,24 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       }
       std::vector<const RunFolder*> baselines;
       for (size_t i : base.runs) baselines.push_back(&e.runs[i]);
-      e.predicted = predict_curves(pool_baseline_steps(baselines), e.workers, curve_cases(e));
+      e.predicted = predict_curves(pool_baseline_steps(baselines), e.workers, curve_cases(e),
+                                   e.max_drop_rate);
     }
   }
   return report;
 }
 
 std::vector<std::string> table_header() {
-  return {"case",           "seeds",       "final accuracy",
-          "time to target", "samples/s",   "speedup vs tau = inf",
-          "drop rate",      "samples lost"};
+  return {"case",
+          "seeds",
+          "final accuracy",
+          "time to target",
+          "samples/s",
+          "speedup vs tau = inf [95% CI]",
+          "p",
+          "predicted",
+          "drop rate",
+          "samples lost"};
 }
 
 std::vector<std::string> table_cells(const CaseRow& row) {
@@ -362,14 +452,17 @@ std::vector<std::string> table_cells(const CaseRow& row) {
           row.accuracy ? with_spread(*row.accuracy, "{:.4f}", seeds) : "none",
           ttt,
           with_spread(row.samples_per_second, "{:.1f}", seeds),
-          row.speedup
-              ? fmt::format("{:.3f}x ({}{})", *row.speedup, row.speedup_basis,
-                            row.speedup_test
-                                ? fmt::format("; p = {:.2g}, {}", row.speedup_test->p,
-                                              row.speedup_test->p < 0.05 ? "significant"
-                                                                         : "not significant")
-                                : std::string())
-              : "no baseline",
+          row.speedup ? fmt::format("{:.3f}x{} ({})", *row.speedup,
+                                    row.speedup_interval ? fmt::format(" [{:.3f}, {:.3f}]",
+                                                                       row.speedup_interval->low,
+                                                                       row.speedup_interval->high)
+                                                         : std::string(),
+                                    row.speedup_basis)
+                      : "no baseline",
+          p_text(row.speedup_test),
+          row.predicted_speedup ? fmt::format("{:.3f}x ({:.1f}% dropped)", *row.predicted_speedup,
+                                              100.0 * row.predicted_drop_rate.value_or(0.0))
+                                : "-",
           with_spread(
               Aggregate{100 * row.drop_rate.mean, 100 * row.drop_rate.spread, row.drop_rate.count},
               "{:.2f}", seeds) +
@@ -412,13 +505,21 @@ std::string table_notes(const Report& report) {
       "target, "
       "else the case's samples/s over the baseline's. Drop rate: micro-batches dropped at the "
       "threshold or "
-      "orphaned, over those planned. ± is the standard deviation over seeds; with the speedup, "
-      "Welch's t-test of the case's seeds against the baseline's on the same basis (p < 0.05: "
-      "significant). Second table (several seeds): mean and 95% interval (t distribution) over "
+      "orphaned, over those planned. ± is the standard deviation over seeds. When a case ran the "
+      "baseline's seeds, its speedup is paired by seed (a seed fixes the data order and the "
+      "injected delays): the geometric mean of the per-seed ratios, its 95% interval and p from "
+      "the t-test of the log ratios. Otherwise the ratio of the means, its interval on the log "
+      "scale (delta method, Welch's degrees of freedom) and Welch's t-test. p < 0.05: "
+      "significant; both need two seeds or more. Predicted: the baseline's "
+      "recorded micro-batch times replayed under the case's tau, each worker at its rank "
+      "(averaged over the baseline's seeds), as a ratio with its predicted drop rate; '-' for "
+      "policies the replay does not model (rebalance, backup). Second table (several seeds): mean "
+      "and 95% interval (t distribution) over "
       "seeds of the time to target (clock from the process's start), the accuracy of the last "
       "evaluation at the earliest final evaluation among the experiment's runs (equal wall time), "
       "and steady-state samples/s (the steps after the first quarter, evaluations left out), each "
-      "with Welch's p against the baseline.\n";
+      "with p against the baseline (paired by seed when the case ran the baseline's seeds and "
+      "each has the figure, else Welch's).\n";
   return out;
 }
 
@@ -426,22 +527,102 @@ std::vector<uint32_t> reported_worker_counts() {
   return {4, 16, 64};
 }
 
+namespace {
+
+// "1.32x at 4 workers (tau 0.035 s, 26.6% dropped), 1.37x at 16 (...)".
+std::string curve_text(const SpeedupCurve& curve) {
+  std::string out;
+  for (uint32_t n : reported_worker_counts()) {
+    const CurvePoint* p = curve_point(curve, n);
+    if (p == nullptr) continue;
+    out += fmt::format("{}{:.2f}x at {}{} (tau {}{})", out.empty() ? "" : ", ", p->speedup, n,
+                       out.empty() ? " workers" : "",
+                       std::isfinite(p->tau) ? fmt::format("{:.4g} s", p->tau) : "inf",
+                       std::isfinite(p->tau) ? fmt::format(", {:.1f}% dropped", 100 * p->drop_rate)
+                                             : std::string());
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string predicted_line(const Experiment& e) {
   if (!e.predicted || e.predicted->curves.empty()) return "";
-  const SpeedupCurve& best = e.predicted->curves.front();
-  std::string speedups, taus;
-  for (uint32_t n : reported_worker_counts()) {
-    const CurvePoint* p = curve_point(best, n);
-    if (p == nullptr) continue;
-    speedups += fmt::format("{}{:.2f}x at {}{}", speedups.empty() ? "" : ", ", p->speedup, n,
-                            speedups.empty() ? " workers" : "");
-    taus += fmt::format("{}{}", taus.empty() ? "" : ", ",
-                        std::isfinite(p->tau) ? fmt::format("{:.4g}", p->tau) : "inf");
+  const SpeedupCurve* best = find_curve(*e.predicted, "best");
+  if (best == nullptr) return "";
+  std::string out = fmt::format("Predicted speedup with the best tau: {}", curve_text(*best));
+  if (const SpeedupCurve* bounded = find_curve(*e.predicted, "bounded")) {
+    out += fmt::format(
+        "; within the runs' drop-rate bound of {:.3g}% (the automatic threshold's "
+        "max_drop_rate): {}",
+        100 * e.max_drop_rate, curve_text(*bounded));
   }
-  return fmt::format(
-      "Predicted speedup with the best tau: {} (tau {} s; i.i.d. workers drawn from the "
-      "baseline's {} worker steps, overhead {:.4g} s per step).\n",
-      speedups, taus, e.predicted->worker_steps, e.predicted->overhead_seconds);
+  return out + fmt::format(
+                   ". I.i.d. workers drawn from the baseline's {} worker steps, overhead {:.4g} "
+                   "s per step.\n",
+                   e.predicted->worker_steps, e.predicted->overhead_seconds);
+}
+
+std::string reading_line(const Experiment& e) {
+  if (!e.baseline_row) return "";
+  std::vector<std::string> faster, slower, unclear, single;
+  size_t seeds = 0;
+  for (const CaseRow& row : e.rows) {
+    seeds = std::max(seeds, row.runs.size());
+    if (&row == &e.rows[*e.baseline_row] || !row.speedup) continue;
+    if (!row.speedup_interval) {
+      single.push_back(row.label);
+    } else if (row.speedup_interval->low > 1.0) {
+      faster.push_back(fmt::format("{} ({:.2f}x)", row.label, *row.speedup));
+    } else if (row.speedup_interval->high < 1.0) {
+      slower.push_back(fmt::format("{} ({:.2f}x)", row.label, *row.speedup));
+    } else {
+      unclear.push_back(fmt::format("{} ({:.2f}x)", row.label, *row.speedup));
+    }
+  }
+  const auto list = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i)
+      out += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
+    return out;
+  };
+  std::string out = "What this table shows: ";
+  std::vector<std::string> parts;
+  if (!faster.empty())
+    parts.push_back(list(faster) + (faster.size() == 1 ? " is" : " are") +
+                    " faster than the baseline beyond the spread between seeds (95% interval "
+                    "above 1)");
+  if (!slower.empty())
+    parts.push_back(list(slower) + (slower.size() == 1 ? " is" : " are") +
+                    " slower than the baseline (95% interval below 1)");
+  if (!unclear.empty())
+    parts.push_back(list(unclear) + " cannot" +
+                    " be told from the baseline with these seeds (95% interval holds 1)");
+  if (parts.empty()) parts.push_back("no case has the seeds for an interval");
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "; " : "") + parts[i];
+  out += ". What it cannot show: ";
+  std::vector<std::string> cannot;
+  if (!single.empty())
+    cannot.push_back("whether " + list(single) +
+                     " differ from the baseline at all (one seed: no interval, the speedup can be "
+                     "noise)");
+  bool accuracy_differs = false;
+  for (const CaseRow& row : e.rows)
+    accuracy_differs =
+        accuracy_differs || (row.accuracy_at_time_test && row.accuracy_at_time_test->p < 0.05);
+  cannot.push_back(
+      accuracy_differs
+          ? "whether the accuracy differences hold beyond these runs' length (the statistics "
+            "table's accuracy at equal wall time differs for some case)"
+          : "that accuracy is unchanged: no difference beyond the seeds' spread is not equality, "
+            "and final accuracy after a short run says little about convergence");
+  cannot.push_back(fmt::format(
+      "what happens at other worker counts than {} (the predicted line below is a model, not a "
+      "measurement){}",
+      e.workers,
+      seeds > 1 ? "" : "; nor any interval at all: run more seeds (the sweep's seeds axis)"));
+  for (size_t i = 0; i < cannot.size(); ++i) out += (i ? "; " : "") + cannot[i];
+  return out + ".\n";
 }
 
 double steady_samples_per_second(const RunFolder& run) {
@@ -492,6 +673,8 @@ std::string markdown_tables(const Report& report) {
   std::string out;
   for (const Experiment& e : report.experiments) {
     out += "### " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
+    const std::string reading = reading_line(e);
+    if (!reading.empty()) out += reading + "\n";
     const std::string stats = statistics_table(e);
     if (!stats.empty()) out += stats + "\n";
     const std::string predicted = predicted_line(e);
@@ -525,8 +708,9 @@ std::string predicted_json(const Experiment& e) {
   return fmt::format(
       "{{\"model\":\"i.i.d. workers drawn from the tau = inf baseline's pooled worker steps\","
       "\"speedup_basis\":\"samples/s\",\"recorded_workers\":{},\"worker_steps\":{},"
-      "\"steps\":{},\"runs\":{},\"overhead_seconds\":{},\"curves\":[{}]}}",
-      p.recorded_workers, p.worker_steps, p.steps, p.runs, json_number(p.overhead_seconds), curves);
+      "\"steps\":{},\"runs\":{},\"overhead_seconds\":{},\"max_drop_rate\":{},\"curves\":[{}]}}",
+      p.recorded_workers, p.worker_steps, p.steps, p.runs, json_number(p.overhead_seconds),
+      json_number(e.max_drop_rate), curves);
 }
 
 }  // namespace
@@ -551,13 +735,20 @@ std::string report_json(const Report& report) {
           "{}{{\"label\":{},\"tau_policy\":{},\"requeue\":{},\"runs\":[{}],\"accuracy\":{},"
           "\"time_to_target_seconds\":{},\"samples_per_second\":{},\"speedup\":{},\"speedup_"
           "basis\":{},"
-          "\"drop_rate\":{},\"samples_lost\":{},\"tau_seconds\":{}}}",
+          "\"drop_rate\":{},\"samples_lost\":{},\"tau_seconds\":{},\"speedup_low\":{},"
+          "\"speedup_high\":{},\"speedup_p\":{},\"predicted_speedup\":{},"
+          "\"predicted_drop_rate\":{}}}",
           r ? "," : "", json_string(row.label), json_string(row.tau_policy), row.requeue, runs,
           optional_number(row.accuracy), optional_number(row.time_to_target),
           json_number(row.samples_per_second.mean),
           row.speedup ? json_number(*row.speedup) : "null", json_string(row.speedup_basis),
           json_number(row.drop_rate.mean), json_number(row.samples_lost.mean),
-          json_number(row.tau_seconds.mean));
+          json_number(row.tau_seconds.mean),
+          row.speedup_interval ? json_number(row.speedup_interval->low) : "null",
+          row.speedup_interval ? json_number(row.speedup_interval->high) : "null",
+          row.speedup_test ? json_number(row.speedup_test->p) : "null",
+          row.predicted_speedup ? json_number(*row.predicted_speedup) : "null",
+          row.predicted_drop_rate ? json_number(*row.predicted_drop_rate) : "null");
     }
     out += "],\"predicted\":" + predicted_json(e) + "}";
   }

@@ -30,18 +30,27 @@ struct CaseRow {
   std::optional<Aggregate> time_to_target;  // over the seeds that reached it
   Aggregate samples_per_second, drop_rate, samples_lost, tau_seconds;
   // Against the tau = inf row: baseline time to target / this row's when
-  // every seed of both reached the target, else samples/s ratio.
+  // every seed of both reached the target, else samples/s ratio (paired by
+  // seed: the geometric mean of the seeds' ratios).
   std::optional<double> speedup;
-  std::string speedup_basis;  // "time to target" or "samples/s"
-  // Welch's t-test against the baseline row on the speedup's basis (time
-  // to target or samples/s per seed); nothing with fewer than 2 seeds.
-  std::optional<WelchTest> speedup_test;
+  std::string speedup_basis;  // "time to target" or "samples/s", ", paired by seed"
+  // The speedup's t-test against the baseline row and its 95% interval,
+  // on the speedup's basis (time to target or samples/s per seed): paired
+  // by seed (paired_ratio) when the row ran the baseline's seeds, else
+  // Welch's test and ratio_interval; nothing with fewer than 2 seeds.
+  std::optional<TTest> speedup_test;
+  std::optional<MeanInterval> speedup_interval;
+  // Predicted for this row: the baseline seeds' recorded steps replayed
+  // under the row's tau (predict_speedup, each worker at its rank, averaged
+  // over the baseline's seeds): 1 for the baseline; nothing for the
+  // policies the replay does not model (rebalance, backup).
+  std::optional<double> predicted_speedup, predicted_drop_rate;
   // Per seed, for the statistics table: time to target (the seeds that
   // reached it), steady-state samples/s (completed samples over the step
   // cycles after the first quarter of the steps: evaluations and
   // checkpoints left out) and accuracy at the experiment's equal wall time.
   std::vector<double> time_to_target_values, steady_values, accuracy_at_time_values;
-  std::optional<WelchTest> time_to_target_test, steady_test, accuracy_at_time_test;
+  std::optional<TTest> time_to_target_test, steady_test, accuracy_at_time_test;
 };
 
 struct Experiment {
@@ -58,6 +67,9 @@ struct Experiment {
   // row's pooled worker steps (tools/report/prediction.h): the best tau, and
   // each case's tau (cases with the same policy and tau share a curve).
   std::optional<PredictedCurves> predicted;
+  // The drop-rate bound the automatic threshold of these runs works under
+  // (step.auto_tau.max_drop_rate of a tau = auto run; else its default).
+  double max_drop_rate = kDefaultMaxDropRate;
 };
 
 struct Report {
@@ -90,7 +102,7 @@ std::optional<double> accuracy_at(const RunFolder& run, double wall_seconds);
 
 // The statistics table of an experiment: per case, mean and 95% interval
 // over seeds of time to target, accuracy at equal wall time and steady
-// samples/s, each with Welch's p against the baseline.
+// samples/s, each with p against the baseline (paired by seed or Welch's).
 std::string statistics_table(const Experiment& e);
 
 // One Markdown table per experiment, with a heading each, then the notes.
@@ -105,8 +117,15 @@ std::vector<std::string> table_header();
 std::vector<std::string> table_cells(const CaseRow& row);
 
 // The line under an experiment's table: the predicted speedup with the best
-// tau at 4, 16 and 64 workers; "" without a prediction.
+// tau at 4, 16 and 64 workers, each with its tau and drop rate, and the
+// best within the runs' drop-rate bound beside it; "" without a prediction.
 std::string predicted_line(const Experiment& e);
+
+// The sentence under an experiment's table: which cases are faster or
+// slower than the baseline beyond the spread between seeds (the speedup's
+// interval excludes 1), which cannot be told from it, and what the table
+// cannot say (one-seed rows, accuracy, the prediction's reach).
+std::string reading_line(const Experiment& e);
 
 // The worker counts predicted_line and report.json give.
 std::vector<uint32_t> reported_worker_counts();
