@@ -16,7 +16,7 @@ if [ ! -x "$ours" ]; then
   exit 1
 fi
 # Which CPU and OpenBLAS core the figures come from (the engine prints its
-# core, settled at start: see README "BLAS core").
+# core, settled at start: see docs/deployment.md, "BLAS core").
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 ours_all=""
 torch_all=""

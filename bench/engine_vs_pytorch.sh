@@ -25,7 +25,7 @@ rate() { sed -n 's/^RESULT threads=[0-9]* img_per_s=\([0-9.]*\)$/\1/p' <<<"$1"; 
 maxrss() { sed -n 's/^peak resident memory: \([0-9.]*\) MiB$/\1/p' <<<"$1"; }
 
 # Which CPU and OpenBLAS core the figures come from (the engine settles its
-# core at start, see README "BLAS core"; PyTorch uses its own libraries).
+# core at start, see docs/deployment.md, "BLAS core"; PyTorch uses its own libraries).
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 printf '%-8s %12s %12s %8s %14s %14s\n' threads "dctrain" "pytorch" ratio "dctrain MiB" "pytorch MiB"
 for threads in 1 2; do

@@ -37,6 +37,7 @@
 #include <zmq.hpp>
 
 #include "comm/transport.h"
+#include "common/allocator.h"
 #include "exchange/peer.h"
 #include "exchange/plan.h"
 #include "exchange/zero_copy.h"
@@ -93,7 +94,6 @@ class Direct : public Allreduce {
     o.piece_bytes = args.piece_kib * 1024;
     o.copy_sends = args.copy;
     o.io_threads = args.io_threads;
-    o.tune_allocator = false;  // run_rank decides, for every algorithm alike
     o.digest_sum = args.digest;
     return o;
   }

@@ -444,7 +444,6 @@ void Coordinator::on_contribution(const std::string& peer, Message message, doub
     return;
   }
   p.contribution = c;
-  last_contribution_ = now;
   reducer_.add(rank, std::move(message));
   if (config_.step().policy() == v1::POLICY_BACKUP) cut_backup_workers();
 }
@@ -581,7 +580,6 @@ void Coordinator::start_step(double now) {
   phase_ = Phase::kStepping;
   step_started_ = now;
   worker_summary_.step_started(step_, now);
-  last_contribution_ = now;
   deadline_ = std::isinf(tau) ? std::numeric_limits<double>::infinity()
                               : now + tau + config_.liveness().grace_seconds();
   if (exchange_mode()) deadline_ = exchange_deadline(now, tau);

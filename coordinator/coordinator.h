@@ -373,7 +373,6 @@ class Coordinator {
   double waiting_since_ = 0.0;
   double step_started_ = 0.0;
   double deadline_ = 0.0;
-  double last_contribution_ = 0.0;
   double last_heartbeat_ = 0.0;
   double last_progress_ = 0.0;
   uint64_t progress_samples_ = 0;

@@ -1,5 +1,5 @@
 // Whom a failed exchange round takes out, judged from every member's report
-// of it together (README, Scaling).
+// of it together (docs/scaling.md).
 //
 // Each failed report names suspects, with its evidence: the members whose
 // contribution pieces did not arrive (missing_contributions) and the shard

@@ -1,4 +1,4 @@
-// The coordinator's side of the data plane "exchange" (README, Scaling).
+// The coordinator's side of the data plane "exchange" (docs/scaling.md).
 //
 // The workers sum their gradients among themselves (exchange/): every plan
 // names the step's round (the step and an attempt), its members in rank
@@ -296,7 +296,6 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
   const v1::ExchangeReport& x = c.exchange();
   p.contribution = c;
   p.contribution->mutable_exchange()->clear_error();
-  last_contribution_ = now;
   reducer_.settle(rank);
   // The others report about now: a member that heard from every other
   // ended its round (done, or by the round deadline) when they could end

@@ -1,4 +1,4 @@
-// Exit codes of dctrain-coordinator (the README's table lists them).
+// Exit codes of dctrain-coordinator (docs/failure-handling.md lists them).
 #pragma once
 
 namespace dctrain {

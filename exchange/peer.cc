@@ -185,7 +185,6 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
       context_(std::max(1, options.io_threads)),
       releases_(std::make_unique<ReleaseTracker>(0)),
       inbox_(context_, zmq::socket_type::router) {
-  if (options_.tune_allocator) tune_allocator();
   if (sodium_init() < 0) throw std::runtime_error("exchange: libsodium cannot be initialised");
   unsigned char secret[16];
   randombytes_buf(secret, sizeof secret);

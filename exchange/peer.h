@@ -50,7 +50,6 @@
 #include <zmq.hpp>
 
 #include "comm/security.h"
-#include "common/allocator.h"
 #include "exchange/chunk.h"
 #include "exchange/connection_cap.h"
 #include "exchange/plan.h"
@@ -69,12 +68,8 @@ struct ExchangeOptions {
   // ZeroMQ I/O threads of the peer's own context (the data plane does not
   // share one with the control plane, so a heartbeat never queues behind
   // megabytes). Two let sends and receives proceed in parallel where cores
-  // are to spare; on the 2 shared cores here one is as fast (README).
+  // are to spare; on the 2 shared cores here one is as fast (docs/scaling.md).
   int io_threads = 2;
-  // Set glibc's allocator for the process (common/allocator.h) so the
-  // buffers ZeroMQ allocates for received pieces are reused, not mapped
-  // fresh and page-faulted for every piece.
-  bool tune_allocator = true;
   // Digest the sum as its pieces land (ExchangeOutcome::shard_digests, what
   // a worker reports); off only to measure what that costs.
   bool digest_sum = true;
@@ -166,7 +161,9 @@ class ExchangePeer {
  public:
   // Binds `bind_address`: tcp://HOST:PORT (port may be '*'), or, when every
   // member runs on this host, ipc://PATH (ipc://* for a fresh one), which
-  // skips the TCP stack. Throws with the address and ZeroMQ's reason.
+  // skips the TCP stack. Throws with the address and ZeroMQ's reason. The
+  // process's allocator settings are the program's to make
+  // (common/allocator.h: tune_allocator(), as both mains do), not a peer's.
   ExchangePeer(uint32_t rank, const std::string& bind_address, ExchangeOptions options = {});
   ~ExchangePeer();
   ExchangePeer(const ExchangePeer&) = delete;

@@ -83,6 +83,7 @@ int main(int argc, char** argv) try {
   int threads = 1;
   int64_t steps = 0;
   int metrics_port = -1;
+  std::string metrics_address;
   bool curve = false;
   dctrain::add_common_options(app, "dctrain-launch", log_level);
   app.add_flag("--curve", curve,
@@ -115,6 +116,9 @@ int main(int argc, char** argv) try {
                  "The coordinator's live metrics port (0: a free one, in RUN_DIR/metrics_endpoint; "
                  "absent: none)")
       ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-address", metrics_address,
+                 "Numeric address the coordinator's metrics server listens on (default: its own, "
+                 "127.0.0.1; 0.0.0.0 or :: for every interface)");
   app.footer(
       "Environment:\n"
       "  OPENBLAS_CORETYPE   passed on to the coordinator and the workers, like the rest of the\n"
@@ -181,6 +185,9 @@ int main(int argc, char** argv) try {
   if (steps > 0) coordinator.insert(coordinator.end(), {"--steps", std::to_string(steps)});
   if (metrics_port >= 0) {
     coordinator.insert(coordinator.end(), {"--metrics-port", std::to_string(metrics_port)});
+  }
+  if (!metrics_address.empty()) {
+    coordinator.insert(coordinator.end(), {"--metrics-address", metrics_address});
   }
 
   // Throwaway keys: a pair per process, the workers' public keys in a
@@ -301,7 +308,7 @@ int main(int argc, char** argv) try {
   if (failed == 0) return 0;
   if (interrupted) return 130;
   // The coordinator's own status says the most (3: the run folder could not
-  // be written, README "Exit statuses"); a worker's failure alone is 1.
+  // be written, docs/failure-handling.md, "Exit statuses"); a worker's failure alone is 1.
   return *children[0].status != 0 ? *children[0].status : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "dctrain-launch: %s\n", e.what());

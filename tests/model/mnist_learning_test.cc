@@ -1,4 +1,4 @@
-// The MNIST CNN learns: one epoch of the RECIPES.md recipe (SGD momentum
+// The MNIST CNN learns: one epoch of the ready config's recipe (SGD momentum
 // 0.9, lr 0.05, batch 64, shuffled) on the real training set reaches at
 // least 98% accuracy on the 10,000 test images, in one process.
 //

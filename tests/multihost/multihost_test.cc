@@ -481,7 +481,7 @@ TEST(MultiHost, OverTheExchangeASlowLinkIsNamedWithinTheDeadlineAndNothingIsLost
     // (released instead once it missed liveness.release_after_missed_steps
     // steps in a row: 10, more than this run gives it), and its welcome
     // (1.8 MB) crawls over its slow link, so the coordinator's final bye can
-    // reach it after the coordinator has gone (see README, Scaling).
+    // reach it after the coordinator has gone (see docs/scaling.md).
     run.expect_clean_finish(240s, {}, {2});
     if (::testing::Test::HasFailure()) return;
     const std::string log = run.log();

@@ -370,5 +370,38 @@ TEST(Processes, LauncherStartsTheConfigsWorkersAndRefusesANegativeStepCount) {
   std::filesystem::remove_all(dir);
 }
 
+// The flags of a program's --help, "--name" each.
+std::set<std::string> help_flags(const std::string& program, const std::filesystem::path& out) {
+  Process help(kBin + "/" + program, {"--help"}, out);
+  EXPECT_EQ(help.wait_for(30s), std::optional<int>(0)) << help.output();
+  std::set<std::string> flags;
+  static const std::regex flag(R"(^\s+(?:-\w, )?(--[a-z][a-z-]*))");
+  std::istringstream lines(help.output());
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, flag)) flags.insert(m[1].str());
+  }
+  return flags;
+}
+
+TEST(Processes, TheLauncherOffersEveryCoordinatorFlagItDoesNotSetItself) {
+  // The launcher's flags were copied from the coordinator's by hand and
+  // drifted (--metrics-address was missing). The launcher binds loopback
+  // and makes the keys itself (--curve), so those it may leave out.
+  const auto dir =
+      std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-flags-{}", ::getpid());
+  std::filesystem::create_directories(dir);
+  const std::set<std::string> coordinator = help_flags("dctrain-coordinator", dir / "c.out");
+  const std::set<std::string> launcher = help_flags("dctrain-launch", dir / "l.out");
+  ASSERT_GT(coordinator.size(), 8u);
+  const std::set<std::string> set_by_the_launcher = {"--bind", "--secret-key", "--allowed-keys",
+                                                     "--insecure", "--blas-info"};
+  for (const std::string& flag : coordinator) {
+    if (set_by_the_launcher.count(flag)) continue;
+    EXPECT_TRUE(launcher.count(flag)) << "dctrain-launch has no " << flag;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace dctrain

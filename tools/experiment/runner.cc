@@ -122,7 +122,7 @@ CaseFolder inspect_case(const fs::path& dir) {
       folder.why = fmt::format("its summary.json is unreadable ({})", e.what());
     }
   }
-  // Stopped from outside (a signal, a kill) or by a full disk (README, "Exit
+  // Stopped from outside (a signal, a kill) or by a full disk (docs/failure-handling.md, "Exit
   // statuses"): it goes on from its checkpoint. A run that failed by itself
   // would fail again from there: it starts over.
   const bool from_outside =

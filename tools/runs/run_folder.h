@@ -1,4 +1,4 @@
-// Reading a run folder back (README.md, "run folder"): summary.json and
+// Reading a run folder back (docs/running.md, docs/failure-handling.md): summary.json and
 // metrics.jsonl (proto/metrics.proto, through metrics/metrics_json.h),
 // config.cfg and, for runs made by dctrain-experiment, case.txt.
 #pragma once
