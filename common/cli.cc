@@ -3,7 +3,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "common/exit_codes.h"
 #include "common/source_version.h"
+#include "common/suggest.h"
 #include "common/version.h"
 
 namespace dctrain {
@@ -17,6 +23,38 @@ void add_common_options(CLI::App& app, const std::string& program, std::string& 
   app.add_option("--log-level", level, "Log verbosity")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
+}
+
+std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv) {
+  try {
+    app.parse(argc, argv);
+    return std::nullopt;
+  } catch (const CLI::ExtrasError& e) {
+    std::vector<std::string> flags;
+    for (const CLI::Option* option : app.get_options()) {
+      for (const std::string& name : option->get_lnames()) flags.push_back("--" + name);
+    }
+    std::string text = e.what();
+    for (int i = 1; i < argc; ++i) {
+      std::string given = argv[i];
+      if (!given.starts_with("--")) continue;
+      given = given.substr(0, given.find('='));
+      if (std::find(flags.begin(), flags.end(), given) != flags.end()) continue;
+      const std::string near = did_you_mean(given, flags, "");
+      if (!near.empty()) text += fmt::format("\n{}: no such flag{}", given, near);
+    }
+    std::fprintf(stderr, "%s\nRun with --help for the flags.\n", text.c_str());
+    return kExitUsage;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitDone : kExitUsage;
+  }
+}
+
+void add_examples(CLI::App& app, const std::vector<std::string>& lines) {
+  std::string text = app.get_footer();
+  text += std::string(text.empty() ? "" : "\n\n") + "Examples:";
+  for (const std::string& line : lines) text += "\n  " + line;
+  app.footer(text);
 }
 
 std::string blas_environment_help() {

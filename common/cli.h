@@ -4,7 +4,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace dctrain {
 
@@ -22,6 +24,17 @@ void add_blas_options(CLI::App& app, bool& blas_info);
 
 // The help text on OPENBLAS_CORETYPE (common/blas_runtime.h).
 std::string blas_environment_help();
+
+// Parses the command line. Nothing: go on. Otherwise the status to exit
+// with, the message printed: 0 after --help or --version, kExitUsage
+// (common/exit_codes.h) for any command-line error (CLI11's own codes,
+// 105 and the like, are not the programs'). An unknown flag is named with
+// the nearest known ones ("--worker: did you mean --workers?").
+std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv);
+
+// Ends the --help text with "Examples:" and `lines` (one command each,
+// after what the footer already says).
+void add_examples(CLI::App& app, const std::vector<std::string>& lines);
 
 // Applies a validated --log-level to spdlog's default logger.
 void apply_log_level(const std::string& level);

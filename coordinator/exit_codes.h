@@ -1,14 +1,15 @@
-// Exit codes of dctrain-coordinator (docs/failure-handling.md lists them).
+// Exit codes of dctrain-coordinator: its names for the common table
+// (common/exit_codes.h).
 #pragma once
+
+#include "common/exit_codes.h"
 
 namespace dctrain {
 
-inline constexpr int kCoordinatorDone = 0;    // a stop criterion was reached; summary.json written
-inline constexpr int kCoordinatorFailed = 1;  // the run failed (logged: bad steps, no workers...)
-inline constexpr int kCoordinatorUsage = 2;   // a bad flag, config, key or run folder
-// A write to the run folder failed (a full disk): the run stopped, its
-// temporary files removed; --resume continues it once there is space.
-inline constexpr int kCoordinatorRunFolderFailed = 3;
-inline constexpr int kCoordinatorInterrupted = 130;  // SIGINT / SIGTERM
+inline constexpr int kCoordinatorDone = kExitDone;      // a stop criterion; summary.json written
+inline constexpr int kCoordinatorFailed = kExitFailed;  // bad steps, no workers...
+inline constexpr int kCoordinatorUsage = kExitUsage;    // a bad flag, config, key or run folder
+inline constexpr int kCoordinatorRunFolderFailed = kExitRunFolderFailed;
+inline constexpr int kCoordinatorInterrupted = kExitInterrupted;
 
 }  // namespace dctrain

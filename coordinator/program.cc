@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -231,8 +232,22 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     log->info("data: {} ({} used), held out: {} ({} evaluated), loaded in {:.1f} s",
               train->describe(), train_size, test->describe(), test_samples(config, *test),
               std::chrono::duration<double>(Clock::now() - load_begin).count());
-    log->info("run config:\n{}", to_text(config));
     write_file_atomically(run_dir / "config.cfg", to_text(config));
+    // The whole config (defaults included) is the run folder's config.cfg;
+    // the console gets one line of it.
+    log->info(
+        "run config in {}: model {}, {} workers, global batch {} in micro-batches of {}, tau {}{}, "
+        "delay {}, data plane {}",
+        (run_dir / "config.cfg").string(), word(config.model().name()), config.workers(),
+        config.step().global_batch(), config.step().micro_batch(),
+        config.step().tau_policy() == v1::TAU_POLICY_AUTO ? std::string("auto")
+        : std::isfinite(config.step().tau()) ? fmt::format("{:g} s", config.step().tau())
+                                             : std::string("inf"),
+        config.step().policy() == v1::POLICY_UNSET
+            ? ""
+            : fmt::format(", policy {}", word(config.step().policy())),
+        word(config.delay().kind()), word(config.data_plane().kind()));
+    log->debug("run config:\n{}", to_text(config));
 
     Replica replica(make_model(model_spec(config, train->shape(), options.threads)),
                     config.optimizer());

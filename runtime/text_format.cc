@@ -8,10 +8,12 @@
 
 #include <memory>
 #include <optional>
+#include <regex>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
+#include "common/suggest.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {
@@ -19,11 +21,14 @@ namespace {
 
 namespace pb = google::protobuf;
 
+std::string field_suggestion(const std::string& message);
+
 class ErrorList : public pb::io::ErrorCollector {
  public:
   explicit ErrorList(std::string origin) : origin_(std::move(origin)) {}
   void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    add(fmt::format("{}:{}:{}: {}", origin_, line + 1, column + 1, message));
+    add(fmt::format("{}:{}:{}: {}{}", origin_, line + 1, column + 1, message,
+                    field_suggestion(message)));
   }
   void AddWarning(int line, pb::io::ColumnNumber column, const std::string& message) override {
     add(fmt::format("{}:{}:{}: warning: {}", origin_, line + 1, column + 1, message));
@@ -35,6 +40,19 @@ class ErrorList : public pb::io::ErrorCollector {
   std::string origin_;
   std::string text_;
 };
+
+// For protobuf's 'Message type "T" has no field named "x".': the fields of
+// T nearest to x, as " (did you mean 'y'?)"; else "".
+std::string field_suggestion(const std::string& message) {
+  static const std::regex unknown(R"re(Message type "([\w.]+)" has no field named "(\w+)")re");
+  std::smatch m;
+  if (!std::regex_search(message, m, unknown)) return "";
+  const pb::Descriptor* type = pb::DescriptorPool::generated_pool()->FindMessageTypeByName(m[1]);
+  if (type == nullptr) return "";
+  std::vector<std::string> fields;
+  for (int i = 0; i < type->field_count(); ++i) fields.push_back(type->field(i)->name());
+  return did_you_mean(m[2].str(), fields);
+}
 
 // The line and column (from 1) of the first byte of `text` that is not
 // part of well-formed UTF-8, or nothing. Protobuf's text parser takes any

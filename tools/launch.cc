@@ -1,13 +1,20 @@
-// dctrain-launch: a coordinator and N workers on this host, as one command.
-// The coordinator binds an ephemeral port on 127.0.0.1 and writes it to
-// RUN_DIR/endpoint; the workers connect there. Every line the processes
-// print is streamed with a role/rank prefix; Ctrl-C (SIGINT/SIGTERM) is
-// forwarded; the exit status is non-zero if any process failed. With
-// --curve every connection uses CURVE with throwaway keys made for this run
-// in RUN_DIR/keys (comm/security.h).
+// dctrain-launch: a coordinator and its workers as one command per host.
+//  - This host only (default): the coordinator binds an ephemeral port on
+//    127.0.0.1 and writes it to RUN_DIR/endpoint; N workers connect there.
+//  - The coordinator's host of several (--bind tcp://IP:PORT): the same, on
+//    an address other hosts reach, starting --workers-per-host of the run's
+//    --workers here.
+//  - Another host (--connect tcp://HOST:PORT): workers only, for that
+//    coordinator.
+// Every line the processes print is streamed with a prefix (their warnings
+// and errors to stderr); Ctrl-C (SIGINT/SIGTERM) is forwarded; the exit
+// status is non-zero if any process failed (common/exit_codes.h). Keys:
+// --curve makes throwaway ones in RUN_DIR/keys (this host only); --keys DIR
+// takes those made once with dctrain-keygen (comm/security.h).
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -16,12 +23,14 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "comm/security.h"
 #include "common/child_process.h"
 #include "common/cli.h"
+#include "common/exit_codes.h"
 #include "common/stop_signals.h"
 #include "metrics/run_identity.h"
 #include "runtime/run_config.h"
@@ -46,21 +55,34 @@ Child spawn(const std::string& label, std::vector<std::string> argv) {
   return Child{label, dctrain::ChildProcess(std::move(options)), {}, {}};
 }
 
+// Where a child's line goes: its warnings and errors (spdlog's "[warning]",
+// "[error]" and "[critical]" levels) to stderr, the rest to stdout.
+FILE* stream_for(std::string_view line) {
+  for (std::string_view level : {"] [warning] ", "] [error] ", "] [critical] "}) {
+    if (line.find(level) != std::string_view::npos) return stderr;
+  }
+  return stdout;
+}
+
+void print_line(const Child& child, std::string_view text) {
+  const std::string line = fmt::format("[{}] {}\n", child.label, text);
+  FILE* stream = stream_for(text);
+  std::fwrite(line.data(), 1, line.size(), stream);
+  std::fflush(stream);
+}
+
 // Prints the complete lines waiting on `child`'s pipe with its prefix.
 void drain(Child& child, bool flush_partial) {
   if (!child.process.read_output(child.pending)) flush_partial = true;
   size_t start = 0;
   for (size_t nl; (nl = child.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    const std::string line = fmt::format("[{}] {}\n", child.label,
-                                         std::string_view(child.pending).substr(start, nl - start));
-    std::fwrite(line.data(), 1, line.size(), stdout);
+    print_line(child, std::string_view(child.pending).substr(start, nl - start));
   }
   child.pending.erase(0, start);
   if (flush_partial && !child.pending.empty()) {
-    std::fputs(fmt::format("[{}] {}\n", child.label, child.pending).c_str(), stdout);
+    print_line(child, child.pending);
     child.pending.clear();
   }
-  std::fflush(stdout);
 }
 
 void reap(std::vector<Child>& children) {
@@ -70,16 +92,129 @@ void reap(std::vector<Child>& children) {
   }
 }
 
+// Streams the children's output until every one has ended, forwarding a
+// stop signal; returns the launcher's status (docs/failure-handling.md,
+// "Exit statuses"). `coordinator`: children[0] is the coordinator, whose
+// status says the most, and whose end gives the workers 20 s to leave.
+int supervise(std::vector<Child>& children, bool coordinator, dctrain::StopSignals& signals,
+              const std::string& run_dir) {
+  std::optional<Clock::time_point> coordinator_done;
+  bool interrupted = false;
+  while (true) {
+    std::vector<pollfd> fds;
+    for (Child& c : children) {
+      if (c.process.output_fd() >= 0) fds.push_back({c.process.output_fd(), POLLIN, 0});
+    }
+    fds.push_back({signals.fd(), POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 100);
+    for (Child& c : children) drain(c, false);
+    if (const int signal_number = signals.take(); signal_number != 0) {
+      std::fprintf(stderr, "dctrain-launch: signal %d: stopping the run\n", signal_number);
+      interrupted = true;
+      for (Child& c : children) {
+        if (!c.status) c.process.signal(SIGINT);
+      }
+    }
+    reap(children);
+    if (coordinator && children[0].status && !coordinator_done) coordinator_done = Clock::now();
+    bool all_done = true;
+    for (const Child& c : children)
+      all_done = all_done && c.status.has_value() && c.process.output_fd() < 0;
+    if (all_done) break;
+    // Workers leave when the coordinator says bye; do not wait for ever.
+    if (coordinator_done && Clock::now() - *coordinator_done > std::chrono::seconds(20)) {
+      for (Child& c : children) {
+        if (!c.status) {
+          std::fprintf(stderr,
+                       "dctrain-launch: %s still running 20 s after the coordinator; killing it\n",
+                       c.label.c_str());
+          c.process.signal(SIGKILL);
+        }
+      }
+      coordinator_done = Clock::now();
+    }
+  }
+  int failed = 0;
+  for (const Child& c : children) {
+    // A worker the coordinator released left a run that went on without
+    // it: the run did not fail.
+    const bool is_coordinator = coordinator && &c == &children[0];
+    if (!is_coordinator && *c.status == dctrain::kExitReleased) {
+      std::fprintf(stderr,
+                   "dctrain-launch: %s was released from the run (see the coordinator's log)\n",
+                   c.label.c_str());
+      continue;
+    }
+    if (*c.status != 0) {
+      ++failed;
+      std::fprintf(stderr, "dctrain-launch: %s exited with status %d\n", c.label.c_str(),
+                   *c.status);
+    }
+  }
+  if (failed == 0) {
+    if (!run_dir.empty()) std::printf("dctrain-launch: run folder %s\n", run_dir.c_str());
+    return dctrain::kExitDone;
+  }
+  if (interrupted) return dctrain::kExitInterrupted;
+  // The coordinator's own status says the most (3: the run folder could not
+  // be written); a worker's failure alone is 1.
+  if (coordinator && *children[0].status != 0) return *children[0].status;
+  return dctrain::kExitFailed;
+}
+
+// This host's name, for worker names on several hosts.
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "host";
+  return name;
+}
+
+// A worker's CURVE flags from a folder of keys made with dctrain-keygen:
+// its own NAME.key, else a shared worker.key, and coordinator.pub.
+std::vector<std::string> worker_keys(const fs::path& keys, const std::string& name) {
+  fs::path secret = keys / (name + ".key");
+  if (!fs::exists(secret)) secret = keys / "worker.key";
+  if (!fs::exists(secret)) {
+    throw dctrain::UsageError(fmt::format(
+        "--keys {}: no key for worker '{}' (neither {}.key nor worker.key); make it with "
+        "dctrain-keygen --dir {} {} and put its .pub in the coordinator's allow-list",
+        keys.string(), name, name, keys.string(), name));
+  }
+  if (!fs::exists(keys / "coordinator.pub")) {
+    throw dctrain::UsageError(fmt::format(
+        "--keys {}: no coordinator.pub (copy it from the coordinator's host)", keys.string()));
+  }
+  return {"--secret-key", secret.string(), "--coordinator-key",
+          (keys / "coordinator.pub").string()};
+}
+
+// The coordinator's CURVE flags from the same folder: coordinator.key and
+// the allow-list, DIR/allowed when it exists, else DIR's .pub files.
+std::vector<std::string> coordinator_keys(const fs::path& keys) {
+  if (!fs::exists(keys / "coordinator.key")) {
+    throw dctrain::UsageError(fmt::format(
+        "--keys {}: no coordinator.key; make the keys once with dctrain-keygen --dir {} "
+        "coordinator NAME...",
+        keys.string(), keys.string()));
+  }
+  const fs::path allowed = fs::exists(keys / "allowed") ? keys / "allowed" : keys;
+  return {"--secret-key", (keys / "coordinator.key").string(), "--allowed-keys", allowed.string()};
+}
+
 }  // namespace
 
 // A program that cannot be started (or a run folder that cannot be made)
 // ends the launcher with its reason; the children it started are killed and
 // reaped on the way out (ChildProcess).
 int main(int argc, char** argv) try {
-  CLI::App app{"dctrain-launch: runs a coordinator and N workers on this host"};
-  int workers = 0;  // unless given: the config's
+  CLI::App app{
+      "dctrain-launch: runs a coordinator and its workers on this host, or this host's share of "
+      "a run across hosts (--bind on the coordinator's host, --connect on the others)"};
+  int workers = 0;           // unless given: the config's
+  int workers_per_host = 0;  // unless given: all of them
   std::string config, out_dir, data_dir, tau, log_level = "info", resume;
-  bool overwrite = false;
+  std::string bind, connect, name_prefix, keys_dir;
+  bool overwrite = false, insecure = false;
   int threads = 1;
   int64_t steps = 0;
   int metrics_port = -1;
@@ -90,9 +225,38 @@ int main(int argc, char** argv) try {
                "Encrypt and authenticate every connection with CURVE, with throwaway keys made "
                "for this run in RUN_DIR/keys (replaced on every launch)");
   app.add_option("--workers", workers,
-                 "Worker processes to start (default: the config's 'workers'; with --resume, the "
-                 "run's)")
+                 "Workers of the run (default: the config's 'workers'; with --resume, the run's); "
+                 "all start here unless --workers-per-host")
       ->check(CLI::Range(1, 256));
+  app.add_option("--workers-per-host", workers_per_host,
+                 "Workers to start on this host (with --bind: this host's share of --workers; "
+                 "with --connect: required)")
+      ->check(CLI::Range(1, 256));
+  CLI::Option* bind_option = app.add_option(
+      "--bind", bind,
+      "The coordinator listens here, tcp://IP:PORT with the address other hosts reach this one "
+      "by, for their workers as well as this host's (default tcp://127.0.0.1:*, this host only); "
+      "needs --keys or --insecure");
+  CLI::Option* connect_option =
+      app.add_option("--connect", connect,
+                     "Start only workers, for the coordinator at tcp://HOST:PORT (another host's "
+                     "dctrain-launch --bind)");
+  connect_option->excludes(bind_option);
+  app.add_option("--name-prefix", name_prefix,
+                 "Worker names PREFIX-0, PREFIX-1, ... (default: 'worker' on this host only, "
+                 "else this host's name); unique per host")
+      ->check([](const std::string& p) {
+        return p.empty() || p.find_first_of(" /") != std::string::npos
+                   ? std::string("a plain word (no space or '/')")
+                   : std::string();
+      });
+  app.add_option("--keys", keys_dir,
+                 "CURVE keys made once with dctrain-keygen: coordinator.key and the allow-list "
+                 "(DIR/allowed, else DIR's .pub files) for the coordinator; coordinator.pub and "
+                 "NAME.key (or worker.key) for each worker")
+      ->check(CLI::ExistingDirectory);
+  app.add_flag("--insecure", insecure,
+               "With --bind: no keys, plain TCP that other hosts reach (a trusted network only)");
   app.add_option("--config", config, "Run config file (Protobuf text format)")
       ->check(CLI::ExistingFile);
   app.add_option("--out", out_dir,
@@ -124,32 +288,129 @@ int main(int argc, char** argv) try {
       "  OPENBLAS_CORETYPE   passed on to the coordinator and the workers, like the rest of the\n"
       "                      environment; unset, each settles its own OpenBLAS core (see\n"
       "                      dctrain-worker --help)");
-  CLI11_PARSE(app, argc, argv);
+  dctrain::add_examples(
+      app, {"dctrain-launch --config experiments/synthetic-mlp.cfg --workers 4 --out runs/quick",
+            "dctrain-launch --config experiments/mnist-cnn.cfg --data-dir ../shared/data --tau "
+            "auto --curve",
+            "dctrain-launch --resume runs/quick"});
+  if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
+    return *status;
+  const bool worker_host = !connect.empty();
+  const bool several_hosts = worker_host || !bind.empty();
+  if (name_prefix.empty()) name_prefix = several_hosts ? host_name() : "worker";
+  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
+  // Ctrl-C is read here and forwarded; the children start with it unblocked.
+  dctrain::StopSignals signals;
+  std::vector<Child> children;
+
+  // This host's workers, for the coordinator at `endpoint`.
+  const auto start_workers = [&](const std::string& endpoint, int count, const fs::path& keys) {
+    for (int w = 0; w < count; ++w) {
+      const std::string name = fmt::format("{}-{}", name_prefix, w);
+      std::vector<std::string> args = {
+          (bin / "dctrain-worker").string(), "--connect",   endpoint, "--name", name, "--threads",
+          std::to_string(threads),           "--log-level", log_level};
+      if (!data_dir.empty()) args.insert(args.end(), {"--data-dir", data_dir});
+      if (!keys.empty()) {
+        const std::vector<std::string> key_args = worker_keys(keys, name);
+        args.insert(args.end(), key_args.begin(), key_args.end());
+      }
+      children.push_back(spawn(several_hosts ? name : fmt::format("worker {}", w), args));
+    }
+  };
+
+  if (worker_host) {
+    for (const char* flag : {"--config", "--resume", "--out", "--curve", "--tau", "--steps",
+                             "--metrics-port", "--metrics-address", "--insecure", "--workers"}) {
+      if (app.count(flag) > 0) {
+        std::fprintf(stderr,
+                     "dctrain-launch: %s belongs to the coordinator's host; with --connect this "
+                     "host starts workers only (--workers-per-host, --keys, --data-dir, "
+                     "--threads, --name-prefix)\n",
+                     flag);
+        return dctrain::kExitUsage;
+      }
+    }
+    if (workers_per_host == 0) {
+      std::fprintf(stderr, "dctrain-launch: --connect needs --workers-per-host N\n");
+      return dctrain::kExitUsage;
+    }
+    start_workers(connect, workers_per_host, keys_dir);
+    std::fprintf(stderr, "dctrain-launch: %d workers for the coordinator at %s\n", workers_per_host,
+                 connect.c_str());
+    return supervise(children, /*coordinator=*/false, signals, "");
+  }
+
   if (config.empty() && resume.empty()) {
     std::fprintf(stderr,
                  "dctrain-launch: pass --config FILE (see experiments/) or --resume RUN_DIR\n");
-    return 2;
+    return dctrain::kExitUsage;
+  }
+  if (!bind.empty()) {
+    const bool any_address = bind.find("://*") != std::string::npos ||
+                             bind.find("0.0.0.0") != std::string::npos ||
+                             bind.find("[::]") != std::string::npos;
+    if (any_address) {
+      std::fprintf(stderr,
+                   "dctrain-launch: --bind %s: give the address other hosts reach this one by "
+                   "(tcp://IP:PORT), which this host's workers use too\n",
+                   bind.c_str());
+      return dctrain::kExitUsage;
+    }
+    if (curve) {
+      std::fprintf(stderr,
+                   "dctrain-launch: --curve makes throwaway keys for this host only; across hosts "
+                   "make them once (dctrain-keygen) and pass --keys DIR\n");
+      return dctrain::kExitUsage;
+    }
+    if (keys_dir.empty() && !insecure) {
+      std::fprintf(stderr,
+                   "dctrain-launch: --bind %s serves other hosts: pass --keys DIR (made once with "
+                   "dctrain-keygen) or, on a trusted network, --insecure\n",
+                   bind.c_str());
+      return dctrain::kExitUsage;
+    }
+  }
+  // The run's config: the one given, or the one the resumed run wrote into
+  // its folder when it began. One that does not parse or validate is
+  // refused here, before any folder is made.
+  const std::string source = resume.empty() ? config : (fs::path(resume) / "config.cfg").string();
+  dctrain::v1::RunConfig run_config;
+  try {
+    run_config = dctrain::load_run_config(source);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dctrain-launch: %s\n", e.what());
+    return dctrain::kExitUsage;
   }
 
   if (app.count("--workers") == 0) {
-    // As many as the run asks for: its config, or the config the resumed
-    // run wrote into its folder when it began.
-    const std::string source =
-        resume.empty() ? config : (fs::path(resume) / "config.cfg").string();
-    const uint32_t wanted = dctrain::load_run_config(source).workers();
+    const uint32_t wanted = run_config.workers();
     if (wanted < 1 || wanted > 256) {
       std::fprintf(stderr,
                    "dctrain-launch: %s asks for %u workers; set 'workers: N' (1 to 256) there or "
                    "pass --workers N\n",
                    source.c_str(), wanted);
-      return 2;
+      return dctrain::kExitUsage;
     }
     workers = static_cast<int>(wanted);
   }
+  if (workers_per_host == 0) workers_per_host = workers;
+  if (workers_per_host > workers) {
+    std::fprintf(stderr,
+                 "dctrain-launch: --workers-per-host %d is more than the run's %d workers\n",
+                 workers_per_host, workers);
+    return dctrain::kExitUsage;
+  }
+  if (workers_per_host < workers && bind.empty()) {
+    std::fprintf(stderr,
+                 "dctrain-launch: %d of the run's %d workers would start elsewhere: pass --bind "
+                 "tcp://IP:PORT so that other hosts reach the coordinator\n",
+                 workers - workers_per_host, workers);
+    return dctrain::kExitUsage;
+  }
 
-  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
   if (resume.empty() && out_dir.empty()) {
-    out_dir = dctrain::new_run_folder("runs", dctrain::load_run_config(config).name()).string();
+    out_dir = dctrain::new_run_folder("runs", run_config.name()).string();
     std::fprintf(stderr, "dctrain-launch: run folder %s\n", out_dir.c_str());
   }
   const fs::path run_dir = resume.empty() ? fs::path(out_dir) : fs::path(resume);
@@ -158,18 +419,15 @@ int main(int argc, char** argv) try {
   if (resume.empty() && !overwrite) {
     if (const std::optional<std::string> refusal = dctrain::new_run_refusal(run_dir)) {
       std::fprintf(stderr, "dctrain-launch: %s\n", refusal->c_str());
-      return 2;
+      return dctrain::kExitUsage;
     }
   }
   fs::create_directories(run_dir);
   fs::remove(run_dir / "endpoint");
 
-  // Ctrl-C is read here and forwarded; the children start with it unblocked.
-  dctrain::StopSignals signals;
-
   std::vector<std::string> coordinator = {(bin / "dctrain-coordinator").string(),
                                           "--bind",
-                                          "tcp://127.0.0.1:*",
+                                          bind.empty() ? "tcp://127.0.0.1:*" : bind,
                                           "--log-level",
                                           log_level,
                                           "--workers",
@@ -189,25 +447,29 @@ int main(int argc, char** argv) try {
   if (!metrics_address.empty()) {
     coordinator.insert(coordinator.end(), {"--metrics-address", metrics_address});
   }
+  if (insecure) coordinator.push_back("--insecure");
 
-  // Throwaway keys: a pair per process, the workers' public keys in a
-  // folder that is the coordinator's allow-list.
-  const fs::path keys = run_dir / "keys";
+  // Keys: made once (--keys), or throwaway ones for this host's processes
+  // (--curve): a pair per process, the workers' public keys in a folder that
+  // is the coordinator's allow-list.
+  fs::path keys = keys_dir;
   if (curve) {
+    keys = run_dir / "keys";
     fs::create_directories(keys / "allowed");
     dctrain::write_key_pair(keys / "coordinator", dctrain::generate_curve_keypair(), "coordinator",
                             true);
     for (int w = 0; w < workers; ++w) {
-      const std::string name = fmt::format("worker-{}", w);
+      const std::string name = fmt::format("{}-{}", name_prefix, w);
       dctrain::write_key_pair(keys / name, dctrain::generate_curve_keypair(), name, true);
       fs::copy_file(keys / (name + ".pub"), keys / "allowed" / (name + ".pub"),
                     fs::copy_options::overwrite_existing);
     }
-    coordinator.insert(coordinator.end(), {"--secret-key", (keys / "coordinator.key").string(),
-                                           "--allowed-keys", (keys / "allowed").string()});
+  }
+  if (!keys.empty()) {
+    const std::vector<std::string> key_args = coordinator_keys(keys);
+    coordinator.insert(coordinator.end(), key_args.begin(), key_args.end());
   }
 
-  std::vector<Child> children;
   children.push_back(spawn("coordinator", coordinator));
 
   // The coordinator reports its port in RUN_DIR/endpoint.
@@ -221,7 +483,8 @@ int main(int argc, char** argv) try {
       std::fprintf(stderr,
                    "dctrain-launch: the coordinator exited with status %d before listening\n",
                    *children[0].status);
-      return 1;
+      return *children[0].status == dctrain::kExitUsage ? dctrain::kExitUsage
+                                                        : dctrain::kExitFailed;
     }
     std::ifstream in(run_dir / "endpoint");
     std::getline(in, endpoint);
@@ -229,88 +492,20 @@ int main(int argc, char** argv) try {
       std::fprintf(stderr,
                    "dctrain-launch: the coordinator did not report its endpoint in 120 s\n");
       children[0].process.kill();
-      return 1;
+      return dctrain::kExitFailed;
     }
     if (endpoint.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (int w = 0; w < workers; ++w) {
-    std::vector<std::string> args = {(bin / "dctrain-worker").string(),
-                                     "--connect",
-                                     endpoint,
-                                     "--name",
-                                     fmt::format("worker-{}", w),
-                                     "--threads",
-                                     std::to_string(threads),
-                                     "--log-level",
-                                     log_level};
-    if (!data_dir.empty()) args.insert(args.end(), {"--data-dir", data_dir});
-    if (curve) {
-      args.insert(args.end(), {"--secret-key", (keys / fmt::format("worker-{}.key", w)).string(),
-                               "--coordinator-key", (keys / "coordinator.pub").string()});
-    }
-    children.push_back(spawn(fmt::format("worker {}", w), args));
+  if (several_hosts) {
+    std::fprintf(stderr,
+                 "dctrain-launch: the coordinator listens at %s; %d of its %d workers start here, "
+                 "the others with: dctrain-launch --connect %s --workers-per-host N%s\n",
+                 endpoint.c_str(), workers_per_host, workers, endpoint.c_str(),
+                 keys.empty() ? "" : " --keys DIR");
   }
-
-  std::optional<Clock::time_point> coordinator_done;
-  bool interrupted = false;
-  while (true) {
-    std::vector<pollfd> fds;
-    for (Child& c : children) {
-      if (c.process.output_fd() >= 0) fds.push_back({c.process.output_fd(), POLLIN, 0});
-    }
-    fds.push_back({signals.fd(), POLLIN, 0});
-    ::poll(fds.data(), fds.size(), 100);
-    for (Child& c : children) drain(c, false);
-    if (const int signal_number = signals.take(); signal_number != 0) {
-      std::fprintf(stderr, "dctrain-launch: signal %d: stopping the run\n", signal_number);
-      interrupted = true;
-      for (Child& c : children) {
-        if (!c.status) c.process.signal(SIGINT);
-      }
-    }
-    reap(children);
-    if (children[0].status && !coordinator_done) coordinator_done = Clock::now();
-    bool all_done = true;
-    for (const Child& c : children)
-      all_done = all_done && c.status.has_value() && c.process.output_fd() < 0;
-    if (all_done) break;
-    // Workers leave when the coordinator says bye; do not wait for ever.
-    if (coordinator_done && Clock::now() - *coordinator_done > std::chrono::seconds(20)) {
-      for (Child& c : children) {
-        if (!c.status) {
-          std::fprintf(stderr,
-                       "dctrain-launch: %s still running 20 s after the coordinator; killing it\n",
-                       c.label.c_str());
-          c.process.signal(SIGKILL);
-        }
-      }
-      coordinator_done = Clock::now();
-    }
-  }
-  int failed = 0;
-  for (const Child& c : children) {
-    // A worker the coordinator released (worker/worker.h kWorkerReleased)
-    // left a run that went on without it: the run did not fail.
-    constexpr int kWorkerReleased = 5;
-    if (&c != &children[0] && *c.status == kWorkerReleased) {
-      std::fprintf(stderr,
-                   "dctrain-launch: %s was released from the run (see the coordinator's log)\n",
-                   c.label.c_str());
-      continue;
-    }
-    if (*c.status != 0) {
-      ++failed;
-      std::fprintf(stderr, "dctrain-launch: %s exited with status %d\n", c.label.c_str(),
-                   *c.status);
-    }
-  }
-  if (failed == 0) std::printf("dctrain-launch: run folder %s\n", run_dir.c_str());
-  if (failed == 0) return 0;
-  if (interrupted) return 130;
-  // The coordinator's own status says the most (3: the run folder could not
-  // be written, docs/failure-handling.md, "Exit statuses"); a worker's failure alone is 1.
-  return *children[0].status != 0 ? *children[0].status : 1;
+  start_workers(endpoint, workers_per_host, keys);
+  return supervise(children, /*coordinator=*/true, signals, run_dir.string());
 } catch (const std::exception& e) {
   std::fprintf(stderr, "dctrain-launch: %s\n", e.what());
-  return 1;
+  return dctrain::kExitFailed;
 }

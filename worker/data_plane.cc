@@ -11,13 +11,15 @@
 #include <optional>
 #include <stdexcept>
 
+#include "common/exit_codes.h"
+
 namespace dctrain {
 
 std::string default_exchange_bind(const std::string& coordinator) {
   const std::string prefix = "tcp://";
   const size_t colon = coordinator.rfind(':');
   if (!coordinator.starts_with(prefix) || colon == std::string::npos || colon < prefix.size()) {
-    throw std::runtime_error(fmt::format(
+    throw UsageError(fmt::format(
         "cannot derive the exchange address from --connect '{}': expected tcp://HOST:PORT; pass "
         "--exchange-bind tcp://IP:PORT",
         coordinator));
@@ -31,10 +33,12 @@ std::string default_exchange_bind(const std::string& coordinator) {
   hints.ai_socktype = SOCK_DGRAM;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    throw std::runtime_error(
-        fmt::format("cannot resolve the coordinator's host '{}' to pick the exchange address: "
-                    "{}; pass --exchange-bind tcp://IP:PORT",
-                    host, ::gai_strerror(rc)));
+    // The coordinator's own address does not resolve: the worker could not
+    // reach it either, so that is the error to name (not --exchange-bind).
+    throw UsageError(
+        fmt::format("the coordinator's host '{}' (--connect {}) does not resolve: {}; check the "
+                    "name, or give the coordinator's IP address",
+                    host, coordinator, ::gai_strerror(rc)));
   }
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owner(found, &::freeaddrinfo);
   // A UDP socket "connected" to the coordinator sends nothing; the kernel

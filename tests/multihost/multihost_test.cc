@@ -388,6 +388,86 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
   if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
 }
 
+// A run folder's step losses, then its final evaluation loss (-1 if none).
+std::vector<double> losses_in(const std::filesystem::path& run_dir) {
+  std::vector<double> out;
+  for (const v1::StepRecord& r :
+       parse_metrics(read_text(run_dir / "metrics.jsonl"), "metrics.jsonl").steps) {
+    out.push_back(r.loss());
+  }
+  const v1::RunSummary summary = parse_summary(read_text(run_dir / "summary.json"), "summary.json");
+  out.push_back(optional_number(summary.final_eval_loss()).value_or(-1.0));
+  return out;
+}
+
+TEST(MultiHost, TheLauncherOnTwoHostsWithTwoWorkersEachGivesTheLoopbackRunBitForBit) {
+  SKIP_WITHOUT_PREREQUISITES();
+  // One command per host: the coordinator's host runs dctrain-launch --bind
+  // with 2 of the run's 4 workers, the other dctrain-launch --connect with
+  // 2; CURVE with keys made once; the default data plane (the exchange).
+  std::string config = mnist_config("tau: inf", "stop { max_steps: 6 }");
+  config.replace(config.find(fmt::format("workers: {}", kWorkers)), 10, "workers: 4");
+  const auto dir = make_dir("launch-hosts");
+  std::ofstream(dir / "run.cfg") << config;
+  const auto keys = dir / "keys";
+  Process keygen(kBin + "/dctrain-keygen",
+                 {"--dir", keys.string(), "coordinator", "a-0", "a-1", "b-0", "b-1"},
+                 dir / "keygen.out");
+  ASSERT_EQ(keygen.wait_for(30s), std::optional<int>(0)) << keygen.output();
+  std::filesystem::create_directories(keys / "allowed");
+  for (const char* name : {"a-0", "a-1", "b-0", "b-1"}) {
+    std::filesystem::copy_file(keys / (std::string(name) + ".pub"),
+                               keys / "allowed" / (std::string(name) + ".pub"));
+  }
+  const auto run_dir = dir / "run";
+  std::vector<double> across;
+  {
+    Cluster cluster("l");
+    if (!cluster.network.error().empty())
+      GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
+    const auto launch = [&](size_t host, const std::vector<std::string>& flags,
+                            const std::string& log) {
+      std::vector<std::string> args = cluster.on(host);
+      args.push_back(kBin + "/dctrain-launch");
+      args.insert(args.end(), flags.begin(), flags.end());
+      return std::make_unique<Process>(
+          args.front(), std::vector<std::string>(args.begin() + 1, args.end()), dir / log);
+    };
+    auto a = launch(0,
+                    {"--config", (dir / "run.cfg").string(), "--bind", cluster.coordinator_bind(),
+                     "--workers", "4", "--workers-per-host", "2", "--name-prefix", "a", "--keys",
+                     keys.string(), "--data-dir", kData, "--out", run_dir.string()},
+                    "a.out");
+    ASSERT_TRUE(eventually([&] { return std::filesystem::exists(run_dir / "endpoint"); }, 60s))
+        << a->output();
+    std::string endpoint = read_text(run_dir / "endpoint");
+    endpoint.erase(endpoint.find_last_not_of('\n') + 1);
+    ASSERT_TRUE(endpoint.starts_with("tcp://10.231.0.10:")) << endpoint;
+    auto b = launch(1,
+                    {"--connect", endpoint, "--workers-per-host", "2", "--name-prefix", "b",
+                     "--keys", keys.string(), "--data-dir", kData},
+                    "b.out");
+    EXPECT_EQ(a->wait_for(180s), std::optional<int>(0)) << a->output();
+    EXPECT_EQ(b->wait_for(60s), std::optional<int>(0)) << b->output();
+    const std::string log = read_text(run_dir / "coordinator.log");
+    EXPECT_NE(log.find("security: CURVE on every connection"), std::string::npos) << log;
+    for (const char* name : {"a-0", "a-1", "b-0", "b-1"}) {
+      EXPECT_NE(log.find(fmt::format("worker '{}' joined", name)), std::string::npos) << log;
+    }
+    EXPECT_NE(b->output().find("[b-1] "), std::string::npos) << b->output();
+    across = losses_in(run_dir);
+  }
+  // The same run on loopback, one command.
+  Process loopback(kBin + "/dctrain-launch",
+                   {"--config", (dir / "run.cfg").string(), "--data-dir", kData, "--out",
+                    (dir / "loopback").string()},
+                   dir / "loopback.out");
+  ASSERT_EQ(loopback.wait_for(180s), std::optional<int>(0)) << loopback.output();
+  ASSERT_EQ(across.size(), 7u);
+  EXPECT_EQ(across, losses_in(dir / "loopback"));
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
+}
+
 TEST(MultiHost, OverTheExchangeARunAcrossFourHostsGivesTheStarsLossCurveBitForBit) {
   SKIP_WITHOUT_PREREQUISITES();
   const std::string stop = "stop { max_steps: 6 }";

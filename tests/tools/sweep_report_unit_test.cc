@@ -448,36 +448,44 @@ TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
   EXPECT_EQ(e.predicted->worker_steps, 3u);
   EXPECT_EQ(e.predicted->recorded_workers, 4u);
   EXPECT_DOUBLE_EQ(e.predicted->overhead_seconds, 0.5);
-  // p90 with and without requeue share a tau, so a curve.
-  ASSERT_EQ(e.predicted->curves.size(), 3u);
+  // The best tau, the best within the automatic threshold's default
+  // drop-rate bound (no run here set one), then the cases: p90 with and
+  // without requeue share a tau, so a curve.
+  ASSERT_EQ(e.predicted->curves.size(), 4u);
   EXPECT_EQ(e.predicted->curves[0].label, "best tau");
-  EXPECT_EQ(e.predicted->curves[1].label, "tau = 1 s");
-  EXPECT_EQ(e.predicted->curves[2].label, "tau = p90 (1.5 s)");
+  EXPECT_EQ(e.predicted->curves[1].label, "best tau, drop rate <= 10%");
+  EXPECT_EQ(e.predicted->curves[1].tau_policy, "bounded");
+  EXPECT_EQ(e.predicted->curves[2].label, "tau = 1 s");
+  EXPECT_EQ(e.predicted->curves[3].label, "tau = p90 (1.5 s)");
   const PooledSteps pooled = pool_baseline_steps({&e.runs[*e.rows[0].runs.begin()]});
   for (const SpeedupCurve& c : e.predicted->curves) {
     ASSERT_EQ(c.points.size(), 9u) << c.label;
     EXPECT_EQ(c.points.back().workers, 256u);
   }
-  EXPECT_NEAR(curve_point(e.predicted->curves[2], 2)->speedup, 77.0 / 78.0, 1e-14);
-  EXPECT_NEAR(curve_point(e.predicted->curves[1], 1)->speedup, 23.0 / 22.0, 1e-14);
+  EXPECT_NEAR(curve_point(e.predicted->curves[3], 2)->speedup, 77.0 / 78.0, 1e-14);
+  EXPECT_NEAR(curve_point(e.predicted->curves[2], 1)->speedup, 23.0 / 22.0, 1e-14);
   const double best_16 = best_tau_point(pooled, 16).speedup;
   const double best_64 = best_tau_point(pooled, 64).speedup;
   EXPECT_EQ(best_16, 1.0);  // none pays beyond 2 workers (above)
   EXPECT_EQ(predicted_line(e),
-            "Predicted speedup with the best tau: 1.00x at 4 workers, 1.00x at 16, 1.00x at 64 "
-            "(tau inf, inf, inf s; i.i.d. workers drawn from the baseline's 3 worker steps, "
-            "overhead 0.5 s per step).\n");
+            "Predicted speedup with the best tau: 1.00x at 4 workers (tau inf), 1.00x at 16 (tau "
+            "inf), 1.00x at 64 (tau inf); within the runs' drop-rate bound of 10% (the automatic "
+            "threshold's max_drop_rate): 1.00x at 4 workers (tau inf), 1.00x at 16 (tau inf), "
+            "1.00x at 64 (tau inf). I.i.d. workers drawn from the baseline's 3 worker steps, "
+            "overhead 0.5 s per step.\n");
   EXPECT_EQ(best_64, 1.0);
   const std::string json = report_json(report);
-  EXPECT_NE(json.find("\"predicted\":{\"model\":\"i.i.d. workers drawn from the tau = inf "
-                      "baseline's pooled worker steps\",\"speedup_basis\":\"samples/s\","
-                      "\"recorded_workers\":4,\"worker_steps\":3,\"steps\":2,\"runs\":1,"
-                      "\"overhead_seconds\":0.5,\"curves\":[{\"label\":\"best tau\","
-                      "\"tau_policy\":\"best\",\"points\":[{\"workers\":4,\"tau_seconds\":null,"
-                      "\"speedup\":1,"),
-            std::string::npos)
+  EXPECT_NE(
+      json.find(
+          "\"predicted\":{\"model\":\"i.i.d. workers drawn from the tau = inf "
+          "baseline's pooled worker steps\",\"speedup_basis\":\"samples/s\","
+          "\"recorded_workers\":4,\"worker_steps\":3,\"steps\":2,\"runs\":1,"
+          "\"overhead_seconds\":0.5,\"max_drop_rate\":0.1,\"curves\":[{\"label\":\"best tau\","
+          "\"tau_policy\":\"best\",\"points\":[{\"workers\":4,\"tau_seconds\":null,"
+          "\"speedup\":1,"),
+      std::string::npos)
       << json;
-  const CurvePoint* p90_16 = curve_point(e.predicted->curves[2], 16);
+  const CurvePoint* p90_16 = curve_point(e.predicted->curves[3], 16);
   EXPECT_NE(json.find(fmt::format("{{\"workers\":16,\"tau_seconds\":1.5,\"speedup\":{},",
                                   p90_16->speedup)),
             std::string::npos)

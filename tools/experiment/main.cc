@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/cli.h"
+#include "common/exit_codes.h"
 #include "tools/experiment/runner.h"
 #include "tools/experiment/sweep.h"
 
@@ -32,7 +33,11 @@ int main(int argc, char** argv) {
                  "Run only the cases whose name contains this text (and their baselines)");
   app.add_flag("--dry-run", options.dry_run,
                "List the cases and the expected run time; run nothing");
-  CLI11_PARSE(app, argc, argv);
+  dctrain::add_examples(app, {"dctrain-experiment experiments/demo.sweep --out runs/demo",
+                              "dctrain-experiment experiments/mnist-cnn.sweep --out runs/mnist "
+                              "--data-dir ../shared/data --dry-run"});
+  if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
+    return *status;
 
   options.out_dir = out_dir;
   options.bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path();
@@ -42,13 +47,13 @@ int main(int argc, char** argv) {
         "dctrain-experiment: %s/dctrain-launch not found: build it (tools/setup.sh) beside "
         "this program\n",
         options.bin_dir.c_str());
-    return 2;
+    return dctrain::kExitUsage;
   }
   try {
     const dctrain::SweepPlan plan = dctrain::load_sweep(sweep_file);
     return dctrain::run_sweep(plan, options, stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dctrain-experiment: %s\n", e.what());
-    return 2;
+    return dctrain::kExitUsage;
   }
 }

@@ -10,6 +10,7 @@
 
 #include "comm/security.h"
 #include "common/cli.h"
+#include "common/exit_codes.h"
 
 int main(int argc, char** argv) try {
   CLI::App app{
@@ -31,13 +32,15 @@ int main(int argc, char** argv) try {
       "      ALLOWED: a folder holding the workers' NAME.pub, or one file of their lines\n"
       "  dctrain-worker --secret-key worker-0.key --coordinator-key coordinator.pub ...\n"
       "Only .pub files travel between hosts; a .key never leaves the host that uses it.");
-  CLI11_PARSE(app, argc, argv);
+  dctrain::add_examples(app, {"dctrain-keygen --dir keys coordinator worker-0 worker-1"});
+  if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
+    return *status;
   std::filesystem::create_directories(out_dir);
   for (const std::string& name : names) {
     if (name.empty() || name.find('/') != std::string::npos) {
       std::fprintf(stderr, "dctrain-keygen: '%s' is not a plain name (no '/'; use --dir)\n",
                    name.c_str());
-      return 2;
+      return dctrain::kExitUsage;
     }
     const std::filesystem::path stem = std::filesystem::path(out_dir) / name;
     const dctrain::CurveKeyPair keys = dctrain::generate_curve_keypair();
@@ -45,8 +48,8 @@ int main(int argc, char** argv) try {
     // The public key only: the secret stays in its file.
     std::printf("%s.key, %s.pub: %s\n", stem.c_str(), stem.c_str(), keys.public_key.c_str());
   }
-  return 0;
+  return dctrain::kExitDone;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "dctrain-keygen: %s\n", e.what());
-  return 1;
+  return dctrain::kExitFailed;
 }

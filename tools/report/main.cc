@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/cli.h"
+#include "common/exit_codes.h"
 #include "tools/report/document.h"
 #include "tools/report/plots.h"
 #include "tools/report/tables.h"
@@ -33,16 +34,31 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--gnuplot", gnuplot, "gnuplot program (default: gnuplot on PATH)");
   app.add_flag("--no-plots", no_plots, "Tables only; gnuplot is not needed");
-  CLI11_PARSE(app, argc, argv);
+  dctrain::add_examples(
+      app,
+      {"dctrain-report runs/demo --out runs/demo/report",
+       "dctrain-report runs/mnist runs/mnist-more-seeds --out report --target 0.98 --no-plots"});
+  if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
+    return *status;
 
+  // Reading and pooling the runs: what fails here is the input (no finished
+  // run, a file that does not parse, runs that are not seeds of one case).
+  std::optional<dctrain::Report> read;
+  size_t count = 0;
   try {
     std::vector<std::filesystem::path> paths(inputs.begin(), inputs.end());
     std::vector<dctrain::RunFolder> runs;
     for (const auto& dir : dctrain::find_run_folders(paths))
       runs.push_back(dctrain::read_run_folder(dir));
-    const size_t count = runs.size();
-    const dctrain::Report report = dctrain::build_report(
-        std::move(runs), target > 0 ? std::optional<double>(target) : std::nullopt);
+    count = runs.size();
+    read = dctrain::build_report(std::move(runs),
+                                 target > 0 ? std::optional<double>(target) : std::nullopt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dctrain-report: %s\n", e.what());
+    return dctrain::kExitUsage;
+  }
+  const dctrain::Report& report = *read;
+  try {
     std::vector<dctrain::Plot> plots;
     if (!no_plots) {
       if (gnuplot.empty()) gnuplot = dctrain::find_gnuplot();
@@ -52,9 +68,9 @@ int main(int argc, char** argv) {
     std::printf("%s\n", dctrain::markdown_tables(report).c_str());
     std::printf("report of %zu runs: %s/report.md, %s/report.html (%zu plots in %s/plots)\n", count,
                 out_dir.c_str(), out_dir.c_str(), plots.size(), out_dir.c_str());
-    return 0;
+    return dctrain::kExitDone;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dctrain-report: %s\n", e.what());
-    return 1;
+    return dctrain::kExitFailed;
   }
 }

@@ -1,0 +1,123 @@
+// One exit-code table for every program (common/exit_codes.h): each program
+// run into each class of error it can meet before it starts, and the
+// messages that name the cause (a mistyped flag or config field with its
+// nearest names, a coordinator host that does not resolve).
+#include "common/exit_codes.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "common/child_process.h"
+
+namespace dctrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBin = DCTRAIN_BIN_DIR;
+
+class ExitCodes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / fmt::format("dctrain-exit-{}-{}", ::getpid(), info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  // The program's exit status (124 if it ran past 60 s); its stdout and
+  // stderr together in output_.
+  int run(const std::string& program, const std::vector<std::string>& args) {
+    ChildOptions options;
+    options.argv = {kBin + "/" + program};
+    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.working_directory = dir_;
+    const CommandResult r = run_command(std::move(options), std::chrono::seconds(60));
+    output_ = r.output;
+    return r.timed_out ? 124 : r.status.shell_code();
+  }
+  fs::path dir_;
+  std::string output_;
+};
+
+const std::vector<std::string> kPrograms = {"dctrain-coordinator", "dctrain-worker",
+                                            "dctrain-launch",      "dctrain-keygen",
+                                            "dctrain-experiment",  "dctrain-report"};
+
+TEST_F(ExitCodes, HelpAndVersionAreDoneAndEveryCommandLineErrorIsUsage) {
+  for (const std::string& program : kPrograms) {
+    EXPECT_EQ(run(program, {"--help"}), kExitDone) << program << "\n" << output_;
+    EXPECT_EQ(run(program, {"--version"}), kExitDone) << program << "\n" << output_;
+    EXPECT_NE(output_.find("(protocol "), std::string::npos) << program << "\n" << output_;
+    // An unknown flag: CLI11 exits 109 by itself; the table says 2.
+    EXPECT_EQ(run(program, {"--no-such-flag"}), kExitUsage) << program << "\n" << output_;
+    // A bad value (CLI11's 105).
+    EXPECT_EQ(run(program, {"--log-level", "loud"}), kExitUsage) << program << "\n" << output_;
+  }
+  // Required flags missing.
+  EXPECT_EQ(run("dctrain-report", {}), kExitUsage) << output_;
+  EXPECT_EQ(run("dctrain-coordinator", {"--config", (dir_ / "missing.cfg").string()}), kExitUsage)
+      << output_;
+  EXPECT_EQ(run("dctrain-launch", {"--workers", "0"}), kExitUsage) << output_;
+  EXPECT_EQ(run("dctrain-launch", {}), kExitUsage) << output_;
+  EXPECT_NE(output_.find("pass --config FILE"), std::string::npos) << output_;
+}
+
+TEST_F(ExitCodes, AMistypedFlagIsNamedWithTheNearestOnes) {
+  EXPECT_EQ(run("dctrain-launch", {"--worker", "2"}), kExitUsage);
+  EXPECT_NE(output_.find("--worker: no such flag (did you mean --workers?)"), std::string::npos)
+      << output_;
+  EXPECT_EQ(run("dctrain-worker", {"--conect", "tcp://127.0.0.1:1"}), kExitUsage);
+  EXPECT_NE(output_.find("--conect: no such flag (did you mean --connect?)"), std::string::npos)
+      << output_;
+  // Nothing near: no suggestion, the error alone.
+  EXPECT_EQ(run("dctrain-report", {"--zzzzzzzzzz"}), kExitUsage);
+  EXPECT_EQ(output_.find("did you mean"), std::string::npos) << output_;
+}
+
+TEST_F(ExitCodes, AMistypedConfigFieldIsNamedWithTheNearestAndNoRunFolderIsMade) {
+  std::ofstream(dir_ / "typo.cfg") << "name: \"typo\"\nworkers: 2\nmodel { name: \"mlp\" }\n"
+                                      "dataset { kind: \"synthetic\" }\n"
+                                      "step { globel_batch: 64 micro_batch: 8 }\n";
+  const fs::path out = dir_ / "run";
+  EXPECT_EQ(
+      run("dctrain-launch", {"--config", (dir_ / "typo.cfg").string(), "--out", out.string()}),
+      kExitUsage);
+  EXPECT_NE(output_.find("typo.cfg:5:20: Message type \"dctrain.v1.StepConfig\" has no field named "
+                         "\"globel_batch\". (did you mean 'global_batch'?)"),
+            std::string::npos)
+      << output_;
+  EXPECT_FALSE(fs::exists(out)) << "a config that does not parse makes no run folder";
+  EXPECT_EQ(run("dctrain-coordinator", {"--config", (dir_ / "typo.cfg").string(), "--out",
+                                        out.string(), "--bind", "tcp://127.0.0.1:*"}),
+            kExitUsage);
+  EXPECT_NE(output_.find("(did you mean 'global_batch'?)"), std::string::npos) << output_;
+  EXPECT_FALSE(fs::exists(out)) << "a config that does not parse makes no run folder";
+}
+
+TEST_F(ExitCodes, ACoordinatorHostThatDoesNotResolveIsNamedAsTheCause) {
+  // ".invalid" never resolves (RFC 2606); without a network the lookup
+  // fails as well, only perhaps more slowly.
+  EXPECT_EQ(run("dctrain-worker",
+                {"--connect", "tcp://no-such-host.invalid:5555", "--connect-timeout", "5"}),
+            kExitUsage);
+  EXPECT_NE(output_.find("the coordinator's host 'no-such-host.invalid' (--connect "
+                         "tcp://no-such-host.invalid:5555) does not resolve"),
+            std::string::npos)
+      << output_;
+  EXPECT_EQ(output_.find("--exchange-bind"), std::string::npos)
+      << "the cause is the coordinator's name, not the exchange address\n"
+      << output_;
+}
+
+}  // namespace
+}  // namespace dctrain
