@@ -118,7 +118,7 @@ std::optional<std::string> contribution_totals_problem(const v1::Contribution& c
 }
 
 uint64_t max_loss_terms_per_sample(const v1::ModelConfig& model) {
-  if (model.name() != v1::MODEL_BERT_TINY) return 1;
+  if (model.name() != v1::MODEL_BERT_TINY && model.name() != v1::MODEL_BERT) return 1;
   // Every scored (masked) token is a term; a sequence holds at most
   // max_seq_len tokens (0 stands for the default, 128).
   return model.max_seq_len() > 0 ? static_cast<uint64_t>(model.max_seq_len()) : 128;

@@ -252,9 +252,8 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     Replica replica(make_model(model_spec(config, train->shape(), options.threads)),
                     config.optimizer());
     if (resuming) load_checkpoint_state(checkpoint_path(run_dir), replica);
-    log->info("model {}: {} parameters, {} buffer values; optimizer {}",
-              word(config.model().name()), replica.parameter_count(), replica.buffer_count(),
-              word(config.optimizer().kind()));
+    log->info("model {}: {} parameters, {} buffer values; optimizer {}", replica.model().name(),
+              replica.parameter_count(), replica.buffer_count(), word(config.optimizer().kind()));
     DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(),
                                config.seed());
 

@@ -96,10 +96,28 @@ struct BertTiny::Workspace {
   int chunks() const { return (n + kSequencesPerChunk - 1) / kSequencesPerChunk; }
 };
 
+std::string BertTiny::name() const {
+  const BertTinyConfig tiny;
+  const BertTinyConfig& c = config_;
+  if (c.layers == tiny.layers && c.hidden == tiny.hidden && c.heads == tiny.heads &&
+      c.ffn == tiny.ffn) {
+    return "bert-tiny";
+  }
+  std::string out = "bert-L" + std::to_string(c.layers) + "-H" + std::to_string(c.hidden) + "-A" +
+                    std::to_string(c.heads);
+  if (c.ffn != 4 * c.hidden) out += "-I" + std::to_string(c.ffn);
+  return out;
+}
+
 int64_t BertTiny::parameter_count(int vocab_size, int max_positions) {
-  const BertTinyConfig c;
+  return parameter_count(BertTinyConfig{.vocab_size = vocab_size, .max_positions = max_positions});
+}
+
+int64_t BertTiny::parameter_count(const BertTinyConfig& config) {
+  const BertTinyConfig& c = config;
+  const int64_t vocab_size = c.vocab_size, max_positions = c.max_positions;
   const int64_t h = c.hidden, f = c.ffn;
-  const int64_t embeddings = (int64_t{vocab_size} + max_positions + c.type_vocab_size) * h + 2 * h;
+  const int64_t embeddings = (vocab_size + max_positions + c.type_vocab_size) * h + 2 * h;
   const int64_t layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h;
   const int64_t head = h * h + h + 2 * h + vocab_size;
   return embeddings + c.layers * layer + head;
@@ -110,6 +128,17 @@ BertTiny::BertTiny(const ModelSpec& spec)
   config_.vocab_size = spec.vocab_size;
   config_.max_positions = spec.max_seq_len;
   config_.dropout = spec.dropout;
+  config_.layers = spec.layers;
+  config_.hidden = spec.hidden;
+  config_.heads = spec.heads;
+  config_.ffn = spec.intermediate;
+  if (spec.layers < 1 || spec.hidden < 1 || spec.heads < 1 || spec.hidden % spec.heads != 0 ||
+      spec.intermediate < 1) {
+    throw std::invalid_argument(
+        "bert: layers " + std::to_string(spec.layers) + ", hidden " + std::to_string(spec.hidden) +
+        ", heads " + std::to_string(spec.heads) + ", intermediate " +
+        std::to_string(spec.intermediate) + ": each positive, hidden a multiple of heads");
+  }
   if (spec.vocab_size < 1 || spec.max_seq_len < 1) {
     throw std::invalid_argument("bert-tiny: vocab_size " + std::to_string(spec.vocab_size) +
                                 " and max_seq_len " + std::to_string(spec.max_seq_len) +

@@ -51,7 +51,10 @@ class BertTiny final : public Model {
   explicit BertTiny(const ModelSpec& spec);
   ~BertTiny() override;
 
-  std::string name() const override { return "bert-tiny"; }
+  // "bert-tiny" at its sizes, else "bert-L<layers>-H<hidden>-A<heads>" (the
+  // naming of Google's small BERTs; a feed-forward size off 4 x hidden adds
+  // "-I<intermediate>").
+  std::string name() const override;
   const BertTinyConfig& config() const { return config_; }
 
   // Loss = sum of cross-entropies over the masked tokens (labels not
@@ -69,6 +72,7 @@ class BertTiny final : public Model {
 
   // Parameters of bert-tiny for a vocabulary and position table size.
   static int64_t parameter_count(int vocab_size, int max_positions);
+  static int64_t parameter_count(const BertTinyConfig& config);
 
  private:
   struct Indices;

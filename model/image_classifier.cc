@@ -707,14 +707,23 @@ std::vector<LayerTiming> classifier_timings(const Model& model) {
   return classifier->timings();
 }
 
-std::unique_ptr<Model> make_resnet20(const ModelSpec& spec) {
-  auto m = std::make_unique<ImageClassifier>("resnet20", spec);
-  int x = m->conv("conv1", ImageClassifier::kInput, 16, 3, 1, 1, false, Init::kKaimingNormal);
+std::unique_ptr<Model> make_cifar_resnet(const ModelSpec& spec) {
+  if (spec.depth < 8 || (spec.depth - 2) % 6 != 0 || spec.width < 1) {
+    throw std::invalid_argument("resnet: depth " + std::to_string(spec.depth) +
+                                " is not 6n+2 (n >= 1), or width " + std::to_string(spec.width) +
+                                " is not positive");
+  }
+  const int blocks = (spec.depth - 2) / 6;
+  std::string name = "resnet" + std::to_string(spec.depth);
+  if (spec.width != 16) name += "-w" + std::to_string(spec.width);
+  auto m = std::make_unique<ImageClassifier>(name, spec);
+  int x =
+      m->conv("conv1", ImageClassifier::kInput, spec.width, 3, 1, 1, false, Init::kKaimingNormal);
   x = m->batch_norm("bn1", x);
   m->relu(x);
   for (int stage = 1; stage <= 3; ++stage) {
-    const int planes = 16 << (stage - 1);
-    for (int block = 0; block < 3; ++block) {
+    const int planes = spec.width << (stage - 1);
+    for (int block = 0; block < blocks; ++block) {
       const std::string prefix =
           "layer" + std::to_string(stage) + "." + std::to_string(block) + ".";
       const int stride = stage > 1 && block == 0 ? 2 : 1;

@@ -44,7 +44,12 @@ namespace dctrain {
 // ResNet code ("layer2.0.conv1.weight", "bn1.running_mean", "linear.bias").
 // Kaiming-normal (fan-in, gain sqrt 2) conv and linear weights, PyTorch's
 // default uniform linear bias, BatchNorm weight 1 and bias 0.
-std::unique_ptr<Model> make_resnet20(const ModelSpec& spec);
+// The CIFAR ResNet of He et al. (2016): a 3x3 convolution to spec.width
+// channels, three stages of (spec.depth - 2) / 6 basic blocks at width, 2x
+// and 4x (stride 2 into stages 2 and 3, zero-padding shortcuts), global
+// average pooling, a linear classifier. Named "resnet20" at depth 20 and
+// width 16, else "resnet<depth>" (with "-w<width>" off 16).
+std::unique_ptr<Model> make_cifar_resnet(const ModelSpec& spec);
 
 // conv 5x5 32 pad 2, ReLU, max-pool 2; conv 5x5 64 pad 2, ReLU, max-pool 2;
 // linear 128, ReLU; linear num_classes (454,922 parameters on 1x28x28).

@@ -15,12 +15,27 @@ void Model::allocate_arenas() {
 }
 
 std::unique_ptr<Model> make_model(const ModelSpec& spec) {
-  if (spec.name == "resnet20") return make_resnet20(spec);
+  // resnet20 and bert-tiny are their families at the default sizes.
+  if (spec.name == "resnet20") {
+    ModelSpec fixed = spec;
+    fixed.depth = 20;
+    fixed.width = 16;
+    return make_cifar_resnet(fixed);
+  }
+  if (spec.name == "resnet") return make_cifar_resnet(spec);
   if (spec.name == "mnist-cnn") return make_mnist_cnn(spec);
   if (spec.name == "mlp") return make_mlp(spec);
-  if (spec.name == "bert-tiny") return std::make_unique<BertTiny>(spec);
+  if (spec.name == "bert-tiny") {
+    ModelSpec fixed = spec;
+    fixed.layers = 2;
+    fixed.hidden = 128;
+    fixed.heads = 2;
+    fixed.intermediate = 512;
+    return std::make_unique<BertTiny>(fixed);
+  }
+  if (spec.name == "bert") return std::make_unique<BertTiny>(spec);
   throw std::invalid_argument("make_model: unknown model '" + spec.name +
-                              "'; known models: resnet20, mnist-cnn, mlp, bert-tiny");
+                              "'; known models: resnet20, resnet, mnist-cnn, mlp, bert-tiny, bert");
 }
 
 }  // namespace dctrain

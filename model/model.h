@@ -26,6 +26,12 @@ struct ModelSpec {
   int image_height = 32;
   int image_width = 32;
   float dropout = 0.1f;  // bert-tiny
+  int depth = 20;        // resnet20: 6n+2 layers
+  int width = 16;        // resnet20: channels of the first stage
+  int layers = 2;        // bert-tiny: encoder layers
+  int hidden = 128;      // bert-tiny
+  int heads = 2;         // bert-tiny
+  int intermediate = 512;  // bert-tiny: feed-forward size
 };
 
 // What one micro-batch produced. Classification: loss terms = samples.

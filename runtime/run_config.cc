@@ -44,8 +44,10 @@ std::optional<std::string> kind_problem(const char* field, Enum value) {
 bool takes_text(v1::ModelKind model) {
   switch (model) {
     case v1::MODEL_BERT_TINY:
+    case v1::MODEL_BERT:
       return true;
     case v1::MODEL_RESNET20:
+    case v1::MODEL_RESNET:
     case v1::MODEL_MNIST_CNN:
     case v1::MODEL_MLP:
     case v1::MODEL_UNSET:
@@ -62,7 +64,9 @@ bool mnist_shaped_model(v1::ModelKind model) {
     case v1::MODEL_MLP:
       return true;
     case v1::MODEL_RESNET20:
+    case v1::MODEL_RESNET:
     case v1::MODEL_BERT_TINY:
+    case v1::MODEL_BERT:
     case v1::MODEL_UNSET:
     case v1::ModelKind_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::ModelKind_INT_MAX_SENTINEL_DO_NOT_USE_:
@@ -151,6 +155,16 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(m, vocab_size, 30522);
   DCTRAIN_DEFAULT(m, max_seq_len, 128);
   if (!m.has_dropout()) m.set_dropout(0.1f);
+  if (m.name() == v1::MODEL_RESNET) {
+    DCTRAIN_DEFAULT(m, depth, 20u);
+    DCTRAIN_DEFAULT(m, width, 16u);
+  }
+  if (m.name() == v1::MODEL_BERT) {
+    DCTRAIN_DEFAULT(m, layers, 2u);
+    DCTRAIN_DEFAULT(m, hidden, 128u);
+    DCTRAIN_DEFAULT(m, heads, 2u);
+    DCTRAIN_DEFAULT(m, intermediate, 4 * m.hidden());
+  }
 
   v1::DatasetConfig& d = *c.mutable_dataset();
   DCTRAIN_DEFAULT(d, kind, v1::DATASET_SYNTHETIC);
@@ -253,6 +267,38 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   }
   if (m.dropout() < 0.0f || m.dropout() >= 1.0f)
     problem("model.dropout is {}; use [0, 1)", m.dropout());
+  const bool resnet = m.name() == v1::MODEL_RESNET, bert = m.name() == v1::MODEL_BERT;
+  if (!resnet && (m.depth() != 0 || m.width() != 0)) {
+    problem(
+        "model.depth and model.width size the \"resnet\" family; model '{}' is fixed (use "
+        "name: \"resnet\" with depth: {})",
+        word(m.name()), m.depth() != 0 ? m.depth() : 20u);
+  }
+  if (!bert && (m.layers() != 0 || m.hidden() != 0 || m.heads() != 0 || m.intermediate() != 0)) {
+    problem(
+        "model.layers, hidden, heads and intermediate size the \"bert\" family; model '{}' "
+        "is fixed (use name: \"bert\")",
+        word(m.name()));
+  }
+  if (resnet && (m.depth() < 8 || (m.depth() - 2) % 6 != 0 || m.depth() > 1202)) {
+    problem(
+        "model.depth is {}; a CIFAR ResNet has 6n+2 layers (20, 32, 44, 56, 110, ... up to "
+        "1202)",
+        m.depth());
+  }
+  if (resnet && (m.width() < 1 || m.width() > 1024))
+    problem("model.width is {}; use 1 to 1024 (16: the paper's)", m.width());
+  if (bert && (m.layers() < 1 || m.layers() > 48))
+    problem("model.layers is {}; use 1 to 48", m.layers());
+  if (bert &&
+      (m.heads() < 1 || m.hidden() < 1 || m.hidden() % m.heads() != 0 || m.hidden() > 4096)) {
+    problem(
+        "model.hidden {} with {} heads: the hidden size must be a multiple of the heads (and "
+        "at most 4096)",
+        m.hidden(), m.heads());
+  }
+  if (bert && (m.intermediate() < 1 || m.intermediate() > 16384))
+    problem("model.intermediate is {}; use 1 to 16384", m.intermediate());
 
   const v1::DatasetConfig& d = c.dataset();
   kind("dataset.kind", d.kind());

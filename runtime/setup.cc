@@ -60,6 +60,16 @@ ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int 
   spec.threads = threads;
   spec.dropout = m.dropout();
   spec.max_seq_len = m.max_seq_len();
+  if (m.name() == v1::MODEL_RESNET) {
+    spec.depth = static_cast<int>(m.depth());
+    spec.width = static_cast<int>(m.width());
+  }
+  if (m.name() == v1::MODEL_BERT) {
+    spec.layers = static_cast<int>(m.layers());
+    spec.hidden = static_cast<int>(m.hidden());
+    spec.heads = static_cast<int>(m.heads());
+    spec.intermediate = static_cast<int>(m.intermediate());
+  }
   if (shape.kind == BatchKind::kTokens) {
     spec.vocab_size = shape.vocab_size;
     spec.max_seq_len = std::max(spec.max_seq_len, shape.seq_len);

@@ -7,4 +7,8 @@ preset=release
 if [ "${1:-}" = "--preset" ]; then preset="$2"; shift 2; fi
 "$root/tools/setup.sh" --preset "$preset"
 cd "$root"
-ctest --preset "$preset" -j"$(nproc)" "$@"
+start=$SECONDS
+status=0
+ctest --preset "$preset" -j"$(nproc)" "$@" || status=$?
+echo "test.sh: the suite took $((SECONDS - start)) s on $(nproc) cores (ctest exit $status)"
+exit "$status"

@@ -110,7 +110,7 @@ Message Trainer::on_welcome(const Message& welcome) {
   log_->info(
       "welcomed as rank {} of {}: model {} ({} parameters), {} updates applied so far, "
       "delay '{}'",
-      rank_, config_.workers(), word(config_.model().name()), replica_->parameter_count(),
+      rank_, config_.workers(), replica_->model().name(), replica_->parameter_count(),
       w.optimizer_steps(), word(config_.delay().kind()));
   Message ready;
   ready.envelope = make_envelope(welcome.envelope.step(), options_.name);

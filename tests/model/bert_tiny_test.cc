@@ -209,6 +209,79 @@ Batch slice(const Batch& b, int from, int to) {
   return s;
 }
 
+TEST(BertTiny, TheBertFamilyIsSizedByTheConfigAndBertTinyIsItsDefault) {
+  // Sized as bert-tiny, the family is bert-tiny value for value: the same
+  // parameters from the same seed, the same loss and gradient on a batch.
+  const Batch batch = random_batch(4, 32, 300, 9, 1);
+  BertTiny tiny({.name = "bert-tiny", .seed = 3, .vocab_size = 300});
+  BertTiny family({.name = "bert",
+                   .seed = 3,
+                   .vocab_size = 300,
+                   .layers = 2,
+                   .hidden = 128,
+                   .heads = 2,
+                   .intermediate = 512});
+  EXPECT_EQ(family.name(), "bert-tiny");
+  EXPECT_EQ(checksum(tiny.parameters().flat()), checksum(family.parameters().flat()));
+  EXPECT_EQ(tiny.train_micro_batch(batch).loss_sum, family.train_micro_batch(batch).loss_sum);
+  EXPECT_EQ(checksum(tiny.gradients().flat()), checksum(family.gradients().flat()));
+
+  // BERT-mini (Google's L-4, H-256, A-4): every tensor of every layer.
+  BertTiny mini({.name = "bert",
+                 .seed = 3,
+                 .vocab_size = 30522,
+                 .layers = 4,
+                 .hidden = 256,
+                 .heads = 4,
+                 .intermediate = 1024});
+  EXPECT_EQ(mini.name(), "bert-L4-H256-A4");
+  EXPECT_EQ(static_cast<int64_t>(mini.table().total()),
+            BertTiny::parameter_count({.vocab_size = 30522,
+                                       .max_positions = 128,
+                                       .hidden = 256,
+                                       .layers = 4,
+                                       .heads = 4,
+                                       .ffn = 1024}));
+  // Counted from the layers: embeddings (words, positions, 2 token types,
+  // LayerNorm); per layer Q, K, V, O (256 x 256 + 256 each), LayerNorm,
+  // 256 -> 1024 -> 256 with biases, LayerNorm; the head's transform and
+  // LayerNorm and the decoder bias (its weight is the word embeddings).
+  const int64_t h = 256, f = 1024, v = 30522;
+  const int64_t counted = (v + 128 + 2) * h + 2 * h +
+                          4 * (4 * (h * h + h) + 2 * h + h * f + f + f * h + h + 2 * h) +
+                          (h * h + h + 2 * h + v);
+  EXPECT_EQ(static_cast<int64_t>(mini.table().total()), counted);
+  EXPECT_NE(mini.table().find("layer3.attention.query.weight"), nullptr);
+  // It learns: a few SGD steps on one batch lower its loss.
+  BertTiny small({.name = "bert",
+                  .seed = 5,
+                  .vocab_size = 300,
+                  .dropout = 0.0f,
+                  .layers = 3,
+                  .hidden = 64,
+                  .heads = 4,
+                  .intermediate = 96});
+  EXPECT_EQ(small.name(), "bert-L3-H64-A4-I96");
+  double first = 0.0, last = 0.0;
+  for (int step = 0; step < 10; ++step) {
+    small.gradients().zero();
+    const MicroBatchResult r = small.train_micro_batch(batch);
+    (step == 0 ? first : last) = r.loss_sum / static_cast<double>(r.loss_terms);
+    std::span<float> p = small.parameters().flat();
+    std::span<const float> g = small.gradients().flat();
+    for (size_t i = 0; i < p.size(); ++i) p[i] -= 0.5f * g[i] / static_cast<float>(r.loss_terms);
+  }
+  EXPECT_LT(last, 0.8 * first) << "first " << first << ", last " << last;
+  // Heads that do not divide the hidden size are refused.
+  EXPECT_THROW(BertTiny({.name = "bert",
+                         .vocab_size = 300,
+                         .layers = 1,
+                         .hidden = 100,
+                         .heads = 3,
+                         .intermediate = 64}),
+               std::invalid_argument);
+}
+
 TEST(BertTiny, ThreadCountDoesNotChangeABit) {
   // 18 sequences: 3 encoder chunks; > 128 masked rows: 3 head blocks; vocab
   // 5000: 3 vocabulary slices.

@@ -1,8 +1,11 @@
 #include "model/image_classifier.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 #include <vector>
 
@@ -17,7 +20,7 @@ ModelSpec spec_for(const std::string& name, int threads = 1, uint64_t seed = 7) 
   spec.name = name;
   spec.seed = seed;
   spec.threads = threads;
-  if (name != "resnet20") {
+  if (name != "resnet20" && name != "resnet") {
     spec.image_channels = 1;
     spec.image_height = spec.image_width = 28;
   }
@@ -46,6 +49,72 @@ TEST(ImageClassifier, ParameterCountsAreThePublishedOnes) {
   EXPECT_EQ(resnet->buffer_table().total(), 1376u);  // running mean + var of 19 BatchNorms
   EXPECT_NE(resnet->table().find("layer3.2.conv2.weight"), nullptr);
   EXPECT_NE(resnet->buffer_table().find("layer2.0.bn1.running_var"), nullptr);
+}
+
+TEST(ImageClassifier, TheResNetFamilyHasThePublishedSizesAtEveryDepth) {
+  // He et al.'s CIFAR ResNets (zero-padding shortcuts): 0.27M, 0.46M, 0.66M,
+  // 0.85M and 1.7M parameters at depths 20, 32, 44, 56 and 110. Counted
+  // here from the layers: per stage of width c and n blocks, n x (two 3x3
+  // convolutions c -> c and two BatchNorms) less, in stages 2 and 3, the
+  // first convolution's input at c / 2; plus the stem and the classifier.
+  const auto counted = [](int depth, int64_t width) {
+    const int64_t n = (depth - 2) / 6;
+    int64_t total = 3 * 9 * width + 2 * width;  // conv1, bn1
+    for (int stage = 0; stage < 3; ++stage) {
+      const int64_t c = width << stage;
+      total += n * (2 * 9 * c * c + 4 * c);
+      if (stage > 0) total -= 9 * c * c / 2;  // the first conv reads c / 2 channels
+    }
+    return total + 4 * width * 10 + 10;  // linear
+  };
+  const std::map<int, uint64_t> published = {
+      {20, 269'722}, {32, 464'154}, {44, 658'586}, {56, 853'018}, {110, 1'727'962}};
+  for (const auto& [depth, parameters] : published) {
+    ModelSpec spec = spec_for("resnet");
+    spec.depth = depth;
+    const auto model = make_model(spec);
+    EXPECT_EQ(model->table().total(), parameters) << depth;
+    EXPECT_EQ(static_cast<int64_t>(parameters), counted(depth, 16)) << depth;
+    EXPECT_EQ(model->name(), depth == 20 ? "resnet20" : fmt::format("resnet{}", depth));
+    const uint64_t blocks = static_cast<uint64_t>(depth - 2) / 6;
+    // Running mean and variance of the stem's BatchNorm (16 channels) and
+    // of two per block (16 + 32 + 64 channels over the stages).
+    EXPECT_EQ(model->buffer_table().total(), 2 * (16 + 2 * blocks * (16 + 32 + 64))) << depth;
+    EXPECT_NE(model->table().find(fmt::format("layer3.{}.conv2.weight", blocks - 1)), nullptr);
+    EXPECT_EQ(model->table().find(fmt::format("layer3.{}.conv2.weight", blocks)), nullptr);
+  }
+  // Depth 20 of the family is resnet20, value for value.
+  ModelSpec family = spec_for("resnet");
+  family.depth = 20;
+  const auto a = make_model(family);
+  const auto b = make_model(spec_for("resnet20"));
+  EXPECT_TRUE(std::equal(a->parameters().flat().begin(), a->parameters().flat().end(),
+                         b->parameters().flat().begin(), b->parameters().flat().end()));
+  // Width doubles every channel count: 4x the convolutions' parameters.
+  ModelSpec wide = spec_for("resnet");
+  wide.width = 32;
+  const auto w = make_model(wide);
+  EXPECT_EQ(static_cast<int64_t>(w->table().total()), counted(20, 32));
+  EXPECT_EQ(w->name(), "resnet20-w32");
+  // A depth that is not 6n+2 is refused, naming the rule.
+  ModelSpec odd = spec_for("resnet");
+  odd.depth = 21;
+  EXPECT_THROW(make_model(odd), std::invalid_argument);
+  // It learns: a few SGD steps on one batch lower its loss (resnet32).
+  ModelSpec deeper = spec_for("resnet");
+  deeper.depth = 32;
+  const auto model = make_model(deeper);
+  const Batch batch = random_batch(deeper, 8, 11);
+  double first = 0.0, last = 0.0;
+  for (int step = 0; step < 8; ++step) {
+    model->gradients().zero();
+    const MicroBatchResult r = model->train_micro_batch(batch);
+    (step == 0 ? first : last) = r.loss_sum / static_cast<double>(r.loss_terms);
+    std::span<float> p = model->parameters().flat();
+    std::span<const float> g = model->gradients().flat();
+    for (size_t i = 0; i < p.size(); ++i) p[i] -= 0.05f * g[i] / 8.0f;
+  }
+  EXPECT_LT(last, 0.8 * first) << "first " << first << ", last " << last;
 }
 
 TEST(ImageClassifier, UnknownModelNamesTheKnownOnes) {

@@ -121,7 +121,7 @@ TEST(RunConfig, UnknownWordNamesTheFieldTheWordAndTheAllowedWords) {
     const std::string what = e.what();
     EXPECT_TRUE(mentions(what,
                          "words.cfg:2:9: model.name 'resnet21' is not known; use 'resnet20', "
-                         "'bert-tiny', 'mnist-cnn' or 'mlp'"))
+                         "'bert-tiny', 'mnist-cnn', 'mlp', 'resnet' or 'bert'"))
         << what;
     EXPECT_TRUE(mentions(what,
                          "words.cfg:4:3: delay.kind 'lognormal' is not known; use 'none', "
@@ -156,8 +156,9 @@ TEST(RunConfig, ValidatorListsEveryProblem) {
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
     EXPECT_TRUE(mentions(what, "6 problems")) << what;
-    EXPECT_TRUE(
-        mentions(what, "model.name is not set; use 'resnet20', 'bert-tiny', 'mnist-cnn' or 'mlp'"))
+    EXPECT_TRUE(mentions(what,
+                         "model.name is not set; use 'resnet20', 'bert-tiny', 'mnist-cnn', 'mlp', "
+                         "'resnet' or 'bert'"))
         << what;
     EXPECT_TRUE(mentions(what, "micro_batch 7 does not divide step.global_batch 48")) << what;
     EXPECT_TRUE(mentions(what, "step.tau is -1")) << what;
@@ -165,6 +166,37 @@ TEST(RunConfig, ValidatorListsEveryProblem) {
     EXPECT_TRUE(mentions(what, "delay.kind is 42, which is not a known value")) << what;
     EXPECT_TRUE(mentions(what, "rank 5")) << what;
   }
+}
+
+TEST(RunConfig, ModelSizesBelongToTheFamiliesAndFollowTheirRules) {
+  const auto with_model = [](const std::string& model) {
+    v1::RunConfig c = parse_run_config(kGood, "x");
+    c.mutable_model()->Clear();
+    parse_text_format(model, "model", *c.mutable_model(), "");
+    return c;
+  };
+  const auto problems_of = [&](const std::string& model) {
+    v1::RunConfig c = with_model(model);
+    apply_defaults(c);
+    std::string all;
+    for (const std::string& p : validate(c)) all += p + "\n";
+    return all;
+  };
+  EXPECT_EQ(problems_of("name: \"resnet\" depth: 56 width: 32"), "");
+  EXPECT_EQ(problems_of("name: \"bert\" layers: 4 hidden: 256 heads: 4"), "");
+  EXPECT_TRUE(mentions(problems_of("name: \"resnet\" depth: 21"),
+                       "model.depth is 21; a CIFAR ResNet has 6n+2 layers"));
+  EXPECT_TRUE(mentions(problems_of("name: \"bert\" hidden: 100 heads: 3"),
+                       "the hidden size must be a multiple of the heads"));
+  EXPECT_TRUE(mentions(problems_of("name: \"resnet20\" depth: 56"),
+                       "model 'resnet20' is fixed (use name: \"resnet\" with depth: 56)"));
+  EXPECT_TRUE(mentions(problems_of("name: \"mlp\" layers: 3"), "size the \"bert\" family"));
+  // The defaults: resnet20's and bert-tiny's sizes, 4 x hidden feed-forward.
+  v1::RunConfig c = with_model("name: \"bert\" hidden: 64");
+  apply_defaults(c);
+  EXPECT_EQ(c.model().layers(), 2u);
+  EXPECT_EQ(c.model().heads(), 2u);
+  EXPECT_EQ(c.model().intermediate(), 256u);
 }
 
 TEST(RunConfig, NeedsAStopCriterionAndARelativeDataPath) {

@@ -383,11 +383,12 @@ TEST_F(ExperimentReport, BadSweepFilesAreRefusedBeforeAnythingRuns) {
       << last_output_;
   EXPECT_FALSE(fs::exists(out)) << "nothing may run for a bad sweep";
 
-  // The report refuses a folder with no finished run.
+  // The report refuses a folder with no finished run: refused input, 2 in
+  // the one exit-code table (common/exit_codes.h; it was 1).
   fs::create_directories(dir_ / "empty");
   EXPECT_EQ(
       run("dctrain-report", {(dir_ / "empty").string(), "--out", (dir_ / "r").string()}, "d.log"),
-      1);
+      2);
   EXPECT_NE(last_output_.find("holds no finished run"), std::string::npos) << last_output_;
 }
 
