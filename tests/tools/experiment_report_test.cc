@@ -348,6 +348,23 @@ TEST_F(ExperimentReport, TheReportRefusesToPoolADuplicateOrAMismatchedRunAsSeeds
   fs::remove_all(copy);
   EXPECT_EQ(run("dctrain-report", {out.string(), "--out", report.string()}, "alone.log"), 0)
       << last_output_;
+  EXPECT_EQ(last_output_.find("dctrain-report: left out"), std::string::npos) << last_output_;
+
+  // An interrupted run of the same seed is no second seed either: it is
+  // left out of the tables, and named.
+  const fs::path cut = out / "cut";
+  fs::copy(base, cut, fs::copy_options::recursive);
+  std::string cut_summary = read_text(cut / "summary.json");
+  const size_t completed = cut_summary.find("\"completed\": true");
+  ASSERT_NE(completed, std::string::npos) << cut_summary;
+  cut_summary.replace(completed, 17, "\"completed\": false");
+  std::ofstream(cut / "summary.json") << cut_summary;
+  EXPECT_EQ(run("dctrain-report", {out.string(), "--out", report.string()}, "cut.log"), 0)
+      << last_output_;
+  EXPECT_NE(last_output_.find("dctrain-report: left out, not finished: " + cut.string() + " ("),
+            std::string::npos)
+      << last_output_;
+  EXPECT_NE(last_output_.find("| tau = inf (baseline) | 1 |"), std::string::npos) << last_output_;
 }
 
 TEST_F(ExperimentReport, BadSweepFilesAreRefusedBeforeAnythingRuns) {

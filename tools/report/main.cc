@@ -48,8 +48,12 @@ int main(int argc, char** argv) {
   try {
     std::vector<std::filesystem::path> paths(inputs.begin(), inputs.end());
     std::vector<dctrain::RunFolder> runs;
-    for (const auto& dir : dctrain::find_run_folders(paths))
+    std::vector<std::string> left_out;
+    for (const auto& dir : dctrain::find_run_folders(paths, &left_out))
       runs.push_back(dctrain::read_run_folder(dir));
+    // An interrupted or failed run is no seed of its case: named, not pooled.
+    for (const std::string& run : left_out)
+      std::fprintf(stderr, "dctrain-report: left out, not finished: %s\n", run.c_str());
     count = runs.size();
     read = dctrain::build_report(std::move(runs),
                                  target > 0 ? std::optional<double>(target) : std::nullopt);

@@ -42,7 +42,21 @@ v1::CaseInfo case_info_from_config(const v1::RunConfig& config, const std::strin
   return info;
 }
 
-std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths) {
+std::string unfinished_reason(const fs::path& dir) {
+  const std::optional<std::string> text = read_file_if_present(dir / "summary.json");
+  if (!text) return "no summary.json: it failed, or is still running";
+  try {
+    const v1::RunSummary summary = parse_summary(*text, (dir / "summary.json").string());
+    return fmt::format("{} after {} steps, exit status {}",
+                       summary.stop_reason().empty() ? "stopped" : summary.stop_reason(),
+                       summary.steps(), summary.exit_status());
+  } catch (const std::exception&) {
+    return "a summary.json this build does not read";
+  }
+}
+
+std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths,
+                                       std::vector<std::string>* left_out) {
   std::vector<fs::path> found;
   for (const fs::path& path : paths) {
     if (!fs::is_directory(path)) {
@@ -61,6 +75,10 @@ std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths) {
         inside.push_back(entry.path());
       } else if (fs::exists(entry.path() / "config.cfg") || fs::exists(entry.path() / "case.txt")) {
         ++unfinished;
+        if (left_out != nullptr) {
+          left_out->push_back(
+              fmt::format("{} ({})", entry.path().string(), unfinished_reason(entry.path())));
+        }
       }
     }
     if (inside.empty()) {

@@ -33,9 +33,15 @@ bool run_finished(const std::filesystem::path& dir);
 
 // The finished run folders named by `paths`: each a run folder, or a folder
 // of run folders (a sweep's --out), searched one level down, in name order.
-// Throws when a path holds no finished run, saying what was found.
-std::vector<std::filesystem::path> find_run_folders(
-    const std::vector<std::filesystem::path>& paths);
+// Throws when a path holds no finished run, saying what was found. Run
+// folders found but not finished (interrupted, failed, still running) are
+// left out; `left_out`, when given, gets each as "DIR (why)".
+std::vector<std::filesystem::path> find_run_folders(const std::vector<std::filesystem::path>& paths,
+                                                    std::vector<std::string>* left_out = nullptr);
+
+// Why the run in `dir` is not finished: its summary's stop reason, or that
+// it has no summary.json.
+std::string unfinished_reason(const std::filesystem::path& dir);
 
 // Reads a finished run folder; throws std::runtime_error naming the file and
 // the problem.
