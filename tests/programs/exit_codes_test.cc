@@ -104,6 +104,33 @@ TEST_F(ExitCodes, AMistypedConfigFieldIsNamedWithTheNearestAndNoRunFolderIsMade)
   EXPECT_FALSE(fs::exists(out)) << "a config that does not parse makes no run folder";
 }
 
+TEST_F(ExitCodes, TheLauncherSendsItsChildrensErrorsToStderrAndTheRestToStdout) {
+  // A run whose data is missing: the coordinator logs an error and exits.
+  std::ofstream(dir_ / "m.cfg")
+      << "name: \"m\"\nworkers: 1\nmodel { name: \"mnist-cnn\" }\n"
+         "dataset { kind: \"mnist\" }\n"
+         "optimizer { kind: \"sgd\" lr: 0.05 }\n"
+         "step { global_batch: 8 micro_batch: 8 }\nstop { max_steps: 1 }\n";
+  fs::create_directories(dir_ / "empty");
+  const std::string launch =
+      fmt::format("'{}/dctrain-launch' --config '{}' --data-dir '{}' --out '{}'", kBin,
+                  (dir_ / "m.cfg").string(), (dir_ / "empty").string(), (dir_ / "run").string());
+  const auto shell = [&](const std::string& command) {
+    ChildOptions options;
+    options.argv = {"/bin/sh", "-c", command};
+    return run_command(std::move(options), std::chrono::seconds(60));
+  };
+  const CommandResult only_stdout = shell(launch + " 2>/dev/null");
+  const CommandResult only_stderr = shell(launch + " 1>/dev/null");
+  EXPECT_EQ(only_stdout.status.shell_code(), kExitFailed) << only_stdout.output;
+  EXPECT_NE(only_stdout.output.find("[coordinator] "), std::string::npos) << only_stdout.output;
+  EXPECT_EQ(only_stdout.output.find("[error]"), std::string::npos) << only_stdout.output;
+  EXPECT_NE(only_stderr.output.find("[coordinator] "), std::string::npos) << only_stderr.output;
+  EXPECT_NE(only_stderr.output.find("] [error] "), std::string::npos) << only_stderr.output;
+  EXPECT_NE(only_stderr.output.find("file not found"), std::string::npos) << only_stderr.output;
+  EXPECT_EQ(only_stderr.output.find("] [info] "), std::string::npos) << only_stderr.output;
+}
+
 TEST_F(ExitCodes, ACoordinatorHostThatDoesNotResolveIsNamedAsTheCause) {
   // ".invalid" never resolves (RFC 2606); without a network the lookup
   // fails as well, only perhaps more slowly.
