@@ -15,11 +15,13 @@ void Model::allocate_arenas() {
 }
 
 std::unique_ptr<Model> make_model(const ModelSpec& spec) {
-  // resnet20 and bert-tiny are their families at the default sizes.
+  // resnet20 and bert-tiny are their families at the default sizes (the
+  // ModelSpec's).
+  const ModelSpec defaults;
   if (spec.name == "resnet20") {
     ModelSpec fixed = spec;
-    fixed.depth = 20;
-    fixed.width = 16;
+    fixed.depth = defaults.depth;
+    fixed.width = defaults.width;
     return make_cifar_resnet(fixed);
   }
   if (spec.name == "resnet") return make_cifar_resnet(spec);
@@ -27,10 +29,10 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec) {
   if (spec.name == "mlp") return make_mlp(spec);
   if (spec.name == "bert-tiny") {
     ModelSpec fixed = spec;
-    fixed.layers = 2;
-    fixed.hidden = 128;
-    fixed.heads = 2;
-    fixed.intermediate = 512;
+    fixed.layers = defaults.layers;
+    fixed.hidden = defaults.hidden;
+    fixed.heads = defaults.heads;
+    fixed.intermediate = defaults.intermediate;
     return std::make_unique<BertTiny>(fixed);
   }
   if (spec.name == "bert") return std::make_unique<BertTiny>(spec);

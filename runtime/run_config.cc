@@ -10,6 +10,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/model.h"
 #include "runtime/step_policy.h"
 #include "runtime/text_format.h"
 
@@ -155,14 +156,18 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(m, vocab_size, 30522);
   DCTRAIN_DEFAULT(m, max_seq_len, 128);
   if (!m.has_dropout()) m.set_dropout(0.1f);
+  // The families' sizes default to resnet20's and bert-tiny's (ModelSpec's),
+  // the feed-forward size to 4 x hidden.
+  const ModelSpec sizes;
+  const auto size = [](int value) { return static_cast<uint32_t>(value); };
   if (m.name() == v1::MODEL_RESNET) {
-    DCTRAIN_DEFAULT(m, depth, 20u);
-    DCTRAIN_DEFAULT(m, width, 16u);
+    DCTRAIN_DEFAULT(m, depth, size(sizes.depth));
+    DCTRAIN_DEFAULT(m, width, size(sizes.width));
   }
   if (m.name() == v1::MODEL_BERT) {
-    DCTRAIN_DEFAULT(m, layers, 2u);
-    DCTRAIN_DEFAULT(m, hidden, 128u);
-    DCTRAIN_DEFAULT(m, heads, 2u);
+    DCTRAIN_DEFAULT(m, layers, size(sizes.layers));
+    DCTRAIN_DEFAULT(m, hidden, size(sizes.hidden));
+    DCTRAIN_DEFAULT(m, heads, size(sizes.heads));
     DCTRAIN_DEFAULT(m, intermediate, 4 * m.hidden());
   }
 

@@ -139,6 +139,25 @@ std::optional<MeanInterval> ratio_interval(const std::vector<double>& a,
   return out;
 }
 
+namespace {
+
+// The one-sample t-test of `values` against 0 (size - 1 degrees of
+// freedom); nothing with fewer than two values or no spread.
+std::optional<TTest> one_sample_test(const std::vector<double>& values) {
+  if (values.size() < 2) return std::nullopt;
+  const double n = static_cast<double>(values.size());
+  const double mean = mean_of(values);
+  const double se = std::sqrt(variance(values, mean) / n);
+  if (!(se > 0.0)) return std::nullopt;
+  TTest t;
+  t.t = mean / se;
+  t.df = n - 1.0;
+  t.p = std::min(1.0, 2.0 * student_t_cdf(-std::abs(t.t), t.df));
+  return t;
+}
+
+}  // namespace
+
 std::optional<PairedRatio> paired_ratio(const std::vector<double>& a,
                                         const std::vector<double>& b) {
   if (a.size() < 2 || a.size() != b.size()) return std::nullopt;
@@ -148,38 +167,23 @@ std::optional<PairedRatio> paired_ratio(const std::vector<double>& a,
     if (!(a[i] > 0.0) || !(b[i] > 0.0)) return std::nullopt;
     logs.push_back(std::log(a[i] / b[i]));
   }
-  const double n = static_cast<double>(logs.size());
-  const double mean = mean_of(logs);
-  const double se = std::sqrt(variance(logs, mean) / n);
+  // The log ratios' mean and interval, back to ratios.
+  const MeanInterval logged = mean_interval(logs);
   PairedRatio out;
-  out.ratio.count = logs.size();
-  out.ratio.mean = out.ratio.low = out.ratio.high = std::exp(mean);
-  if (!(se > 0.0)) return out;
-  const double half = student_t_quantile(0.975, n - 1.0) * se;
-  out.ratio.low = std::exp(mean - half);
-  out.ratio.high = std::exp(mean + half);
-  TTest t;
-  t.t = mean / se;
-  t.df = n - 1.0;
-  t.p = std::min(1.0, 2.0 * student_t_cdf(-std::abs(t.t), t.df));
-  out.test = t;
+  out.ratio.count = logged.count;
+  out.ratio.mean = std::exp(logged.mean);
+  out.ratio.low = std::exp(logged.low);
+  out.ratio.high = std::exp(logged.high);
+  out.test = one_sample_test(logs);
   return out;
 }
 
 std::optional<TTest> paired_t_test(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() < 2 || a.size() != b.size()) return std::nullopt;
+  if (a.size() != b.size()) return std::nullopt;
   std::vector<double> differences;
   differences.reserve(a.size());
   for (size_t i = 0; i < a.size(); ++i) differences.push_back(a[i] - b[i]);
-  const double n = static_cast<double>(differences.size());
-  const double mean = mean_of(differences);
-  const double se = std::sqrt(variance(differences, mean) / n);
-  if (!(se > 0.0)) return std::nullopt;
-  TTest t;
-  t.t = mean / se;
-  t.df = n - 1.0;
-  t.p = std::min(1.0, 2.0 * student_t_cdf(-std::abs(t.t), t.df));
-  return t;
+  return one_sample_test(differences);
 }
 
 }  // namespace dctrain
