@@ -9,6 +9,9 @@
 
 namespace dctrain {
 
+// The sender name of every message from the coordinator.
+inline constexpr const char* kCoordinatorName = "coordinator";
+
 // An envelope stamped with this build's protocol version.
 v1::Envelope make_envelope(uint64_t step, std::string sender);
 

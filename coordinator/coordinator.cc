@@ -17,8 +17,6 @@ namespace dctrain {
 
 namespace {
 
-constexpr const char* kCoordinatorName = "coordinator";
-
 Ledger initial_ledger(const CoordinatorSetup& setup) {
   if (setup.resume) {
     Ledger ledger = Ledger::restore(setup.resume->ledger());
@@ -198,6 +196,9 @@ void Coordinator::dispatch(Received received, double now) {
       return;
     case v1::Envelope::kExchangeSum:
       on_exchange_sum(peer, std::move(message), now);
+      return;
+    case v1::Envelope::kContributionSketch:
+      on_contribution_sketch(peer, message, now);
       return;
     case v1::Envelope::kError:
       peer_log_.peer_says(
@@ -547,6 +548,9 @@ void Coordinator::start_step(double now) {
   exchange_members_ = planned;
   committed_ahead_.reset();
   refused_sums_.clear();
+  sketch_check_.reset();
+  sketch_check_passed_ = false;
+  refused_norm_in_step_ = 0;
   silent_after_.reset();
   overdue_at_.reset();
   const double tau = threshold_.tau();
@@ -587,8 +591,9 @@ void Coordinator::start_step(double now) {
 
 void Coordinator::close_step(double now) {
   if (exchange_mode()) {
-    if (refuse_disagreeing_sums(now)) return;  // redone without the shard's owner
-    if (commit_ahead_of_sum(now)) return;      // the step closes once its sum is in
+    if (refuse_disagreeing_sums(now)) return;   // redone without the shard's owner
+    if (check_contribution_norms(now)) return;  // waits for the sketches, or redone
+    if (commit_ahead_of_sum(now)) return;       // the step closes once its sum is in
     judge_exchange_round();
     if (redo_exchange(now)) return;
   }

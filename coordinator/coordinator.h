@@ -35,6 +35,7 @@
 #include "coordinator/reducer.h"
 #include "coordinator/round_deadline.h"
 #include "coordinator/run_metrics.h"
+#include "coordinator/sketch_check.h"
 #include "coordinator/speed_planner.h"
 #include "coordinator/threshold.h"
 #include "coordinator/update_guard.h"
@@ -64,6 +65,10 @@ struct CoordinatorSetup {
   // Live metrics: called on the step loop's thread with a fresh snapshot
   // after every step and evaluation (coordinator/metrics_server.h).
   std::function<void(std::shared_ptr<const LiveSnapshot>)> publish_metrics{};
+  // The seeds of the exchange's norm guard (coordinator/sketch_check.h): no
+  // member may know one before it is drawn. Unset: std::random_device. A
+  // fixed one only where a recorded run must replay (the fuzz harness).
+  std::function<uint64_t()> draw_sketch_seed{};
 };
 
 class Coordinator {
@@ -272,6 +277,20 @@ class Coordinator {
   // members that differ from them, and redoes the round (true), or leaves
   // the step to be dropped (false, also when they agree).
   bool refuse_disagreeing_sums(double now);
+  // The norm guard on the exchange (guard.norm_multiple, sum checks on, at
+  // least 3 members, as the star's needs): on for this round.
+  bool sketch_guard_on() const;
+  // Once every member reported the round ok and their digests agree: asks
+  // them for sketches of their contributions (once), and with the sketches
+  // and the sum in, takes out the members whose contribution the guard
+  // refuses and redoes the round without them (coordinator/sketch_check.h).
+  // True while the step waits for it, or when it redid the round; false
+  // when the round may be committed (or the guard is off).
+  bool check_contribution_norms(double now);
+  // Takes out the members named, as failed members of the round, and redoes
+  // it without them (true), or leaves the step to be dropped (false).
+  bool redo_without(double now, const std::map<uint32_t, std::string>& out, const std::string& why);
+  void on_contribution_sketch(const std::string& peer, const Message& message, double now);
   // The committed round's sum not received from the member it was awaited
   // from, which died or let the data plane's timeout pass: asks the next.
   void chase_committed_sum(double now);
@@ -327,6 +346,12 @@ class Coordinator {
   // Members of the current round whose forwarded sum was refused (its
   // digests were not the round's): the commit asks the next member at once.
   std::set<uint32_t> refused_sums_;
+  // The exchange's norm guard on the current round (sketch_check.h), from
+  // the request until the round is judged; passed once it let the round be
+  // committed.
+  std::optional<SketchCheck> sketch_check_;
+  bool sketch_check_passed_ = false;
+  uint32_t refused_norm_in_step_ = 0;  // contributions the norm guard took out, all rounds
   std::optional<PendingApply> pending_apply_;
   // This process's start (Unix microseconds): the `run` of its exchange
   // rounds, later than any earlier process's of the same run.

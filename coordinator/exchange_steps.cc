@@ -47,10 +47,6 @@
 
 namespace dctrain {
 
-namespace {
-constexpr const char* kCoordinatorName = "coordinator";
-}  // namespace
-
 std::optional<std::string> Coordinator::exchange_hello_problem(const v1::Hello& hello) const {
   if (!exchange_mode()) return std::nullopt;
   if (hello.exchange_endpoint().empty()) {
@@ -648,6 +644,8 @@ bool Coordinator::plan_next_attempt(double now, std::vector<uint32_t> left,
   exchange_sum_.reset();
   committed_ahead_.reset();
   refused_sums_.clear();
+  sketch_check_.reset();
+  sketch_check_passed_ = false;
   exchange_members_ = left;
   reducer_.begin(left, false);
   const double tau = threshold_.tau();
@@ -673,6 +671,7 @@ bool Coordinator::plan_next_attempt(double now, std::vector<uint32_t> left,
 GuardedStep Coordinator::settle_exchange() {
   GuardedStep out;
   out.discarded = exchange_sum_unusable();
+  out.refused_norm = refused_norm_in_step_;
   if (exchange_succeeded()) {
     observe_round();
     return out;

@@ -93,25 +93,35 @@ bool tensors_finite(const Message& message) {
 
 UpdateGuard::UpdateGuard(const v1::GuardConfig& config) : config_(config) {}
 
-std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double>& norms) const {
+std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double>& norms,
+                                                 std::string_view what) const {
+  std::set<uint32_t> all;
+  for (const auto& [rank, norm] : norms) all.insert(rank);
+  return refuse_by_norm(norms, all, what);
+}
+
+std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double>& norms,
+                                                 const std::set<uint32_t>& references,
+                                                 std::string_view what) const {
   std::vector<Refused> out;
-  if (!norm_guard() || norms.size() < 3) return out;
+  if (!norm_guard()) return out;
   const double multiple = config_.norm_multiple();
   for (const auto& [rank, norm] : norms) {
     std::vector<double> others;
     for (const auto& [r, n] : norms) {
-      if (r != rank) others.push_back(n);
+      if (r != rank && references.contains(r)) others.push_back(n);
     }
+    if (others.size() < 2) continue;
     // The median of the others: the lower middle one for an even count, so
     // one poisoned peer among few cannot lift it.
     const size_t middle = (others.size() - 1) / 2;
     std::nth_element(others.begin(), others.begin() + static_cast<ptrdiff_t>(middle), others.end());
     const double median = others[middle];
     if (!(norm <= multiple * median)) {
-      out.push_back({rank, fmt::format("its gradient norm {:.4g} is more than {:g} times the "
+      out.push_back({rank, fmt::format("its {} norm {:.4g} is more than {:g} times the "
                                        "median {:.4g} of the step's other contributions "
                                        "(guard.norm_multiple)",
-                                       norm, multiple, median)});
+                                       what, norm, multiple, median)});
     }
   }
   return out;

@@ -21,8 +21,10 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/message.h"
@@ -70,8 +72,16 @@ class UpdateGuard {
   bool norm_guard() const { return config_.norm_multiple() > 0.0; }
 
   // Contributions whose norm is more than norm_multiple times the median of
-  // the other contributions' norms (needs at least two others), ascending.
-  std::vector<Refused> refuse_by_norm(const std::map<uint32_t, double>& norms) const;
+  // the other contributions' norms (needs at least two others), ascending;
+  // `what` names the norm in the reason ("gradient").
+  std::vector<Refused> refuse_by_norm(const std::map<uint32_t, double>& norms,
+                                      std::string_view what = "gradient") const;
+  // The same, the median taken over the `references` other than the
+  // contribution itself (e.g. those that hold samples: one that computed
+  // nothing has no norm to compare with).
+  std::vector<Refused> refuse_by_norm(const std::map<uint32_t, double>& norms,
+                                      const std::set<uint32_t>& references,
+                                      std::string_view what) const;
 
   // The step's summed gradient and statistics, and what each addition showed
   // (by rank): nothing when the update may be applied.

@@ -4,8 +4,10 @@
 // outbox, as tests/runtime/coordinator_test.cc drives it. A fresh
 // coordinator per input (its run folder is reused). What must hold: it
 // never throws, crashes or trips a sanitizer; whatever it sent decodes.
-// The input's first byte picks the run: the star data plane, or the
-// exchange (whose reports, digests, sums and blame the script then reaches).
+// The input's first byte picks the run: the star data plane, the exchange
+// (whose reports, digests, sums and blame the script then reaches), or the
+// exchange with its norm guard (sketch requests, answers and judgement; the
+// guard's seed fixed, so that recorded answers replay).
 // The seeds are real runs (fuzz/seeds.cc): hellos, readies and contributions
 // with their gradient frames on the star; on the exchange, hellos with
 // endpoints and tokens, readies, round reports and sums; so mutations start
@@ -25,6 +27,7 @@ namespace {
 struct Fixture {
   v1::RunConfig star = run_config();
   v1::RunConfig exchange = exchange_run_config();
+  v1::RunConfig guarded = guarded_exchange_run_config();
   std::unique_ptr<Dataset> train = open_dataset(star, Split::kTrain, "");
   uint64_t train_size = train_samples(star, *train);
   std::filesystem::path run_dir = scratch_dir("coordinator");
@@ -53,15 +56,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace dctrain;
   static fuzz::Fixture fixture;  // once per process: config, data, run folder
   if (size == 0) return 0;
-  const bool exchange = data[0] == static_cast<uint8_t>(fuzz::Plane::kExchange);
+  const auto plane = static_cast<fuzz::Plane>(data[0]);
   ++data;
   --size;
-  v1::RunConfig config = exchange ? fixture.exchange : fixture.star;
+  v1::RunConfig config = plane == fuzz::Plane::kExchange          ? fixture.exchange
+                         : plane == fuzz::Plane::kGuardedExchange ? fixture.guarded
+                                                                  : fixture.star;
   resolve_step_budget(config, fixture.train_size);  // as the program does
   Replica replica(testing::softmax_for(config), config.optimizer());
   testing::RecordingOutbox outbox;
   double now = 0.0;
   CoordinatorSetup setup{config, fixture.train_size, fixture.run_dir, std::nullopt, std::nullopt};
+  setup.draw_sketch_seed = [] { return fuzz::kSketchSeed; };
   Coordinator coordinator(setup, replica, nullptr, outbox, fixture.log, [&now] { return now; });
   fuzz::Reader in(data, size);
   // A bound on the actions keeps one input's time bounded.

@@ -66,9 +66,20 @@ inline v1::RunConfig exchange_run_config() {
   return config;
 }
 
-// The coordinator target's first byte: which of the two runs the script
-// drives.
-enum class Plane : uint8_t { kStar = 0, kExchange = 1 };
+// The same with the exchange's norm guard on (its sketch requests, answers
+// and judgement).
+inline v1::RunConfig guarded_exchange_run_config() {
+  v1::RunConfig config = exchange_run_config();
+  config.mutable_guard()->set_norm_multiple(4.0);
+  return config;
+}
+
+// The norm guard's seed in the fuzzed coordinator and in the recorded run its
+// seeds come from, so that recorded answers replay.
+inline constexpr uint64_t kSketchSeed = 0x5eed5eed5eed5eedULL;
+
+// The coordinator target's first byte: which of the runs the script drives.
+enum class Plane : uint8_t { kStar = 0, kExchange = 1, kGuardedExchange = 2 };
 
 // The names of the four peers a script speaks as (the run has three
 // workers; the fourth is one too many).

@@ -30,6 +30,7 @@
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "exchange/chunk.h"
+#include "exchange/sum_sketch.h"
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
 #include "runtime/setup.h"
@@ -103,6 +104,7 @@ Recorded record(Corpus& corpus, v1::RunConfig config, const fs::path& run_dir,
   testing::RecordingOutbox outbox;
   double now = 0.0;
   CoordinatorSetup setup{config, train_size, run_dir, std::nullopt, std::nullopt};
+  setup.draw_sketch_seed = [] { return kSketchSeed; };  // as the fuzzed coordinator's
   Coordinator coordinator(setup, replica, nullptr, outbox, quiet_logger(), [&now] { return now; });
   std::map<std::string, testing::FakeWorker> workers;
   for (const char* name : {"a", "b", "c"}) workers.emplace(name, testing::FakeWorker(name, *train));
@@ -165,12 +167,16 @@ Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
 // its round reported ok (the digests of one fixed sum, computed on the
 // coordinator's parameters as they are then); a, the lowest member, sends
 // that sum.
-Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir) {
-  const v1::RunConfig config = exchange_run_config();
+// With `guarded`, the exchange's norm guard on: each member answers its
+// sketch request with the sketch of its part, a third of the sum.
+Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir, bool guarded) {
+  const v1::RunConfig config = guarded ? guarded_exchange_run_config() : exchange_run_config();
   const Replica shape(testing::softmax_for(config), config.optimizer());
   const size_t parameters = shape.parameter_count();
   std::vector<float> sum(parameters + shape.buffer_count());
   for (size_t i = 0; i < sum.size(); ++i) sum[i] = 0.001f * static_cast<float>(i % 97);
+  std::vector<float> part = sum;
+  for (float& v : part) v /= 3.0f;
   return record(
       corpus, config, run_dir,
       [](testing::FakeWorker& w) {
@@ -189,6 +195,17 @@ Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir) {
             send(testing::round_sum(name, m.envelope.step(), m.envelope.plan().exchange().attempt(),
                                     sum, parameters));
           }
+        } else if (m.envelope.body_case() == v1::Envelope::kSketchRequest) {
+          const v1::SketchRequest& q = m.envelope.sketch_request();
+          const std::vector<double> sketch =
+              sketch_shards(part, {parameters, part.size(), q.shards(), q.buckets(), q.seed()});
+          Message a;
+          a.envelope = make_envelope(m.envelope.step(), name);
+          a.envelope.mutable_contribution_sketch()->set_attempt(q.attempt());
+          a.envelope.mutable_contribution_sketch()->set_seed(q.seed());
+          a.envelope.mutable_contribution_sketch()->mutable_values()->Assign(sketch.begin(),
+                                                                             sketch.end());
+          send(a);
         }
       });
 }
@@ -221,10 +238,15 @@ void write_seeds(const fs::path& out) {
   for (const std::string& prefix : r.coordinator_prefixes) {
     corpus.add("coordinator", plane(Plane::kStar, prefix));
   }
-  const Recorded x = record_exchange_run(corpus, scratch_dir("seeds-exchange"));
+  const Recorded x = record_exchange_run(corpus, scratch_dir("seeds-exchange"), false);
   corpus.add("coordinator", plane(Plane::kExchange, x.coordinator_script));
   for (const std::string& prefix : x.coordinator_prefixes) {
     corpus.add("coordinator", plane(Plane::kExchange, prefix));
+  }
+  const Recorded g = record_exchange_run(corpus, scratch_dir("seeds-guarded"), true);
+  corpus.add("coordinator", plane(Plane::kGuardedExchange, g.coordinator_script));
+  for (const std::string& prefix : g.coordinator_prefixes) {
+    corpus.add("coordinator", plane(Plane::kGuardedExchange, prefix));
   }
   corpus.add("session", r.session_script);
 

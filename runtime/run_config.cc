@@ -476,14 +476,15 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   if (c.data_plane().rounds_per_step() < 1) {
     problem("data_plane.rounds_per_step is 0; use 1 (never redo a failed round) or more");
   }
-  // What the exchange cannot do: the coordinator never sees a worker's own
-  // gradient there, and the members' round waits for every member.
+  // What the exchange cannot do: its norm guard estimates the members'
+  // norms against the sum they agreed on (coordinator/sketch_check.h), so it
+  // needs the digests; and the members' round waits for every member.
   if (c.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
-    if (guard.norm_multiple() != 0.0) {
+    if (guard.norm_multiple() != 0.0 && !c.data_plane().check_sums()) {
       problem(
-          "guard.norm_multiple needs every worker's gradient at the coordinator, but the data "
-          "plane 'exchange' sums them among the workers: use data_plane {{ kind: \"star\" }} or "
-          "leave the norm guard off");
+          "guard.norm_multiple on the data plane 'exchange' checks each member's part against "
+          "the sum the members agree on, which needs data_plane.check_sums: leave check_sums on "
+          "or the norm guard off");
     }
     if (c.step().policy() == v1::POLICY_BACKUP) {
       problem(

@@ -11,7 +11,8 @@
 // computed is kept until the commit: when a round fails, the coordinator may
 // redo it among the members left (a plan for the same step under the next
 // attempt), and they sum what they computed again, without the member that
-// failed.
+// failed. With the exchange's norm guard, the coordinator asks for a sketch
+// of it (on_sketch_request) before it commits.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
+#include "exchange/sum_sketch.h"
 #include "worker/trainer.h"
 
 namespace dctrain {
@@ -216,6 +218,33 @@ Message Trainer::on_sum_request(const Message& request) {
           : fmt::format("it holds no sum of step {} attempt {}", step, attempt));
   log_->warn("step {}: the coordinator asks for the round's sum, but {}", step, body.error());
   return refused;
+}
+
+Message Trainer::on_sketch_request(const Message& request) {
+  const uint64_t step = request.envelope.step();
+  const v1::SketchRequest& r = request.envelope.sketch_request();
+  Message answer;
+  answer.envelope = make_envelope(step, options_.name);
+  v1::ContributionSketch& body = *answer.envelope.mutable_contribution_sketch();
+  body.set_attempt(r.attempt());
+  body.set_seed(r.seed());
+  const SketchShape shape{replica_->parameter_count(),
+                          replica_->parameter_count() + replica_->buffer_count(), r.shards(),
+                          r.buckets(), r.seed()};
+  if (!held_ || held_->step != step) {
+    body.set_error(fmt::format("it holds no contribution of step {}", step));
+  } else if (r.shards() == 0 || r.buckets() == 0 || r.buckets() > kMaxSketchBuckets ||
+             r.shards() > kMaxSketchShards) {
+    body.set_error(fmt::format("a sketch of {} shards and {} buckets is not one it computes",
+                               r.shards(), r.buckets()));
+  } else {
+    const std::vector<double> sketch = sketch_shards(held_->values, shape);
+    body.mutable_values()->Assign(sketch.begin(), sketch.end());
+    return answer;
+  }
+  log_->warn("step {}: the coordinator asks for a sketch of this worker's contribution, but {}",
+             step, body.error());
+  return answer;
 }
 
 void Trainer::on_commit(const Message& commit) {

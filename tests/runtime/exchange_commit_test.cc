@@ -22,6 +22,7 @@
 #include "comm/validation.h"
 #include "coordinator/peer_limits.h"
 #include "exchange/sum_digest.h"
+#include "exchange/sum_sketch.h"
 #include "tests/runtime/coordinator_fixture.h"
 #include "tests/runtime/exchange_script.h"
 
@@ -818,6 +819,167 @@ TEST_F(ExchangeThreeMembersTest, AShardOwnerThatTwoMembersContradictCountsAFaile
   EXPECT_EQ(coordinator->step(), 1u) << text;
   EXPECT_EQ(coordinator->totals().samples_completed(), 0u);
   EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+}
+
+// The norm guard on the exchange (coordinator/sketch_check.h): once the
+// members agree on the sum, each is asked for a sketch of its own
+// contribution, and the round is committed only when no member's
+// contribution, as the sketches and the sum show it, is far beyond the
+// others'. Each member's contribution is its own here, the sum theirs in
+// rank order.
+class ExchangeNormGuardTest : public ExchangeThreeMembersTest {
+ protected:
+  void SetUp() override {
+    ExchangeThreeMembersTest::SetUp();
+    config.mutable_guard()->set_norm_multiple(4.0);
+  }
+
+  // Each member's [gradient | statistics] (8 samples' statistics each).
+  void fill_contributions() {
+    const size_t n = replica->parameter_count();
+    for (const std::string& name : order) {
+      contributions[name].assign(n + replica->buffer_count(), 8.0f);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      contributions["a"][i] = 0.001f * static_cast<float>(i % 97) - 0.04f;
+      contributions["b"][i] = 0.002f * static_cast<float>((i * 7) % 89) - 0.09f;
+      contributions["c"][i] = 0.0015f * static_cast<float>((i * 13) % 83) - 0.06f;
+    }
+    sum_of({"a", "b", "c"});
+  }
+  // The round's sum of `members`' contributions, in rank order, as the
+  // exchange makes it.
+  void sum_of(const std::vector<std::string>& members) {
+    std::vector<float> whole(replica->parameter_count() + replica->buffer_count(), 0.0f);
+    for (const std::string& name : members) {
+      for (size_t i = 0; i < whole.size(); ++i) whole[i] += contributions[name][i];
+    }
+    summed.assign(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(summed_size()));
+    statistics.assign(whole.begin() + static_cast<std::ptrdiff_t>(summed_size()), whole.end());
+  }
+  size_t summed_size() const { return replica->parameter_count(); }
+  // `name`'s answer to `request`: the sketch of what it says it contributed.
+  Message sketch(const std::string& name, const Message& request, std::span<const float> values) {
+    const v1::SketchRequest& r = request.envelope.sketch_request();
+    const SketchShape shape{replica->parameter_count(), values.size(), r.shards(), r.buckets(),
+                            r.seed()};
+    const std::vector<double> sketch = sketch_shards(values, shape);
+    Message m;
+    m.envelope = make_envelope(request.envelope.step(), name);
+    v1::ContributionSketch& body = *m.envelope.mutable_contribution_sketch();
+    body.set_attempt(r.attempt());
+    body.set_seed(r.seed());
+    body.mutable_values()->Assign(sketch.begin(), sketch.end());
+    return m;
+  }
+
+  std::map<std::string, std::vector<float>> contributions;
+};
+
+TEST_F(ExchangeNormGuardTest, AnHonestRoundIsSketchedAndThenCommitted) {
+  std::map<std::string, Message> first = join();
+  fill_contributions();
+  for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
+  receive("a", sum("a", 0));
+  std::map<std::string, Message> requests;
+  for (const std::string& name : order) {
+    std::vector<Message> got = take(name);
+    EXPECT_EQ(count(got, v1::Envelope::kUpdate), 0u) << name << ": no commit before the check";
+    ASSERT_EQ(count(got, v1::Envelope::kSketchRequest), 1u) << name;
+    for (Message& m : got) {
+      if (m.envelope.body_case() == v1::Envelope::kSketchRequest) requests[name] = std::move(m);
+    }
+    EXPECT_EQ(requests[name].envelope.sketch_request().shards(), 3u);
+    EXPECT_EQ(requests[name].envelope.sketch_request().attempt(), 0u);
+  }
+  receive("a", sketch("a", requests["a"], contributions["a"]));
+  receive("b", sketch("b", requests["b"], contributions["b"]));
+  EXPECT_EQ(coordinator->step(), 0u) << "one sketch is still to come";
+  receive("c", sketch("c", requests["c"], contributions["c"]));
+  const v1::Update commit = only("b", v1::Envelope::kUpdate).envelope.update();
+  EXPECT_TRUE(commit.commit());
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commit));
+  EXPECT_EQ(coordinator->totals().samples_completed(), 24u);
+  EXPECT_EQ(coordinator->totals().contributions_refused_norm(), 0u);
+}
+
+TEST_F(ExchangeNormGuardTest, AShardOwnersForgedShardIsRefusedAndTheRoundRedoneWithoutIt) {
+  // b (rank 1) owns shard 1 and sends every member the same forged sum of
+  // it (finite, 1e3 added to each value): the digests agree. It reports the
+  // sketch of its honest contribution; the sum implies another.
+  std::map<std::string, Message> first = join();
+  fill_contributions();
+  const ExchangePlan shards(summed.size() + statistics.size(), 3, 1);
+  for (uint64_t i = shards.shard_begin(1); i < shards.shard_end(1); ++i) summed[i] += 1e3f;
+  for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
+  receive("a", sum("a", 0));
+  for (const std::string& name : order) {
+    receive(name, sketch(name, only(name, v1::Envelope::kSketchRequest), contributions[name]));
+  }
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("step 0: the contribution of worker 'b' (rank 1) is refused: its gradient "
+                      "norm"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("as the owner of shard 1, the sum it made of it implies a part of norm"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("the contribution of worker 'a'"), std::string::npos) << text;
+  EXPECT_EQ(text.find("the contribution of worker 'c'"), std::string::npos) << text;
+  EXPECT_EQ(count(take("b"), v1::Envelope::kUpdate), 0u) << "nothing committed";
+  const Message redo = only("a", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  EXPECT_EQ(std::vector<uint32_t>(redo.envelope.plan().exchange().member_ranks().begin(),
+                                  redo.envelope.plan().exchange().member_ranks().end()),
+            (std::vector<uint32_t>{0, 2}));
+  take("c");
+  // a and c sum again, honestly; with two members the guard has no median.
+  sum_of({"a", "c"});
+  receive("a", redo_report("a", first["a"], redo));
+  Message c_report = redo_report("c", first["c"], redo);
+  c_report.envelope.mutable_contribution()->mutable_exchange()->set_sends_sum(false);
+  receive("c", std::move(c_report));
+  receive("a", sum("a", 0, 1));
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  EXPECT_EQ(coordinator->totals().contributions_refused_norm(), 1u);
+  // b's work is requeued, a's and c's applied: every sample once.
+  EXPECT_EQ(coordinator->totals().samples_completed(),
+            samples_of(first["a"]).size() + samples_of(first["c"]).size());
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+  // b stays in the run (the guard refuses a contribution, not a member),
+  // and its samples come first in step 1's plans.
+  std::multiset<uint64_t> next;
+  for (const std::string& name : order) {
+    for (const Message& m : take(name)) {
+      if (m.envelope.body_case() == v1::Envelope::kPlan) next.merge(samples_of(m));
+    }
+  }
+  for (uint64_t id : samples_of(first["b"])) EXPECT_TRUE(next.contains(id)) << id;
+}
+
+TEST_F(ExchangeNormGuardTest, AMemberThatDoesNotAnswerTheSketchRequestIsTakenOut) {
+  std::map<std::string, Message> first = join();
+  fill_contributions();
+  for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
+  receive("a", sum("a", 0));
+  for (const std::string name : {"a", "b"}) {
+    receive(name, sketch(name, only(name, v1::Envelope::kSketchRequest), contributions[name]));
+  }
+  take("c");
+  now += 1.0;
+  coordinator->tick(now);
+  EXPECT_EQ(count(take("a"), v1::Envelope::kPlan), 0u) << "within the timeout (2 s)";
+  now += 1.5;
+  coordinator->tick(now);
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("worker 'c' (rank 2) is out of step 0 because it did not answer the request "
+                      "for a sketch of its contribution within 2 s"),
+            std::string::npos)
+      << text;
+  const Message redo = only("a", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  EXPECT_EQ(redo.envelope.plan().exchange().member_ranks_size(), 2);
 }
 
 }  // namespace

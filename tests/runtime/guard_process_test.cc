@@ -197,6 +197,45 @@ TEST(GuardProcesses, ExchangeLowestMemberForwardingAForgedSumIsRefusedAndTheNext
   EXPECT_LT(records.evals.back().eval_loss(), 5.0) << records.evals.back().ShortDebugString();
 }
 
+TEST(GuardProcesses, ExchangeShardOwnerForgingItsShardIsRefusedByTheNormGuard) {
+  // The peer (rank 2) owns shard 2 of every round and forges it the same
+  // way for every member (1e3 added to each value): the digests agree. It
+  // reports the sketch of an honest contribution (nothing). The norm guard
+  // asks every member for a sketch of its part once the digests agree, sees
+  // the part the sum implies for the owner, refuses it, names it, and redoes
+  // the round without it: every step is applied from w0's and w1's work
+  // alone, each sample exactly once, and no replica differs.
+  GuardRun run("exchange-forged-shard",
+               exchange_config("guard { norm_multiple: 10 }\nstop { max_epochs: 2 }"));
+  start_exchange_run(run, {"--poison-every-step", "1", "--value", "1e3", "--forge-shard", "1"});
+  run.expect_finish();  // w0 and w1 checked their final replicas against the coordinator's
+
+  const std::string log = run.log();
+  EXPECT_NE(log.find("the contribution of worker 'peer' (rank 2) is refused: its gradient norm"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("as the owner of shard 2, the sum it made of it implies a part of norm"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("the contribution of worker 'w"), std::string::npos) << log;
+  const v1::RunSummary summary = run.summary();
+  EXPECT_GT(summary.contributions_refused_norm(), 0u) << summary.ShortDebugString();
+  // The peer reports the plan's checksum whatever it holds (a mismatch of
+  // its own now and then); the honest members never differ.
+  EXPECT_FALSE(std::regex_search(
+      log, std::regex("worker 'w[01]' \\(rank \\d\\) is out of step \\d+ because its replica "
+                      "differs")))
+      << log;
+  expect_two_epochs_exactly_once(summary);
+  const MetricsRecords records = run.records();
+  ASSERT_FALSE(records.evals.empty());
+  for (const v1::EvalRecord& e : records.evals) {
+    EXPECT_TRUE(std::isfinite(e.eval_loss())) << e.ShortDebugString();
+  }
+  // A forged shard applied once moves the loss to about 1e3 x its size.
+  EXPECT_LT(records.evals.back().eval_loss(), 5.0) << records.evals.back().ShortDebugString();
+}
+
 TEST(GuardProcesses, ExchangeLowestMemberDyingBeforeItsSumIsStoodInForByTheNextMember) {
   // The coordinator commits step 0 on the reports alone; the member that
   // said its sum would follow dies instead, and the next member is asked for

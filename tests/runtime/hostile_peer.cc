@@ -5,7 +5,7 @@
 //   hostile_peer --connect ENDPOINT --name NAME [--poison-step K] [--value V]
 //                [--answer-seconds S] [--exchange-bind ADDRESS]
 //                [--poison-every-step 1] [--leave-after-poison 1] [--forge-sum 1]
-//                [--die-before-sum 1] [--withhold-sum 1]
+//                [--die-before-sum 1] [--withhold-sum 1] [--forge-shard 1]
 //
 // It says hello as NAME (claiming a data root). Once welcomed it says Ready
 // and answers every plan with a well-formed contribution: at step K it
@@ -32,8 +32,17 @@
 // last sum it holds. With --withhold-sum, as the lowest member of every
 // round, it reports the round ok and that its sum follows, and never sends
 // it (nor answers a request for it), while it stays alive and heartbeats.
+// With --forge-shard, at the poisoned steps it contributes nothing (as
+// --forge-sum) and forges the shard it owns in the round: V added to every
+// value of it, the same for every member, so that their digests agree.
+// (It adds V to its own part of that shard before the round: to everyone
+// else the same as replacing the shard's sum after it.) It answers a
+// request for a sketch of its contribution with the sketch of the honest
+// one (nothing), as an owner hiding its forgery would; at other steps with
+// the sketch of what it sent.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +54,8 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "exchange/peer.h"
+#include "exchange/plan.h"
+#include "exchange/sum_sketch.h"
 #include "proto/wire.pb.h"
 
 namespace {
@@ -82,7 +93,7 @@ int main(int argc, char** argv) {
   double answer_seconds = 30.0;
   std::string exchange_bind;
   bool poison_every_step = false, leave_after_poison = false, forge_sum = false;
-  bool die_before_sum = false, withhold_sum = false;
+  bool die_before_sum = false, withhold_sum = false, forge_shard = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], arg = argv[i + 1];
     if (flag == "--connect") {
@@ -107,6 +118,8 @@ int main(int argc, char** argv) {
       die_before_sum = arg == "1";
     } else if (flag == "--withhold-sum") {
       withhold_sum = arg == "1";
+    } else if (flag == "--forge-shard") {
+      forge_shard = arg == "1";
     } else {
       std::fprintf(stderr, "hostile_peer: unknown flag %s\n", flag.c_str());
       return 2;
@@ -143,6 +156,9 @@ int main(int argc, char** argv) {
   std::vector<float> sum;
   uint64_t sum_step = 0;
   uint32_t sum_attempt = 0;
+  // What it says it contributed in its last round, [gradient | statistics].
+  std::vector<float> reported;
+  uint64_t reported_step = 0;
   const auto sum_message = [&] {
     dctrain::Message s;
     s.envelope = dctrain::make_envelope(sum_step, name);
@@ -199,7 +215,7 @@ int main(int argc, char** argv) {
       case dctrain::v1::Envelope::kPlan: {
         const bool poisoned_step =
             poison_every_step || static_cast<int64_t>(e.step()) == poison_step;
-        const bool poison = poisoned_step && !forge_sum;  // the contribution's values
+        const bool poison = poisoned_step && !forge_sum && !forge_shard;  // its values
         dctrain::Message c;
         c.envelope = dctrain::make_envelope(e.step(), name);
         dctrain::v1::Contribution& body = *c.envelope.mutable_contribution();
@@ -238,6 +254,19 @@ int main(int argc, char** argv) {
           }
           std::vector<float> buffer = gradient;
           buffer.insert(buffer.end(), statistics.begin(), statistics.end());
+          reported = buffer;
+          reported_step = e.step();
+          const auto own = std::find(members.begin(), members.end(), rank);
+          if (poisoned_step && forge_shard && own != members.end()) {
+            const dctrain::ExchangePlan plan(buffer.size(), members.size(), 1);
+            const auto shard = static_cast<size_t>(own - members.begin());
+            for (uint64_t i = plan.shard_begin(shard); i < plan.shard_end(shard); ++i) {
+              buffer[i] += value;
+            }
+            std::printf("hostile_peer '%s': step %llu: forging shard %zu of the sum with %g\n",
+                        name.c_str(), static_cast<unsigned long long>(e.step()), shard,
+                        static_cast<double>(value));
+          }
           const dctrain::ExchangeOutcome out =
               exchange->exchange({e.step(), x.attempt(), x.run()}, members, buffer, samples, buffer,
                                  Clock::now() + std::chrono::seconds(30));
@@ -297,6 +326,20 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
           return 0;
         }
+        break;
+      }
+      case dctrain::v1::Envelope::kSketchRequest: {
+        const dctrain::v1::SketchRequest& r = e.sketch_request();
+        if (reported.empty() || e.step() != reported_step) break;
+        const std::vector<double> sketch = dctrain::sketch_shards(
+            reported, {parameters, reported.size(), r.shards(), r.buckets(), r.seed()});
+        dctrain::Message a;
+        a.envelope = dctrain::make_envelope(e.step(), name);
+        a.envelope.mutable_contribution_sketch()->set_attempt(r.attempt());
+        a.envelope.mutable_contribution_sketch()->set_seed(r.seed());
+        a.envelope.mutable_contribution_sketch()->mutable_values()->Assign(sketch.begin(),
+                                                                           sketch.end());
+        send(socket, std::move(a));
         break;
       }
       case dctrain::v1::Envelope::kSumRequest:

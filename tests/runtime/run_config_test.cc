@@ -287,15 +287,18 @@ TEST(RunConfig, DataPlaneIsAWordWithExchangeAsDefaultAndAPositiveTimeout) {
   EXPECT_TRUE(mentions(zero[0], "data_plane.rounds_per_step")) << zero[0];
   x.mutable_data_plane()->set_rounds_per_step(2);
 
-  // The exchange never shows the coordinator a worker's own gradient, and
-  // its round waits for every member: the norm guard and 'backup' need the
-  // star, and say so rather than being ignored.
+  // The exchange's norm guard checks the members' parts against the sum
+  // they agree on (coordinator/sketch_check.h): it needs the digests. The
+  // round waits for every member: 'backup' needs the star. Both say so
+  // rather than being ignored.
   v1::RunConfig guarded = x;
   guarded.mutable_guard()->set_norm_multiple(10.0);
+  EXPECT_TRUE(validate(guarded).empty());
+  guarded.mutable_data_plane()->set_check_sums(false);
   const std::vector<std::string> norm = validate(guarded);
   ASSERT_EQ(norm.size(), 1u);
   EXPECT_TRUE(mentions(norm[0], "guard.norm_multiple")) << norm[0];
-  EXPECT_TRUE(mentions(norm[0], "star")) << norm[0];
+  EXPECT_TRUE(mentions(norm[0], "check_sums")) << norm[0];
   v1::RunConfig backup = x;
   backup.mutable_step()->set_policy(v1::POLICY_BACKUP);
   backup.mutable_step()->set_backup_workers(1);

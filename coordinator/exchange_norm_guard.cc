@@ -1,0 +1,128 @@
+// The norm guard on the data plane "exchange" (coordinator/sketch_check.h):
+// between the members' agreement on a round's sum and its commit.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <random>
+
+#include "comm/envelope.h"
+#include "comm/framing.h"
+#include "comm/validation.h"
+#include "coordinator/coordinator.h"
+
+namespace dctrain {
+
+bool Coordinator::sketch_guard_on() const {
+  return exchange_mode() && guard_.norm_guard() && config_.data_plane().check_sums() &&
+         exchange_members_.size() >= 3;
+}
+
+bool Coordinator::check_contribution_norms(double now) {
+  if (!sketch_guard_on() || sketch_check_passed_ || committed_ahead_ || !exchange_reports_ok() ||
+      exchange_sum_unusable()) {
+    return false;
+  }
+  if (!sketch_check_ || sketch_check_->attempt() != exchange_attempt_) {
+    // Drawn now: every member has reported the sum it holds, so none could
+    // shape its part of the round to the sketch.
+    uint64_t seed = 0;
+    if (setup_.draw_sketch_seed) {
+      seed = setup_.draw_sketch_seed();
+    } else {
+      std::random_device source;
+      seed = (uint64_t{source()} << 32) ^ source();
+    }
+    sketch_check_.emplace(exchange_attempt_, exchange_members_, replica_.parameter_count(),
+                          replica_.buffer_count(), seed, now);
+    Message request;
+    request.envelope = make_envelope(step_, kCoordinatorName);
+    *request.envelope.mutable_sketch_request() = sketch_check_->request();
+    for (uint32_t rank : exchange_members_) {
+      if (membership_.at(rank).live) send(membership_.at(rank).name, share(request));
+    }
+    return true;
+  }
+  const uint32_t lowest = exchange_members_.front();
+  if (refused_sums_.contains(lowest)) {
+    // Its sum is not the one the members hold (on_exchange_sum said so, and
+    // struck it): the round is redone without it.
+    return redo_without(now, {{lowest, "the sum it forwarded is not the one the members hold"}},
+                        "the round's sum could not be checked");
+  }
+  const double timeout = round_deadline_.seconds();
+  if ((!exchange_sum_ || !sketch_check_->complete()) && now - sketch_check_->asked_at() < timeout) {
+    return true;
+  }
+  std::map<uint32_t, std::string> out = sketch_check_->failed();
+  if (!exchange_sum_) {
+    out.emplace(lowest, fmt::format("its sum did not come within {:.3g} s", timeout));
+    strike(lowest, "it withheld the round's sum");
+  }
+  for (uint32_t rank : sketch_check_->unanswered()) {
+    out.emplace(rank, fmt::format("it did not answer the request for a sketch of its "
+                                  "contribution within {:.3g} s",
+                                  timeout));
+    strike(rank, "it did not answer the request for a sketch of its contribution");
+  }
+  if (!out.empty()) return redo_without(now, out, "the round could not be checked");
+
+  std::vector<float> sum(replica_.parameter_count() + replica_.buffer_count());
+  copy_tensor(*exchange_sum_, 0, std::span(sum).first(replica_.parameter_count()));
+  if (replica_.buffer_count() > 0) {
+    copy_tensor(*exchange_sum_, 1, std::span(sum).subspan(replica_.parameter_count()));
+  }
+  std::set<uint32_t> computed;
+  for (uint32_t rank : exchange_members_) {
+    if (planned_.at(rank).contribution->samples() > 0) computed.insert(rank);
+  }
+  for (Refused& r : sketch_check_->judge(sum, guard_, computed)) {
+    log_->error("step {}: the contribution of worker '{}' (rank {}) is refused: {}", step_,
+                membership_.at(r.rank).name, r.rank, r.why);
+    out.emplace(r.rank, "its contribution is refused by the norm guard");
+  }
+  if (out.empty()) {
+    sketch_check_passed_ = true;
+    return false;
+  }
+  refused_norm_in_step_ += static_cast<uint32_t>(out.size());
+  v1::RunTotals& t = metrics_.totals();
+  t.set_contributions_refused_norm(t.contributions_refused_norm() + out.size());
+  return redo_without(now, out, "the norm guard refused a contribution");
+}
+
+bool Coordinator::redo_without(double now, const std::map<uint32_t, std::string>& out,
+                               const std::string& why) {
+  for (const auto& [rank, reason] : out) take_out(planned_.at(rank), reason);
+  std::vector<uint32_t> left;
+  for (const auto& [rank, p] : planned_) {
+    if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
+  }
+  if (plan_next_attempt(now, std::move(left), why)) return true;
+  return false;  // the step is dropped: close_step() goes on to settle it
+}
+
+void Coordinator::on_contribution_sketch(const std::string& peer, const Message& message,
+                                         double now) {
+  Member* member = membership_.live_member(peer);
+  if (member == nullptr) {
+    ask_to_rejoin(peer, "contribution sketch from a worker that is not in the run");
+    return;
+  }
+  member->last_heard = now;
+  const uint64_t step = message.envelope.step();
+  if (!sketch_check_ || sketch_check_passed_ || phase_ != Phase::kStepping || step != step_) {
+    log_->debug("dropped a contribution sketch of step {} from worker '{}' (rank {}): not awaited",
+                step, peer, member->rank);
+    return;
+  }
+  if (const auto problem =
+          sketch_check_->take(member->rank, message.envelope.contribution_sketch())) {
+    peer_log_.peer_says(peer,
+                        fmt::format("step {}: worker '{}' (rank {}) sent no usable sketch of its "
+                                    "contribution: {}",
+                                    step, peer, member->rank, peer_text(*problem)),
+                        now);
+  }
+}
+
+}  // namespace dctrain

@@ -1,0 +1,129 @@
+#include "coordinator/sketch_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace dctrain {
+
+SketchCheck::SketchCheck(uint32_t attempt, std::vector<uint32_t> members, uint64_t parameters,
+                         uint64_t buffers, uint64_t seed, double asked_at)
+    : attempt_(attempt),
+      members_(std::move(members)),
+      shape_{parameters, parameters + buffers, members_.size(), kSketchBuckets, seed},
+      asked_at_(asked_at) {}
+
+v1::SketchRequest SketchCheck::request() const {
+  v1::SketchRequest r;
+  r.set_attempt(attempt_);
+  r.set_seed(shape_.seed);
+  r.set_shards(static_cast<uint32_t>(shape_.shards));
+  r.set_buckets(shape_.buckets);
+  return r;
+}
+
+std::optional<std::string> SketchCheck::take(uint32_t rank, const v1::ContributionSketch& answer) {
+  if (!std::binary_search(members_.begin(), members_.end(), rank)) {
+    return "it is not a member of the round";
+  }
+  if (sketches_.contains(rank) || failed_.contains(rank)) return "it answered already";
+  if (answer.attempt() != attempt_ || answer.seed() != shape_.seed) {
+    return fmt::format("it answers attempt {} with seed {:016x}, asked were attempt {} and {:016x}",
+                       answer.attempt(), answer.seed(), attempt_, shape_.seed);
+  }
+  std::string problem = answer.error();
+  if (problem.empty() && static_cast<size_t>(answer.values_size()) != shape_.size()) {
+    problem = fmt::format("its sketch has {} values, a round of {} shards has {}",
+                          answer.values_size(), shape_.shards, shape_.size());
+  }
+  if (problem.empty() && !std::all_of(answer.values().begin(), answer.values().end(),
+                                      [](double v) { return std::isfinite(v); })) {
+    problem = "its sketch holds NaN or infinite values";
+  }
+  if (!problem.empty()) {
+    failed_[rank] = problem;
+    return problem;
+  }
+  sketches_[rank].assign(answer.values().begin(), answer.values().end());
+  return std::nullopt;
+}
+
+std::vector<uint32_t> SketchCheck::unanswered() const {
+  std::vector<uint32_t> out;
+  for (uint32_t rank : members_) {
+    if (!sketches_.contains(rank) && !failed_.contains(rank)) out.push_back(rank);
+  }
+  return out;
+}
+
+std::map<uint32_t, SketchCheck::Estimate> SketchCheck::estimate(std::span<const float> sum) const {
+  const std::vector<double> whole = sketch_shards(sum, shape_);
+  const size_t buckets = shape_.buckets;
+  std::map<uint32_t, Estimate> out;
+  std::vector<double> implied(2 * buckets);
+  for (size_t owner = 0; owner < members_.size(); ++owner) {
+    const uint32_t rank = members_[owner];
+    const std::vector<double>& own = sketches_.at(rank);
+    double gradient = 0.0, statistics = 0.0;
+    for (size_t shard = 0; shard < members_.size(); ++shard) {
+      if (shard == owner) continue;
+      gradient += squared_norm(own, shape_.gradient_at(shard), buckets);
+      statistics += squared_norm(own, shape_.statistics_at(shard), buckets);
+    }
+    // Its own shard: the sum's sketch minus every other member's part.
+    const size_t at = shape_.gradient_at(owner);
+    std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(at), 2 * buckets, implied.begin());
+    for (const auto& [other, sketch] : sketches_) {
+      if (other == rank) continue;
+      for (size_t b = 0; b < 2 * buckets; ++b) implied[b] -= sketch[at + b];
+    }
+    const double implied_gradient = squared_norm(implied, 0, buckets);
+    const double implied_statistics = squared_norm(implied, buckets, buckets);
+    Estimate e;
+    e.gradient = std::sqrt(gradient + implied_gradient);
+    e.statistics = std::sqrt(statistics + implied_statistics);
+    e.implied_own = std::sqrt(implied_gradient + implied_statistics);
+    e.reported_own = std::sqrt(squared_norm(own, at, 2 * buckets));
+    out[rank] = e;
+  }
+  return out;
+}
+
+std::vector<Refused> SketchCheck::judge(std::span<const float> sum, const UpdateGuard& guard,
+                                        const std::set<uint32_t>& computed) const {
+  const std::map<uint32_t, Estimate> estimates = estimate(sum);
+  std::map<uint32_t, double> gradients, statistics;
+  for (const auto& [rank, e] : estimates) {
+    gradients[rank] = e.gradient;
+    statistics[rank] = e.statistics;
+  }
+  std::map<uint32_t, std::string> why;
+  for (Refused& r : guard.refuse_by_norm(gradients, computed, "gradient"))
+    why[r.rank] = std::move(r.why);
+  if (shape_.length > shape_.parameters) {
+    for (Refused& r : guard.refuse_by_norm(statistics, computed, "batch statistics")) {
+      if (!why.contains(r.rank)) why[r.rank] = std::move(r.why);
+    }
+  }
+  std::vector<Refused> out;
+  for (auto& [rank, text] : why) {
+    const Estimate& e = estimates.at(rank);
+    const size_t shard = static_cast<size_t>(
+        std::lower_bound(members_.begin(), members_.end(), rank) - members_.begin());
+    // The sum it made of its shard implies another part than it reported:
+    // the forgery is its shard's, whatever it contributed elsewhere.
+    if (e.implied_own > 2.0 * e.reported_own + 1e-30) {
+      text += fmt::format(
+          " (estimated from sketches; as the owner of shard {}, the sum it made of it implies a "
+          "part of norm {:.4g} where it reports {:.4g})",
+          shard, e.implied_own, e.reported_own);
+    } else {
+      text += " (estimated from sketches)";
+    }
+    out.push_back({rank, std::move(text)});
+  }
+  return out;
+}
+
+}  // namespace dctrain

@@ -1,0 +1,96 @@
+// The norm guard on the data plane "exchange" (guard.norm_multiple): one
+// check per round, between the members' agreement on the sum and the
+// commit (coordinator/exchange_steps.cc).
+//
+// In the star the coordinator sees every contribution and refuses one whose
+// gradient norm is far beyond the others'. In the exchange it sees only the
+// sum, which the digests show every member holds; a member can still have
+// put anything into it: a poisoned contribution, or, as the owner of a
+// shard, a shard of its choosing in place of the members' sum of it (the
+// same for every member, so the digests agree). Both are, to everyone else,
+// a contribution from that member. So, once the digests agree, the
+// coordinator draws a seed and asks every member for a sketch of its own
+// contribution under it (exchange/sum_sketch.h); from the sketches and the
+// round's sum it estimates each member's contribution norm, the owner's
+// part of its own shard being what the sum implies (the sum's sketch minus
+// the other members' parts), never what the owner says. A member whose
+// estimate is more than guard.norm_multiple times the median of the others'
+// (the gradient's, or the batch statistics') is out of the step, its
+// micro-batches requeued, and the round is redone without it.
+//
+// What that bounds: a member, owner or not, moves the sum by at most about
+// norm_multiple times a typical contribution, as in the star. What a member
+// reports about its own contribution cannot hide a forged shard (the owner's
+// part is implied) nor frame an owner without itself being out: inflating
+// its own part of a shard by X makes the owner's implied part -X, and its
+// own estimate carries X too.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "coordinator/update_guard.h"
+#include "exchange/sum_sketch.h"
+#include "proto/wire.pb.h"
+
+namespace dctrain {
+
+class SketchCheck {
+ public:
+  // The check of the round of `members` (ascending ranks, shard i owned by
+  // members[i]) under `attempt`, over [gradient | statistics] of
+  // `parameters` + `buffers` floats, with `seed` drawn when it is asked.
+  SketchCheck(uint32_t attempt, std::vector<uint32_t> members, uint64_t parameters,
+              uint64_t buffers, uint64_t seed, double asked_at);
+
+  uint32_t attempt() const { return attempt_; }
+  double asked_at() const { return asked_at_; }
+  v1::SketchRequest request() const;
+
+  // A member's answer. Returns why it is not taken: not for this check (a
+  // rank outside the round, another attempt or seed, a second answer), or
+  // failed (an error of its own, the wrong size, values that are not
+  // finite: the member counts as answered, and failed()).
+  std::optional<std::string> take(uint32_t rank, const v1::ContributionSketch& answer);
+  // Every member answered (some may have failed).
+  bool complete() const { return sketches_.size() + failed_.size() == members_.size(); }
+  // The members that have not answered, ascending.
+  std::vector<uint32_t> unanswered() const;
+  // The members whose answer failed, with why.
+  const std::map<uint32_t, std::string>& failed() const { return failed_; }
+
+  // The estimated L2 norms of each member's contribution, given the round's
+  // sum ([gradient | statistics]); every member must have answered, none
+  // failed.
+  struct Estimate {
+    double gradient = 0.0;
+    double statistics = 0.0;
+    // Of its own shard: the norm of the part the sum implies, and of the
+    // part it reported (they differ, beyond rounding, when the sum it made
+    // of its shard is not the sum of the parts the members report).
+    double implied_own = 0.0;
+    double reported_own = 0.0;
+  };
+  std::map<uint32_t, Estimate> estimate(std::span<const float> sum) const;
+
+  // The members the guard refuses, ascending, with why: each compared with
+  // the median of the other members that hold samples (`computed`; a member
+  // that computed nothing is still judged, against them).
+  std::vector<Refused> judge(std::span<const float> sum, const UpdateGuard& guard,
+                             const std::set<uint32_t>& computed) const;
+
+ private:
+  uint32_t attempt_;
+  std::vector<uint32_t> members_;
+  SketchShape shape_;
+  double asked_at_;
+  std::map<uint32_t, std::vector<double>> sketches_;  // rank -> its answer's values
+  std::map<uint32_t, std::string> failed_;
+};
+
+}  // namespace dctrain

@@ -1,0 +1,174 @@
+// The exchange's norm guard, as the coordinator judges a round
+// (coordinator/sketch_check.h): members' sketches of their own parts, the
+// agreed sum, and who is refused.
+#include "coordinator/sketch_check.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <vector>
+
+#include "exchange/plan.h"
+
+namespace dctrain {
+namespace {
+
+constexpr uint64_t kParameters = 3000, kBuffers = 60, kLength = kParameters + kBuffers;
+const std::set<uint32_t> kAll = {0, 1, 2, 3};
+
+class SketchCheckTest : public testing::Test {
+ protected:
+  SketchCheckTest() : guard_(guard_config()) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& c : parts_) {
+      c.resize(kLength);
+      for (size_t i = 0; i < kLength; ++i) c[i] = i < kParameters ? normal(rng) : 8.0f;
+    }
+  }
+  static v1::GuardConfig guard_config() {
+    v1::GuardConfig g;
+    g.set_norm_multiple(4.0);
+    return g;
+  }
+  std::vector<float> sum() const {
+    std::vector<float> out(kLength, 0.0f);
+    for (const auto& c : parts_) {
+      for (size_t i = 0; i < kLength; ++i) out[i] += c[i];
+    }
+    return out;
+  }
+  // Rank `rank`'s answer: the sketch of `values` under the check's request.
+  static v1::ContributionSketch answer(const SketchCheck& check, std::span<const float> values) {
+    const v1::SketchRequest r = check.request();
+    const std::vector<double> sketch =
+        sketch_shards(values, SketchShape{kParameters, kLength, r.shards(), r.buckets(), r.seed()});
+    v1::ContributionSketch a;
+    a.set_attempt(r.attempt());
+    a.set_seed(r.seed());
+    a.mutable_values()->Assign(sketch.begin(), sketch.end());
+    return a;
+  }
+  SketchCheck check() const { return SketchCheck(0, {0, 1, 2, 3}, kParameters, kBuffers, 99, 0.0); }
+
+  UpdateGuard guard_;
+  std::vector<float> parts_[4];
+};
+
+TEST_F(SketchCheckTest, HonestMembersPassAndTheirEstimatesAreCloseToTheirNorms) {
+  SketchCheck c = check();
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
+  ASSERT_TRUE(c.complete());
+  const auto estimates = c.estimate(sum());
+  for (uint32_t r = 0; r < 4; ++r) {
+    double g = 0.0;
+    for (size_t i = 0; i < kParameters; ++i) g += static_cast<double>(parts_[r][i]) * parts_[r][i];
+    EXPECT_NEAR(estimates.at(r).gradient / std::sqrt(g), 1.0, 0.3) << r;
+    EXPECT_NEAR(estimates.at(r).statistics / (8.0 * std::sqrt(kBuffers)), 1.0, 0.3) << r;
+  }
+  EXPECT_TRUE(c.judge(sum(), guard_, kAll).empty());
+}
+
+TEST_F(SketchCheckTest, AnOwnerThatForgesItsShardIsRefusedThoughItReportsHonestly) {
+  SketchCheck c = check();
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
+  std::vector<float> forged = sum();
+  // Rank 2 owns shard 2: one value of it moved far (a sparse forgery).
+  const ExchangePlan plan(kLength, 4, 1);
+  forged[plan.shard_begin(2) + 3] += 500.0f;
+  const std::vector<Refused> refused = c.judge(forged, guard_, kAll);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].rank, 2u);
+  EXPECT_NE(refused[0].why.find("as the owner of shard 2"), std::string::npos) << refused[0].why;
+
+  // Its batch statistics forged instead: the same.
+  std::vector<float> statistics = sum();
+  statistics[kLength - 1] += 1e4f;  // the last shard's, rank 3's
+  const std::vector<Refused> by_statistics = c.judge(statistics, guard_, kAll);
+  ASSERT_EQ(by_statistics.size(), 1u);
+  EXPECT_EQ(by_statistics[0].rank, 3u);
+  EXPECT_NE(by_statistics[0].why.find("batch statistics norm"), std::string::npos);
+}
+
+TEST_F(SketchCheckTest, APoisonedPartIsRefusedAndALiarCannotFrameAnOwnerAlone) {
+  // Rank 0 contributes 100 times a typical part and says so.
+  {
+    SketchCheck c = check();
+    std::vector<float> poisoned = parts_[0];
+    for (size_t i = 0; i < kParameters; ++i) poisoned[i] *= 100.0f;
+    std::swap(parts_[0], poisoned);
+    for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
+    const std::vector<Refused> refused = c.judge(sum(), guard_, kAll);
+    std::swap(parts_[0], poisoned);
+    ASSERT_EQ(refused.size(), 1u);
+    EXPECT_EQ(refused[0].rank, 0u);
+    EXPECT_EQ(refused[0].why.find("owner"), std::string::npos) << refused[0].why;
+  }
+  // Rank 1 reports its part of shard 3 inflated (it sent the honest one):
+  // rank 3's implied part shrinks by as much, and rank 1 is out with it.
+  SketchCheck c = check();
+  std::vector<float> lie = parts_[1];
+  const ExchangePlan plan(kLength, 4, 1);
+  for (uint64_t i = plan.shard_begin(3); i < plan.shard_begin(3) + 100; ++i) lie[i] += 50.0f;
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, r == 1 ? lie : parts_[r])));
+  std::vector<uint32_t> out;
+  for (const Refused& r : c.judge(sum(), guard_, kAll)) out.push_back(r.rank);
+  EXPECT_EQ(out, (std::vector<uint32_t>{1, 3}));
+}
+
+TEST_F(SketchCheckTest, MembersThatComputedNothingDoNotMakeTheMedianZero) {
+  // Ranks 0 and 1 computed nothing this step (their micro-batches were past
+  // tau): their parts are zero, and an honest part of rank 2 or 3 is
+  // compared with the one other member that computed, not with zeros.
+  std::fill(parts_[0].begin(), parts_[0].end(), 0.0f);
+  std::fill(parts_[1].begin(), parts_[1].end(), 0.0f);
+  SketchCheck c = check();
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
+  EXPECT_FALSE(c.judge(sum(), guard_, kAll).empty()) << "against zeros every part is too large";
+  // With ranks 0 and 2 computing, 1 and 3 not: rank 1 forging shard 1 is
+  // refused against them; the others pass.
+  parts_[0] = parts_[2];
+  std::fill(parts_[3].begin(), parts_[3].end(), 0.0f);
+  SketchCheck d = check();
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(d.take(r, answer(d, parts_[r])));
+  EXPECT_TRUE(d.judge(sum(), guard_, {0, 2}).empty());
+  std::vector<float> forged = sum();
+  const ExchangePlan plan(kLength, 4, 1);
+  forged[plan.shard_begin(1)] += 500.0f;
+  const std::vector<Refused> refused = d.judge(forged, guard_, {0, 2});
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].rank, 1u);
+}
+
+TEST_F(SketchCheckTest, AnswersThatAreNotForThisCheckOrUnusableAreNotTaken) {
+  SketchCheck c = check();
+  v1::ContributionSketch good = answer(c, parts_[0]);
+  EXPECT_TRUE(c.take(7, good)) << "not a member";
+  v1::ContributionSketch stale = good;
+  stale.set_seed(good.seed() + 1);
+  EXPECT_TRUE(c.take(0, stale));
+  EXPECT_TRUE(c.failed().empty()) << "another check's answer is only ignored";
+  EXPECT_FALSE(c.take(0, good));
+  EXPECT_TRUE(c.take(0, good)) << "a second answer";
+
+  v1::ContributionSketch short_one = answer(c, parts_[1]);
+  short_one.mutable_values()->RemoveLast();
+  EXPECT_TRUE(c.take(1, short_one));
+  v1::ContributionSketch nan = answer(c, parts_[2]);
+  nan.set_values(0, std::nan(""));
+  EXPECT_TRUE(c.take(2, nan));
+  EXPECT_EQ(c.unanswered(), (std::vector<uint32_t>{3}));
+  v1::ContributionSketch error;
+  error.set_attempt(0);
+  error.set_seed(good.seed());
+  error.set_error("it holds no contribution of step 0");
+  EXPECT_TRUE(c.take(3, error));
+  EXPECT_TRUE(c.complete());
+  EXPECT_EQ(c.failed().size(), 3u);
+  EXPECT_NE(c.failed().at(1).find("has 511 values, a round of 4 shards has 512"), std::string::npos)
+      << c.failed().at(1);
+}
+
+}  // namespace
+}  // namespace dctrain
