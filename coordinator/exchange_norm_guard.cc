@@ -97,8 +97,8 @@ bool Coordinator::redo_without(double now, const std::map<uint32_t, std::string>
   for (const auto& [rank, p] : planned_) {
     if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
   }
-  if (plan_next_attempt(now, std::move(left), why)) return true;
-  return false;  // the step is dropped: close_step() goes on to settle it
+  // False: no rounds left, and close_step() goes on to drop the step.
+  return plan_next_attempt(now, std::move(left), why);
 }
 
 void Coordinator::on_contribution_sketch(const std::string& peer, const Message& message,

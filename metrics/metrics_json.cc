@@ -87,6 +87,19 @@ std::string summary_text(const v1::RunSummary& summary) {
   return to_json(summary, true);
 }
 
+std::string json_text(const google::protobuf::Message& message, bool pretty) {
+  std::string text = to_json(message, pretty);
+  if (text.empty() || text.back() != '\n') text += '\n';
+  return text;
+}
+
+void parse_json(const std::string& json, google::protobuf::Message& message,
+                const std::string& origin) {
+  if (const auto error = from_json(json, message)) {
+    throw std::runtime_error(origin + ": not a " + message.GetDescriptor()->name() + ": " + *error);
+  }
+}
+
 std::optional<v1::RecordHeader> parse_record_header(const std::string& line) {
   v1::RecordHeader header;
   if (from_json(line, header)) return std::nullopt;

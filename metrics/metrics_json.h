@@ -33,6 +33,14 @@ std::string metrics_line(const google::protobuf::Message& record);
 // summary.json's text.
 std::string summary_text(const v1::RunSummary& summary);
 
+// Any other schema message under the same mapping (e.g. report.json's
+// v1::ReportFile, proto/report.proto), compact or pretty-printed, with its
+// newline.
+std::string json_text(const google::protobuf::Message& message, bool pretty);
+// Parses such text into `message`; throws std::runtime_error naming `origin`.
+void parse_json(const std::string& json, google::protobuf::Message& message,
+                const std::string& origin);
+
 // The records of a metrics.jsonl, in file order per kind.
 struct MetricsRecords {
   std::vector<v1::StepRecord> steps;

@@ -13,6 +13,7 @@
 
 #include "common/threshold_model.h"
 #include "metrics/metrics_json.h"
+#include "proto/report.pb.h"
 #include "tools/experiment/sweep.h"
 #include "tools/report/document.h"
 #include "tools/report/prediction.h"
@@ -474,23 +475,42 @@ TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
             "1.00x at 64 (tau inf). I.i.d. workers drawn from the baseline's 3 worker steps, "
             "overhead 0.5 s per step.\n");
   EXPECT_EQ(best_64, 1.0);
+  // report.json, read back through its schema (proto/report.proto).
   const std::string json = report_json(report);
-  EXPECT_NE(
-      json.find(
-          "\"predicted\":{\"model\":\"i.i.d. workers drawn from the tau = inf "
-          "baseline's pooled worker steps\",\"speedup_basis\":\"samples/s\","
-          "\"recorded_workers\":4,\"worker_steps\":3,\"steps\":2,\"runs\":1,"
-          "\"overhead_seconds\":0.5,\"max_drop_rate\":0.1,\"curves\":[{\"label\":\"best tau\","
-          "\"tau_policy\":\"best\",\"points\":[{\"workers\":4,\"tau_seconds\":null,"
-          "\"speedup\":1,"),
-      std::string::npos)
-      << json;
+  v1::ReportFile file;
+  parse_json(json, file, "report.json");
+  ASSERT_EQ(file.experiments_size(), 1) << json;
+  const v1::PredictedSpeedups& predicted = file.experiments(0).predicted();
+  EXPECT_EQ(predicted.model(),
+            "i.i.d. workers drawn from the tau = inf baseline's pooled worker steps");
+  EXPECT_EQ(predicted.speedup_basis(), "samples/s");
+  EXPECT_EQ(predicted.recorded_workers(), 4u);
+  EXPECT_EQ(predicted.worker_steps(), 3u);
+  EXPECT_EQ(predicted.steps(), 2u);
+  EXPECT_EQ(predicted.runs(), 1u);
+  EXPECT_EQ(predicted.overhead_seconds().number_value(), 0.5);
+  EXPECT_EQ(predicted.max_drop_rate().number_value(), 0.1);
+  ASSERT_GE(predicted.curves_size(), 4) << json;
+  const v1::PredictedCurve& best = predicted.curves(0);
+  EXPECT_EQ(best.label(), "best tau");
+  EXPECT_EQ(best.tau_policy(), "best");
+  ASSERT_GE(best.points_size(), 1);
+  EXPECT_EQ(best.points(0).workers(), 4u);
+  EXPECT_TRUE(best.points(0).tau_seconds().has_null_value()) << "tau inf is null";
+  EXPECT_EQ(best.points(0).speedup().number_value(), 1.0);
   const CurvePoint* p90_16 = curve_point(e.predicted->curves[3], 16);
-  EXPECT_NE(json.find(fmt::format("{{\"workers\":16,\"tau_seconds\":1.5,\"speedup\":{},",
-                                  p90_16->speedup)),
-            std::string::npos)
-      << json;
-  EXPECT_EQ(json.find("\"workers\":8,"), std::string::npos) << "only 4, 16 and 64 workers";
+  bool found = false;
+  for (const v1::PredictedPoint& point : predicted.curves(3).points()) {
+    EXPECT_TRUE(point.workers() == 4 || point.workers() == 16 || point.workers() == 64)
+        << "only 4, 16 and 64 workers: " << point.workers();
+    if (point.workers() != 16) continue;
+    found = true;
+    EXPECT_EQ(point.tau_seconds().number_value(), 1.5);
+    EXPECT_EQ(point.speedup().number_value(), p90_16->speedup) << "the number, to the bit";
+  }
+  EXPECT_TRUE(found) << json;
+  // Compact JSON, keys as in the schema.
+  EXPECT_NE(json.find("\"recorded_workers\":4,"), std::string::npos) << json;
   // The markdown tables carry the line under the table.
   EXPECT_NE(markdown_tables(report).find("| tau = 1 s, requeue |"), std::string::npos);
   EXPECT_NE(markdown_tables(report).find("\n\nPredicted speedup with the best tau: 1.00x at 4"),

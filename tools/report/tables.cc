@@ -10,34 +10,11 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "metrics/metrics_json.h"
+
 namespace dctrain {
 
 namespace {
-
-// report.json is the report's own output, written here: numbers as
-// shortest round-trip text (null when not finite), strings escaped.
-std::string json_number(double value) {
-  if (!std::isfinite(value)) return "null";
-  return fmt::format("{}", value);
-}
-
-std::string json_string(const std::string& value) {
-  std::string out;
-  out.reserve(value.size() + 2);
-  out.push_back('"');
-  for (char c : value) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<int>(c));
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
-}
 
 Aggregate aggregate(const std::vector<double>& values) {
   Aggregate a;
@@ -685,75 +662,79 @@ std::string markdown_tables(const Report& report) {
 
 namespace {
 
-std::string predicted_json(const Experiment& e) {
-  if (!e.predicted) return "null";
-  const PredictedCurves& p = *e.predicted;
-  std::string curves;
+// A number of report.json: null when missing or not finite (number_or_null).
+google::protobuf::Value number(std::optional<double> value) {
+  return number_or_null(value);
+}
+google::protobuf::Value mean(const std::optional<Aggregate>& a) {
+  return number_or_null(a ? std::optional<double>(a->mean) : std::nullopt);
+}
+
+void fill_predicted(const Experiment& e, const PredictedCurves& p, v1::PredictedSpeedups& out) {
+  out.set_model("i.i.d. workers drawn from the tau = inf baseline's pooled worker steps");
+  out.set_speedup_basis("samples/s");
+  out.set_recorded_workers(p.recorded_workers);
+  out.set_worker_steps(static_cast<uint32_t>(p.worker_steps));
+  out.set_steps(static_cast<uint32_t>(p.steps));
+  out.set_runs(static_cast<uint32_t>(p.runs));
+  *out.mutable_overhead_seconds() = number(p.overhead_seconds);
+  *out.mutable_max_drop_rate() = number(e.max_drop_rate);
   for (const SpeedupCurve& c : p.curves) {
-    std::string points;
+    v1::PredictedCurve& curve = *out.add_curves();
+    curve.set_label(c.label);
+    curve.set_tau_policy(c.tau_policy);
     for (uint32_t n : reported_worker_counts()) {
       const CurvePoint* at = curve_point(c, n);
       if (at == nullptr) continue;
-      points += fmt::format(
-          "{}{{\"workers\":{},\"tau_seconds\":{},\"speedup\":{},\"drop_rate\":{},"
-          "\"step_seconds\":{},\"baseline_step_seconds\":{}}}",
-          points.empty() ? "" : ",", n, json_number(at->tau), json_number(at->speedup),
-          json_number(at->drop_rate), json_number(at->step_seconds),
-          json_number(at->baseline_step_seconds));
+      v1::PredictedPoint& point = *curve.add_points();
+      point.set_workers(n);
+      *point.mutable_tau_seconds() = number(at->tau);
+      *point.mutable_speedup() = number(at->speedup);
+      *point.mutable_drop_rate() = number(at->drop_rate);
+      *point.mutable_step_seconds() = number(at->step_seconds);
+      *point.mutable_baseline_step_seconds() = number(at->baseline_step_seconds);
     }
-    curves += fmt::format("{}{{\"label\":{},\"tau_policy\":{},\"points\":[{}]}}",
-                          curves.empty() ? "" : ",", json_string(c.label),
-                          json_string(c.tau_policy), points);
   }
-  return fmt::format(
-      "{{\"model\":\"i.i.d. workers drawn from the tau = inf baseline's pooled worker steps\","
-      "\"speedup_basis\":\"samples/s\",\"recorded_workers\":{},\"worker_steps\":{},"
-      "\"steps\":{},\"runs\":{},\"overhead_seconds\":{},\"max_drop_rate\":{},\"curves\":[{}]}}",
-      p.recorded_workers, p.worker_steps, p.steps, p.runs, json_number(p.overhead_seconds),
-      json_number(e.max_drop_rate), curves);
 }
 
 }  // namespace
 
-std::string report_json(const Report& report) {
-  auto optional_number = [](const std::optional<Aggregate>& a) {
-    return a ? json_number(a->mean) : std::string("null");
-  };
-  std::string out = "{\"experiments\":[";
-  for (size_t x = 0; x < report.experiments.size(); ++x) {
-    const Experiment& e = report.experiments[x];
-    out += fmt::format("{}{{\"model\":{},\"workers\":{},\"delay\":{},\"rows\":[", x ? "," : "",
-                       json_string(e.model), e.workers, json_string(e.delay));
-    for (size_t r = 0; r < e.rows.size(); ++r) {
-      const CaseRow& row = e.rows[r];
-      std::string runs;
-      for (size_t i : row.runs) {
-        if (!runs.empty()) runs += ',';
-        runs += json_string(e.runs[i].dir.string());
+v1::ReportFile report_file(const Report& report) {
+  v1::ReportFile file;
+  for (const Experiment& e : report.experiments) {
+    v1::ReportExperiment& x = *file.add_experiments();
+    x.set_model(e.model);
+    x.set_workers(e.workers);
+    x.set_delay(e.delay);
+    for (const CaseRow& row : e.rows) {
+      v1::ReportRow& r = *x.add_rows();
+      r.set_label(row.label);
+      r.set_tau_policy(row.tau_policy);
+      r.set_requeue(row.requeue);
+      for (size_t i : row.runs) r.add_runs(e.runs[i].dir.string());
+      *r.mutable_accuracy() = mean(row.accuracy);
+      *r.mutable_time_to_target_seconds() = mean(row.time_to_target);
+      *r.mutable_samples_per_second() = number(row.samples_per_second.mean);
+      *r.mutable_speedup() = number(row.speedup);
+      r.set_speedup_basis(row.speedup_basis);
+      *r.mutable_drop_rate() = number(row.drop_rate.mean);
+      *r.mutable_samples_lost() = number(row.samples_lost.mean);
+      *r.mutable_tau_seconds() = number(row.tau_seconds.mean);
+      if (row.speedup_interval) {
+        *r.mutable_speedup_low() = number(row.speedup_interval->low);
+        *r.mutable_speedup_high() = number(row.speedup_interval->high);
       }
-      out += fmt::format(
-          "{}{{\"label\":{},\"tau_policy\":{},\"requeue\":{},\"runs\":[{}],\"accuracy\":{},"
-          "\"time_to_target_seconds\":{},\"samples_per_second\":{},\"speedup\":{},\"speedup_"
-          "basis\":{},"
-          "\"drop_rate\":{},\"samples_lost\":{},\"tau_seconds\":{},\"speedup_low\":{},"
-          "\"speedup_high\":{},\"speedup_p\":{},\"predicted_speedup\":{},"
-          "\"predicted_drop_rate\":{}}}",
-          r ? "," : "", json_string(row.label), json_string(row.tau_policy), row.requeue, runs,
-          optional_number(row.accuracy), optional_number(row.time_to_target),
-          json_number(row.samples_per_second.mean),
-          row.speedup ? json_number(*row.speedup) : "null", json_string(row.speedup_basis),
-          json_number(row.drop_rate.mean), json_number(row.samples_lost.mean),
-          json_number(row.tau_seconds.mean),
-          row.speedup_interval ? json_number(row.speedup_interval->low) : "null",
-          row.speedup_interval ? json_number(row.speedup_interval->high) : "null",
-          row.speedup_test ? json_number(row.speedup_test->p) : "null",
-          row.predicted_speedup ? json_number(*row.predicted_speedup) : "null",
-          row.predicted_drop_rate ? json_number(*row.predicted_drop_rate) : "null");
+      if (row.speedup_test) *r.mutable_speedup_p() = number(row.speedup_test->p);
+      *r.mutable_predicted_speedup() = number(row.predicted_speedup);
+      *r.mutable_predicted_drop_rate() = number(row.predicted_drop_rate);
     }
-    out += "],\"predicted\":" + predicted_json(e) + "}";
+    if (e.predicted) fill_predicted(e, *e.predicted, *x.mutable_predicted());
   }
-  out += "]}\n";
-  return out;
+  return file;
+}
+
+std::string report_json(const Report& report) {
+  return json_text(report_file(report), false);
 }
 
 }  // namespace dctrain

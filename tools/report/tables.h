@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/report.pb.h"
 #include "tools/report/prediction.h"
 #include "tools/report/statistics.h"
 #include "tools/runs/run_folder.h"
@@ -130,8 +131,9 @@ std::string reading_line(const Experiment& e);
 // The worker counts predicted_line and report.json give.
 std::vector<uint32_t> reported_worker_counts();
 
-// report.json: every row's figures as numbers, and each experiment's
-// predicted curves at reported_worker_counts().
+// report.json (proto/report.proto): every row's figures as numbers, and
+// each experiment's predicted curves at reported_worker_counts(); its text.
+v1::ReportFile report_file(const Report& report);
 std::string report_json(const Report& report);
 
 }  // namespace dctrain
