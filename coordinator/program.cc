@@ -13,7 +13,6 @@
 #include <memory>
 #include <optional>
 
-#include "comm/blas_info.h"
 #include "comm/security.h"
 #include "comm/transport.h"
 #include "common/blas_runtime.h"
@@ -28,6 +27,7 @@
 #include "coordinator/peer_limits.h"
 #include "coordinator/run_metrics.h"
 #include "metrics/run_identity.h"
+#include "runtime/blas_info.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"
 #include "runtime/setup.h"

@@ -1,6 +1,6 @@
 // The step threshold tau: fixed, or chosen from measured micro-batch times
 // (DropCompute's rule, re-estimated on a sliding window). The model behind
-// the choice, with its assumptions, is common/threshold_model.h (pure
+// the choice, with its assumptions, is dropcompute/threshold_model.h (pure
 // functions, which a report also uses to put a predicted speedup beside the
 // measured one); this file holds the policy: what the coordinator observes,
 // how dropped micro-batches' times are filled in, and when tau moves.
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "common/threshold_model.h"
+#include "dropcompute/threshold_model.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {

@@ -4,11 +4,11 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 
-#include "comm/blas_info.h"
 #include "common/allocator.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"
 #include "common/exit_codes.h"
+#include "runtime/blas_info.h"
 #include "worker/options.h"
 #include "worker/worker.h"
 

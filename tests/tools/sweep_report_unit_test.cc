@@ -11,7 +11,7 @@
 #include <fstream>
 #include <limits>
 
-#include "common/threshold_model.h"
+#include "dropcompute/threshold_model.h"
 #include "metrics/metrics_json.h"
 #include "proto/report.pb.h"
 #include "tools/experiment/sweep.h"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "common/threshold_model.h"
+#include "dropcompute/threshold_model.h"
 
 namespace dctrain {
 

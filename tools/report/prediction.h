@@ -1,6 +1,6 @@
 // Predicted speedup of a threshold from a tau = inf baseline, with the
 // threshold model the coordinator's automatic tau uses
-// (common/threshold_model.h), two ways.
+// (dropcompute/threshold_model.h), two ways.
 //
 // At the baseline's own worker count (predict_speedup): the baseline's
 // recorded steps replayed under tau (each worker keeps its rank and its
@@ -57,7 +57,7 @@ struct PooledSteps {
   // warm-up (warmup_steps), of every run given.
   std::vector<std::vector<double>> worker_steps;
   // Mean over those steps of step wall time + update - slowest compute (the
-  // overhead o of common/threshold_model.h).
+  // overhead o of dropcompute/threshold_model.h).
   double overhead_seconds = 0.0;
   size_t steps = 0;
   size_t runs = 0;

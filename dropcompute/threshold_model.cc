@@ -1,4 +1,4 @@
-#include "common/threshold_model.h"
+#include "dropcompute/threshold_model.h"
 
 #include <algorithm>
 #include <cmath>

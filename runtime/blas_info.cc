@@ -1,4 +1,4 @@
-#include "comm/blas_info.h"
+#include "runtime/blas_info.h"
 
 namespace dctrain {
 
