@@ -99,11 +99,32 @@ std::vector<Refused> SketchCheck::judge(std::span<const float> sum, const Update
     statistics[rank] = e.statistics;
   }
   std::map<uint32_t, std::string> why;
-  for (Refused& r : guard.refuse_by_norm(gradients, computed, "gradient"))
+  for (Refused& r : guard.refuse_by_norm(gradients, computed, "gradient")) {
     why[r.rank] = std::move(r.why);
+  }
   if (shape_.length > shape_.parameters) {
     for (Refused& r : guard.refuse_by_norm(statistics, computed, "batch statistics")) {
       if (!why.contains(r.rank)) why[r.rank] = std::move(r.why);
+    }
+  }
+  // A member that computed nothing contributes nothing: its part (its own
+  // shard's as the sum implies it) may hold only the sum's float rounding,
+  // at most about members x 2^-24 of the parts' norms (4 times that here),
+  // whether or not any other member computed enough for a median.
+  double total_gradient = 0.0, total_statistics = 0.0;
+  for (const auto& [rank, e] : estimates) {
+    if (!computed.contains(rank)) continue;
+    total_gradient += e.gradient;
+    total_statistics += e.statistics;
+  }
+  const double rounding = static_cast<double>(members_.size()) * 0x1p-22;
+  for (const auto& [rank, e] : estimates) {
+    if (computed.contains(rank) || why.contains(rank)) continue;
+    if (e.gradient > rounding * total_gradient || e.statistics > rounding * total_statistics) {
+      why[rank] = fmt::format(
+          "it computed no samples, yet its part's estimated norm is {:.4g} (gradient) and {:.4g} "
+          "(batch statistics), beyond the sum's rounding (guard.norm_multiple)",
+          e.gradient, e.statistics);
     }
   }
   std::vector<Refused> out;

@@ -15,7 +15,8 @@
 // part of its own shard being what the sum implies (the sum's sketch minus
 // the other members' parts), never what the owner says. A member whose
 // estimate is more than guard.norm_multiple times the median of the others'
-// (the gradient's, or the batch statistics') is out of the step, its
+// (the gradient's, or the batch statistics'), or that computed no samples
+// and yet holds more than the sum's rounding, is out of the step, its
 // micro-batches requeued, and the round is redone without it.
 //
 // What that bounds: a member, owner or not, moves the sum by at most about
@@ -80,7 +81,9 @@ class SketchCheck {
 
   // The members the guard refuses, ascending, with why: each compared with
   // the median of the other members that hold samples (`computed`; a member
-  // that computed nothing is still judged, against them).
+  // that computed nothing is still judged, against them), and a member that
+  // computed nothing whose part is more than the sum's rounding, whatever
+  // the others computed.
   std::vector<Refused> judge(std::span<const float> sum, const UpdateGuard& guard,
                              const std::set<uint32_t>& computed) const;
 

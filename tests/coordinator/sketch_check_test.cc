@@ -141,6 +141,43 @@ TEST_F(SketchCheckTest, MembersThatComputedNothingDoNotMakeTheMedianZero) {
   EXPECT_EQ(refused[0].rank, 1u);
 }
 
+TEST_F(SketchCheckTest, AMemberThatComputedNothingMayHoldNothingWhateverTheOthersComputed) {
+  // Only rank 0 computed: there is no median to compare with, but ranks 1-3
+  // computed nothing, so their parts, the owners' implied ones included,
+  // may hold only the sum's rounding.
+  for (uint32_t r = 1; r < 4; ++r) std::fill(parts_[r].begin(), parts_[r].end(), 0.0f);
+  SketchCheck c = check();
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
+  EXPECT_TRUE(c.judge(sum(), guard_, {0}).empty()) << "honest zeros pass";
+  // Rank 3 owns shard 3 and adds a small value to one float of it.
+  std::vector<float> forged = sum();
+  const ExchangePlan plan(kLength, 4, 1);
+  forged[plan.shard_begin(3) + 1] += 0.5f;
+  const std::vector<Refused> refused = c.judge(forged, guard_, {0});
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].rank, 3u);
+  EXPECT_NE(refused[0].why.find("it computed no samples, yet"), std::string::npos)
+      << refused[0].why;
+  EXPECT_NE(refused[0].why.find("as the owner of shard 3"), std::string::npos) << refused[0].why;
+
+  // The rounding it allows is what a float sum leaves: four members that
+  // each computed, summed in float; the part the sum implies for each owner
+  // differs from the part it reported by far less than that bound.
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& p : parts_) {
+    for (size_t i = 0; i < kParameters; ++i) p[i] = normal(rng);
+  }
+  SketchCheck d = check();
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(d.take(r, answer(d, parts_[r])));
+  const auto estimates = d.estimate(sum());
+  for (uint32_t r = 0; r < 4; ++r) {
+    EXPECT_LT(std::abs(estimates.at(r).implied_own - estimates.at(r).reported_own),
+              4 * 0x1p-22 * 4 * estimates.at(r).gradient)
+        << "the implied part differs from the reported one by the sum's rounding only: " << r;
+  }
+}
+
 TEST_F(SketchCheckTest, AnswersThatAreNotForThisCheckOrUnusableAreNotTaken) {
   SketchCheck c = check();
   v1::ContributionSketch good = answer(c, parts_[0]);
