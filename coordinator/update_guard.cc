@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "comm/framing.h"
+#include "comm/rank_order_sum.h"
 
 namespace dctrain {
 
@@ -16,12 +17,6 @@ namespace {
 // larger ones, so one unsigned maximum over |x|'s bits checks all three.
 constexpr uint32_t kOverflowBits = 0x5f800000u;
 
-uint32_t magnitude_bits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, sizeof bits);
-  return bits & 0x7fffffffu;
-}
-
 // Frames are not guaranteed float-aligned: they are read through memcpy in
 // blocks, as comm/framing.cc does.
 constexpr size_t kBlock = 1024;
@@ -29,27 +24,18 @@ constexpr size_t kBlock = 1024;
 }  // namespace
 
 AddedContribution add_and_measure(const Message& message, size_t index, std::span<float> sum) {
-  uint32_t own = 0, summed = 0;
+  AddedMagnitudes seen;
   size_t frame = first_frame_of(message.envelope, index);
   for (size_t begin = 0; begin < sum.size(); begin += kMaxFrameFloats, ++frame) {
     const zmq::message_t& f = message.frames[frame];
-    const size_t n = f.size() / sizeof(float);
-    const auto* bytes = static_cast<const unsigned char*>(f.data());
-    float* a = sum.data() + begin;
-    float block[kBlock];
-    for (size_t i = 0; i < n; i += kBlock) {
-      const size_t m = std::min(kBlock, n - i);
-      std::memcpy(block, bytes + i * sizeof(float), m * sizeof(float));
-      for (size_t j = 0; j < m; ++j) {
-        a[i + j] += block[j];
-        own = std::max(own, magnitude_bits(block[j]));
-        summed = std::max(summed, magnitude_bits(a[i + j]));
-      }
-    }
+    const AddedMagnitudes m = add_contribution_measured(
+        sum.subspan(begin, f.size() / sizeof(float)), static_cast<const std::byte*>(f.data()));
+    seen.contribution = std::max(seen.contribution, m.contribution);
+    seen.sum = std::max(seen.sum, m.sum);
   }
   AddedContribution out;
-  out.overflows = own >= kOverflowBits;
-  out.sum_overflowed = summed >= kOverflowBits;
+  out.overflows = seen.contribution >= kOverflowBits;
+  out.sum_overflowed = seen.sum >= kOverflowBits;
   return out;
 }
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "comm/rank_order_sum.h"
 #include "comm/transport.h"
 #include "common/usable_values.h"
 #include "exchange/sum_digest.h"
@@ -62,32 +63,6 @@ std::string printable(std::string_view bytes) {
 }
 
 using Clock = std::chrono::steady_clock;
-
-float load(const std::byte* p, size_t i) {
-  // ZeroMQ's receive buffers carry no alignment promise; memcpy compiles to
-  // an unaligned load.
-  float v;
-  std::memcpy(&v, p + i * sizeof(float), sizeof v);
-  return v;
-}
-
-// out[i] = ((0.0f + s0[i]) + s1[i]) + ... in the order of `sources`: the
-// float operations of the star reduce (a zero-filled sum, each contribution
-// added in rank order). Block by block, so `out` may be one of the sources.
-void sum_in_order(std::span<const std::byte* const> sources, size_t count, float* out) {
-  constexpr size_t kBlock = 1024;
-  float acc[kBlock];
-  for (size_t i = 0; i < count; i += kBlock) {
-    const size_t m = std::min(kBlock, count - i);
-    const std::byte* first = sources[0] + i * sizeof(float);
-    for (size_t j = 0; j < m; ++j) acc[j] = 0.0f + load(first, j);
-    for (size_t s = 1; s < sources.size(); ++s) {
-      const std::byte* src = sources[s] + i * sizeof(float);
-      for (size_t j = 0; j < m; ++j) acc[j] += load(src, j);
-    }
-    std::memcpy(out + i, acc, m * sizeof(float));
-  }
-}
 
 std::string describe(const ExchangeRound& round) {
   return fmt::format("step {}, attempt {}, run {}", round.step, round.attempt, round.run);
@@ -358,7 +333,7 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
   if (p.count > 0) {
     const std::span<float> sum = r.result.subspan(p.offset, p.count);
     const auto begin = Clock::now();
-    sum_in_order(sources, p.count, sum.data());
+    sum_in_rank_order(sources, p.count, sum.data());
     r.stats->summing += Clock::now() - begin;
     // Checked while the piece is in cache (outside the summing figure).
     r.unusable = r.unusable || !usable(sum);
@@ -581,7 +556,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   if (n == 1) r.all_heard = start;
   if (n == 1) {
     const std::byte* own[] = {reinterpret_cast<const std::byte*>(contribution.data())};
-    sum_in_order(own, contribution.size(), result.data());
+    sum_in_rank_order(own, contribution.size(), result.data());
     r.unusable = !usable(result);
     r.pieces_reduced = r.inputs.size();
     if (r.digester) {

@@ -1,6 +1,6 @@
 // The allreduce among peers as threads of one process over tcp://127.0.0.1
 // (ephemeral ports): the result on every member is bit for bit the rank-order
-// sum, and the star reduce's (coordinator/reducer.cc), for 1 to 7 members
+// sum from zero (the star reduce's order, comm/rank_order_sum.h), for 1 to 7 members
 // and lengths that fit neither the member count nor the piece size; a round
 // repeated gives the same bits; a member that never sends, dies, stalls
 // after contributing or disagrees makes every other member fail by the
@@ -11,7 +11,6 @@
 #include "exchange/peer.h"
 
 #include <gtest/gtest.h>
-
 #include <sys/mman.h>
 
 #include <cmath>
@@ -24,7 +23,6 @@
 #include <thread>
 
 #include "comm/framing.h"
-#include "coordinator/reducer.h"
 #include "exchange/chunk.h"
 #include "exchange/sum_digest.h"
 #include "proto/wire.pb.h"
@@ -214,10 +212,11 @@ INSTANTIATE_TEST_SUITE_P(Members, ExchangeShapes, ::testing::ValuesIn(shapes()),
                                   std::to_string(p.param.piece_bytes);
                          });
 
-TEST(Exchange, MatchesTheStarReduceOfTheCoordinatorBitForBit) {
+TEST(Exchange, MatchesTheRankOrderSumFromZeroBitForBit) {
   // Members 0, 2, 3, 5 of six peers (1 and 4 sit out), contributing a
   // gradient and BatchNorm-like statistics in one span, as the caller lays
-  // them out.
+  // them out. The star's reducer adds in the same order (comm/rank_order_sum.h;
+  // tests/coordinator/reducer_test.cc checks it against the same loop).
   constexpr size_t kGradient = 1001, kStatistics = 7;
   Group group(6, options(4 * 37, false));
   const std::vector<uint32_t> members{0, 2, 3, 5};
@@ -225,18 +224,7 @@ TEST(Exchange, MatchesTheStarReduceOfTheCoordinatorBitForBit) {
   for (auto& v : c) v[0] = -0.0f;  // the zero-filled sum turns an all -0.0 column into +0.0
   const RoundRun run = run_round(group, {9, 0}, members, c, milliseconds(60000));
 
-  Reducer star(kGradient, kStatistics);
-  star.begin(std::vector<uint32_t>(members.rbegin(), members.rend()));
-  // Contributions reach the coordinator in any order; here the reverse.
-  for (size_t i = members.size(); i-- > 0;) {
-    Message m;
-    add_tensor(m, "gradient", std::span<const float>(c[i]).first(kGradient));
-    add_tensor(m, "statistics", std::span<const float>(c[i]).last(kStatistics));
-    star.add(members[i], std::move(m));
-  }
-  ASSERT_TRUE(star.complete());
-  std::vector<float> expected(star.gradient().begin(), star.gradient().end());
-  expected.insert(expected.end(), star.statistics().begin(), star.statistics().end());
+  const std::vector<float> expected = rank_order_sum(c);
   EXPECT_FALSE(std::signbit(expected[0]));
   for (size_t i = 0; i < members.size(); ++i) {
     ASSERT_TRUE(run.outcomes[i].ok) << run.outcomes[i].error;
