@@ -1,16 +1,16 @@
 // The coordinator's guard over a closing step (coordinator/update_guard.h):
 // what it refuses and discards, and how that reaches the ledger, the log and
-// the metrics. Kept apart from coordinator.cc, which calls guard_step()
+// the metrics. Kept apart from coordinator_steps.cc, which calls guard_step()
 // before the step settles.
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_impl.h"
 
 namespace dctrain {
 
-void Coordinator::leave_out(uint32_t rank, const std::string& refused) {
+void CoordinatorImpl::leave_out(uint32_t rank, const std::string& refused) {
   Planned& p = planned_.at(rank);
   p.contribution.reset();
   p.missed = true;
@@ -19,7 +19,7 @@ void Coordinator::leave_out(uint32_t rank, const std::string& refused) {
   ledger_.orphan_worker(rank);
 }
 
-GuardedStep Coordinator::guard_step() {
+GuardedStep CoordinatorImpl::guard_step() {
   GuardedStep out;
   v1::RunTotals& t = metrics_.totals();
   const char* fate = config_.step().requeue() ? "requeued" : "lost";
@@ -76,18 +76,18 @@ GuardedStep Coordinator::guard_step() {
   return out;
 }
 
-void Coordinator::bad_message(const std::string& peer, const std::string& line, double now) {
+void CoordinatorImpl::bad_message(const std::string& peer, const std::string& line, double now) {
   v1::RunTotals& t = metrics_.totals();
   t.set_bad_messages(t.bad_messages() + 1);
   peer_log_.bad_message(peer, line, now);
 }
 
-void Coordinator::refuse_hello(const std::string& peer, const std::string& line,
-                               const std::string& reason, double now) {
+void CoordinatorImpl::refuse_hello(const std::string& peer, const std::string& line,
+                                   const std::string& reason, double now) {
   if (peer_log_.answer_refusal(peer, line, now)) refuse(peer, reason);
 }
 
-void Coordinator::on_disconnected(const std::string& peer, double now) {
+void CoordinatorImpl::on_disconnected(const std::string& peer, double now) {
   try {
     declare_disconnected(peer, now);
   } catch (const FileWriteError& e) {
@@ -95,7 +95,7 @@ void Coordinator::on_disconnected(const std::string& peer, double now) {
   }
 }
 
-void Coordinator::declare_disconnected(const std::string& peer, double now) {
+void CoordinatorImpl::declare_disconnected(const std::string& peer, double now) {
   if (phase_ == Phase::kFinished) return;
   Member* m = membership_.live_member(peer);
   if (m == nullptr) return;

@@ -1,6 +1,6 @@
 // The coordinator's evaluations off the step loop and its live metrics: the
-// members of Coordinator (coordinator/coordinator.h) that concern them, kept
-// apart from the step logic in coordinator.cc.
+// members of CoordinatorImpl (coordinator/coordinator_impl.h) that concern them, kept
+// apart from the step logic in coordinator_steps.cc.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,12 +8,12 @@
 #include <map>
 
 #include "common/files.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_impl.h"
 #include "metrics/metrics_json.h"
 
 namespace dctrain {
 
-double Coordinator::request_evaluation(double now) {
+double CoordinatorImpl::request_evaluation(double now) {
   apply_pending();  // data plane "exchange": the snapshot is the replica after this step
   EvaluationThread& thread = *setup_.evaluation_thread;
   const double begin = clock_();
@@ -41,14 +41,14 @@ double Coordinator::request_evaluation(double now) {
   return end - begin;
 }
 
-bool Coordinator::collect_evaluation(bool wait, double now) {
+bool CoordinatorImpl::collect_evaluation(bool wait, double now) {
   EvaluationThread& thread = *setup_.evaluation_thread;
   const std::optional<EvaluationResult> result = wait ? thread.wait() : thread.take();
   if (result) record_evaluation(*result, wait ? clock_() : now);
   return result.has_value();
 }
 
-void Coordinator::record_evaluation(const EvaluationResult& result, double now) {
+void CoordinatorImpl::record_evaluation(const EvaluationResult& result, double now) {
   const EvaluationRequest& at = result.request;
   if (!result.error.empty()) {
     log_->error("evaluation of step {} failed: {}", at.step, result.error);
@@ -87,7 +87,7 @@ void Coordinator::record_evaluation(const EvaluationResult& result, double now) 
   }
 }
 
-void Coordinator::resume_evaluations(double now) {
+void CoordinatorImpl::resume_evaluations(double now) {
   if (evaluator_ == nullptr || setup_.run_dir.empty()) return;
   const uint64_t at = setup_.resume->next_step();  // steps done at the checkpoint
   const MetricsRecords kept = parse_metrics(
@@ -138,7 +138,7 @@ void Coordinator::resume_evaluations(double now) {
   }
 }
 
-void Coordinator::publish_live(double now) {
+void CoordinatorImpl::publish_live(double now) {
   if (!setup_.publish_metrics) return;
   auto s = std::make_shared<LiveSnapshot>();
   const v1::RunTotals& t = metrics_.totals();

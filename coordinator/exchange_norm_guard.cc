@@ -8,16 +8,16 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_impl.h"
 
 namespace dctrain {
 
-bool Coordinator::sketch_guard_on() const {
+bool CoordinatorImpl::sketch_guard_on() const {
   return exchange_mode() && guard_.norm_guard() && config_.data_plane().check_sums() &&
          exchange_members_.size() >= 3;
 }
 
-bool Coordinator::check_contribution_norms(double now) {
+bool CoordinatorImpl::check_contribution_norms(double now) {
   if (!sketch_guard_on() || sketch_check_passed_ || committed_ahead_ || !exchange_reports_ok() ||
       exchange_sum_unusable()) {
     return false;
@@ -90,8 +90,8 @@ bool Coordinator::check_contribution_norms(double now) {
   return redo_without(now, out, "the norm guard refused a contribution");
 }
 
-bool Coordinator::redo_without(double now, const std::map<uint32_t, std::string>& out,
-                               const std::string& why) {
+bool CoordinatorImpl::redo_without(double now, const std::map<uint32_t, std::string>& out,
+                                   const std::string& why) {
   for (const auto& [rank, reason] : out) take_out(planned_.at(rank), reason);
   std::vector<uint32_t> left;
   for (const auto& [rank, p] : planned_) {
@@ -101,8 +101,8 @@ bool Coordinator::redo_without(double now, const std::map<uint32_t, std::string>
   return plan_next_attempt(now, std::move(left), why);
 }
 
-void Coordinator::on_contribution_sketch(const std::string& peer, const Message& message,
-                                         double now) {
+void CoordinatorImpl::on_contribution_sketch(const std::string& peer, const Message& message,
+                                             double now) {
   Member* member = membership_.live_member(peer);
   if (member == nullptr) {
     ask_to_rejoin(peer, "contribution sketch from a worker that is not in the run");

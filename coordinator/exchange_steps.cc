@@ -40,14 +40,14 @@
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "common/usable_values.h"
-#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_impl.h"
 #include "coordinator/exchange_blame.h"
 #include "exchange/chunk.h"
 #include "exchange/sum_digest.h"
 
 namespace dctrain {
 
-std::optional<std::string> Coordinator::exchange_hello_problem(const v1::Hello& hello) const {
+std::optional<std::string> CoordinatorImpl::exchange_hello_problem(const v1::Hello& hello) const {
   if (!exchange_mode()) return std::nullopt;
   if (hello.exchange_endpoint().empty()) {
     return std::string(
@@ -61,8 +61,8 @@ std::optional<std::string> Coordinator::exchange_hello_problem(const v1::Hello& 
   return std::nullopt;
 }
 
-void Coordinator::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
-                                uint32_t attempt) const {
+void CoordinatorImpl::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
+                                    uint32_t attempt) const {
   v1::ExchangePlan& x = *plan.mutable_exchange();
   x.set_attempt(attempt);
   x.set_run(exchange_run_);
@@ -102,7 +102,7 @@ void Coordinator::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
   x.set_checksum_follows(pending_apply_.has_value());
 }
 
-double Coordinator::exchange_deadline(double now, double tau) const {
+double CoordinatorImpl::exchange_deadline(double now, double tau) const {
   if (std::isinf(tau)) {
     // The members' reports (naming whom they blame, within the timeout of
     // the slowest compute) and the liveness checks close such a step.
@@ -113,7 +113,7 @@ double Coordinator::exchange_deadline(double now, double tau) const {
          live.grace_seconds();
 }
 
-std::optional<std::string> Coordinator::exchange_report_problem(const Message& report) const {
+std::optional<std::string> CoordinatorImpl::exchange_report_problem(const Message& report) const {
   const v1::Contribution& c = report.envelope.contribution();
   if (!c.has_exchange()) {
     return std::string("it has no exchange report, but this run's data plane is 'exchange'");
@@ -166,7 +166,7 @@ std::optional<std::string> Coordinator::exchange_report_problem(const Message& r
   return std::nullopt;
 }
 
-void Coordinator::on_exchange_sum(const std::string& peer, Message message, double now) {
+void CoordinatorImpl::on_exchange_sum(const std::string& peer, Message message, double now) {
   Member* member = membership_.live_member(peer);
   if (member == nullptr) {
     ask_to_rejoin(peer, "exchange sum from a worker that is not in the run");
@@ -218,7 +218,8 @@ void Coordinator::on_exchange_sum(const std::string& peer, Message message, doub
   exchange_sum_ = std::move(message);
 }
 
-std::optional<std::string> Coordinator::forwarded_sum_problem(uint32_t rank, const Message& sum) {
+std::optional<std::string> CoordinatorImpl::forwarded_sum_problem(uint32_t rank,
+                                                                  const Message& sum) {
   // The sender's own report says what it holds; the commit waits until every
   // member's report says the same (refuse_disagreeing_sums), so a sum that
   // matches it is the sum every member applies.
@@ -239,7 +240,7 @@ std::optional<std::string> Coordinator::forwarded_sum_problem(uint32_t rank, con
       differ.size(), exchange_members_.size(), differ.front(), exchange_members_[differ.front()]);
 }
 
-bool Coordinator::refuse_disagreeing_sums(double now) {
+bool CoordinatorImpl::refuse_disagreeing_sums(double now) {
   if (committed_ahead_ || !exchange_reports_ok() || !config_.data_plane().check_sums()) {
     return false;
   }
@@ -286,7 +287,7 @@ bool Coordinator::refuse_disagreeing_sums(double now) {
   return plan_next_attempt(now, std::move(left), "the members' sums disagree");
 }
 
-void Coordinator::accept_exchange_report(uint32_t rank, Message report, double now) {
+void CoordinatorImpl::accept_exchange_report(uint32_t rank, Message report, double now) {
   Planned& p = planned_.at(rank);
   const v1::Contribution& c = report.envelope.contribution();
   const v1::ExchangeReport& x = c.exchange();
@@ -318,7 +319,7 @@ void Coordinator::accept_exchange_report(uint32_t rank, Message report, double n
                       now);
 }
 
-void Coordinator::cancel_overdue_members(double now) {
+void CoordinatorImpl::cancel_overdue_members(double now) {
   // Once: after the cut-off (silent_after_) nobody it could ask is left.
   if (!overdue_at_ || now <= *overdue_at_ || silent_after_ || committed_ahead_) return;
   const double answer = round_deadline_.seconds();
@@ -341,7 +342,7 @@ void Coordinator::cancel_overdue_members(double now) {
   silent_after_ = now + answer;
 }
 
-void Coordinator::take_out_stopped_members(double now) {
+void CoordinatorImpl::take_out_stopped_members(double now) {
   const v1::LivenessConfig& live = config_.liveness();
   const double silence = std::min(live.silence_seconds(), 3.0 * live.heartbeat_seconds());
   for (uint32_t rank : exchange_members_) {
@@ -357,7 +358,7 @@ void Coordinator::take_out_stopped_members(double now) {
   }
 }
 
-void Coordinator::end_round_without_lost_members(double now) {
+void CoordinatorImpl::end_round_without_lost_members(double now) {
   if (!exchange_mode() || phase_ != Phase::kStepping || committed_ahead_) return;
   std::vector<uint32_t> lost, left;
   bool waiting = false;
@@ -394,7 +395,7 @@ void Coordinator::end_round_without_lost_members(double now) {
   }
 }
 
-void Coordinator::strike(uint32_t rank, const std::string& why) {
+void CoordinatorImpl::strike(uint32_t rank, const std::string& why) {
   Member& m = membership_.at(rank);
   if (auto p = planned_.find(rank); p != planned_.end()) p->second.struck = true;
   ++m.failed_rounds_in_a_row;
@@ -410,7 +411,7 @@ void Coordinator::strike(uint32_t rank, const std::string& why) {
   }
 }
 
-void Coordinator::observe_round() {
+void CoordinatorImpl::observe_round() {
   double slowest = -1.0;
   for (uint32_t rank : exchange_members_) {
     const Planned& p = planned_.at(rank);
@@ -420,7 +421,7 @@ void Coordinator::observe_round() {
   if (slowest >= 0.0) round_deadline_.observe(slowest);
 }
 
-void Coordinator::take_out_silent_members(double now) {
+void CoordinatorImpl::take_out_silent_members(double now) {
   if (!silent_after_ || now <= *silent_after_) return;
   silent_after_.reset();
   for (uint32_t rank : exchange_members_) {
@@ -432,7 +433,7 @@ void Coordinator::take_out_silent_members(double now) {
   }
 }
 
-void Coordinator::judge_exchange_round() {
+void CoordinatorImpl::judge_exchange_round() {
   silent_after_.reset();
   std::vector<RoundReport> reports;
   std::set<uint32_t> silent;
@@ -498,7 +499,7 @@ void Coordinator::judge_exchange_round() {
   }
 }
 
-bool Coordinator::exchange_reports_ok() const {
+bool CoordinatorImpl::exchange_reports_ok() const {
   if (exchange_members_.empty()) return false;
   for (uint32_t rank : exchange_members_) {
     const Planned& p = planned_.at(rank);
@@ -507,11 +508,11 @@ bool Coordinator::exchange_reports_ok() const {
   return planned_.at(exchange_members_.front()).contribution->exchange().sends_sum();
 }
 
-bool Coordinator::exchange_succeeded() const {
+bool CoordinatorImpl::exchange_succeeded() const {
   return exchange_sum_.has_value() && exchange_reports_ok();
 }
 
-v1::Update Coordinator::exchange_commit() const {
+v1::Update CoordinatorImpl::exchange_commit() const {
   // What the close will settle (settle_step), read from the reports.
   ClosedStep closed;
   uint64_t samples = 0, planned_samples = 0;
@@ -534,7 +535,7 @@ v1::Update Coordinator::exchange_commit() const {
   return body;
 }
 
-bool Coordinator::commit_ahead_of_sum(double now) {
+bool CoordinatorImpl::commit_ahead_of_sum(double now) {
   if (committed_ahead_) return !exchange_sum_ && !committed_ahead_->lost;
   if (exchange_sum_ || !exchange_reports_ok() || exchange_sum_unusable()) return false;
   v1::Update body = exchange_commit();
@@ -553,7 +554,7 @@ bool Coordinator::commit_ahead_of_sum(double now) {
   return !committed_ahead_->lost;
 }
 
-void Coordinator::chase_committed_sum(double now) {
+void CoordinatorImpl::chase_committed_sum(double now) {
   if (!committed_ahead_ || exchange_sum_ || committed_ahead_->lost) return;
   CommittedAhead& c = *committed_ahead_;
   const Member& source = membership_.at(c.source);
@@ -569,7 +570,7 @@ void Coordinator::chase_committed_sum(double now) {
   ask_next_for_sum(now);
 }
 
-void Coordinator::ask_next_for_sum(double now) {
+void CoordinatorImpl::ask_next_for_sum(double now) {
   CommittedAhead& c = *committed_ahead_;
   for (uint32_t rank : exchange_members_) {
     if (c.failed.contains(rank) || !membership_.at(rank).live) continue;
@@ -597,7 +598,7 @@ void Coordinator::ask_next_for_sum(double now) {
       step_, config_.step().requeue() ? "requeued" : "lost", fmt::join(resent, ", "));
 }
 
-bool Coordinator::exchange_sum_unusable() const {
+bool CoordinatorImpl::exchange_sum_unusable() const {
   // Every member holds the same sum, so one that found it unusable speaks
   // for all.
   for (const auto& [rank, p] : planned_) {
@@ -606,7 +607,7 @@ bool Coordinator::exchange_sum_unusable() const {
   return false;
 }
 
-bool Coordinator::redo_exchange(double now) {
+bool CoordinatorImpl::redo_exchange(double now) {
   // A committed round is never redone: its members applied it.
   if (exchange_succeeded() || exchange_sum_unusable() || committed_ahead_) return false;
   std::vector<uint32_t> left;
@@ -616,8 +617,8 @@ bool Coordinator::redo_exchange(double now) {
   return plan_next_attempt(now, std::move(left), "the exchange failed");
 }
 
-bool Coordinator::plan_next_attempt(double now, std::vector<uint32_t> left,
-                                    const std::string& why) {
+bool CoordinatorImpl::plan_next_attempt(double now, std::vector<uint32_t> left,
+                                        const std::string& why) {
   const uint32_t rounds = config_.data_plane().rounds_per_step();
   if (left.empty() || exchange_attempt_ + 1 >= rounds) return false;
   // A member of the old round left out of the new one (it died after it
@@ -668,7 +669,7 @@ bool Coordinator::plan_next_attempt(double now, std::vector<uint32_t> left,
   return true;
 }
 
-GuardedStep Coordinator::settle_exchange() {
+GuardedStep CoordinatorImpl::settle_exchange() {
   GuardedStep out;
   out.discarded = exchange_sum_unusable();
   out.refused_norm = refused_norm_in_step_;
@@ -705,7 +706,7 @@ GuardedStep Coordinator::settle_exchange() {
   return out;
 }
 
-void Coordinator::commit_exchange(ClosedStep& closed) {
+void CoordinatorImpl::commit_exchange(ClosedStep& closed) {
   v1::StepRecord& record = closed.record;
   const bool applied = record.applied() && exchange_sum_.has_value();
   // The members have the commit already when it went out ahead of the sum
@@ -756,7 +757,7 @@ void Coordinator::commit_exchange(ClosedStep& closed) {
   record.set_apply_seconds(0.0);  // after the next plans: apply_pending()
 }
 
-bool Coordinator::take_pending_sum() {
+bool CoordinatorImpl::take_pending_sum() {
   PendingApply& pending = *pending_apply_;
   if (!pending.sum) return pending.usable;
   Message sum = std::move(*pending.sum);
@@ -776,7 +777,7 @@ bool Coordinator::take_pending_sum() {
   return pending.usable;
 }
 
-void Coordinator::apply_pending() {
+void CoordinatorImpl::apply_pending() {
   if (!pending_apply_) return;
   if (!take_pending_sum()) {
     pending_apply_.reset();

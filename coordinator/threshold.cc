@@ -1,5 +1,7 @@
 #include "coordinator/threshold.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -113,6 +115,10 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
   if (d.changed) tau_ = next;
   d.new_tau = tau_;
   return d;
+}
+
+std::string describe_tau(double tau) {
+  return std::isinf(tau) ? std::string("inf") : fmt::format("{:.3g} s", tau);
 }
 
 }  // namespace dctrain

@@ -42,6 +42,9 @@ std::vector<RecordedStep> complete_observations(const std::vector<StepObservatio
 // its steps when none is); 0 for an empty window.
 double median_overhead(const std::vector<StepObservation>& window);
 
+// A threshold for the log: "inf", or seconds to 3 significant digits.
+std::string describe_tau(double tau);
+
 // An estimate run by the automatic threshold, and what came of it.
 struct ThresholdDecision {
   uint64_t step = 0;  // estimated after this step; applies from the next

@@ -78,6 +78,10 @@ inline v1::RunConfig guarded_exchange_run_config() {
 // seeds come from, so that recorded answers replay.
 inline constexpr uint64_t kSketchSeed = 0x5eed5eed5eed5eedULL;
 
+// The coordinator's wall clock there too (the exchange's run id in the plans,
+// the heartbeats' stamps): an input replays the same bytes out.
+inline constexpr uint64_t kWallClockMicros = 1'790'000'000'000'000ULL;
+
 // The coordinator target's first byte: which of the runs the script drives.
 enum class Plane : uint8_t { kStar = 0, kExchange = 1, kGuardedExchange = 2 };
 

@@ -105,6 +105,7 @@ Recorded record(Corpus& corpus, v1::RunConfig config, const fs::path& run_dir,
   double now = 0.0;
   CoordinatorSetup setup{config, train_size, run_dir, std::nullopt, std::nullopt};
   setup.draw_sketch_seed = [] { return kSketchSeed; };  // as the fuzzed coordinator's
+  setup.wall_clock = [] { return kWallClockMicros; };
   Coordinator coordinator(setup, replica, nullptr, outbox, quiet_logger(), [&now] { return now; });
   std::map<std::string, testing::FakeWorker> workers;
   for (const char* name : {"a", "b", "c"}) workers.emplace(name, testing::FakeWorker(name, *train));

@@ -11,6 +11,7 @@
 #include "comm/validation.h"
 #include "common/cli.h"
 #include "common/version.h"
+#include "common/wall_clock.h"
 #include "trace/recorder.h"
 #include "worker/exit_codes.h"
 
@@ -240,10 +241,7 @@ void WorkerSession::tick(double now) {
     Message m;
     m.envelope = make_envelope(0, options_.name);
     // Wall time, for a reader of the coordinator's log; nothing depends on it.
-    m.envelope.mutable_heartbeat()->set_sent_unix_micros(
-        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count()));
+    m.envelope.mutable_heartbeat()->set_sent_unix_micros(system_unix_micros());
     coordinator_.send(std::move(m));
     last_sent_ = now;
   }

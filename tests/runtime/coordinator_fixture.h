@@ -60,6 +60,7 @@ class CoordinatorFixture : public ::testing::Test {
                            std::nullopt};
     setup.evaluation_thread = evaluation_thread;
     setup.publish_metrics = publish_metrics;
+    setup.wall_clock = wall_clock;
     coordinator = std::make_unique<Coordinator>(setup, *replica, evaluator, outbox, log.logger,
                                                 [this] { return now; });
     for (const std::string& name : order) workers.emplace(name, FakeWorker(name, *train));
@@ -160,6 +161,7 @@ class CoordinatorFixture : public ::testing::Test {
   // Evaluation off the step loop and live metrics, when a test sets them.
   EvaluationThread* evaluation_thread = nullptr;
   std::function<void(std::shared_ptr<const LiveSnapshot>)> publish_metrics;
+  WallClock wall_clock;  // the coordinator's Unix microseconds; unset: the system's
   std::unique_ptr<Coordinator> coordinator;
   std::vector<std::string> order = {"a", "b", "c"};
   bool hello_on_start = false;

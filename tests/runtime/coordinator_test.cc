@@ -16,6 +16,9 @@
 #include <thread>
 
 #include "common/version.h"
+#include "coordinator/evaluation_thread.h"
+#include "coordinator/evaluator.h"
+#include "coordinator/live_metrics.h"
 #include "metrics/metrics_json.h"
 #include "tests/runtime/coordinator_fixture.h"
 #include "tests/runtime/fake_cluster.h"

@@ -245,6 +245,25 @@ TEST_F(ExchangeCommitTest, TheCommitGoesOutOnTheReportsAndTheNextPlansOnceTheSum
   EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commits["a"]));
 }
 
+TEST_F(ExchangeCommitTest, TheWallClockGivenStampsTheRunOfTheRoundsAndTheHeartbeats) {
+  // The coordinator reads wall time only from its setup's clock: the run id
+  // of its exchange rounds (read once, at construction) and the heartbeats'
+  // stamps (each read when sent).
+  uint64_t wall = 1'700'000'000'000'000ULL;
+  wall_clock = [&wall] { return wall; };
+  std::map<std::string, Message> first = join();
+  for (const std::string& name : order) {
+    EXPECT_EQ(first[name].envelope.plan().exchange().run(), 1'700'000'000'000'000ULL) << name;
+  }
+  wall += 123;
+  now += 0.6;  // past liveness.heartbeat_seconds
+  coordinator->tick(now);
+  for (const std::string& name : order) {
+    const Message hb = only(name, v1::Envelope::kHeartbeat);
+    EXPECT_EQ(hb.envelope.heartbeat().sent_unix_micros(), 1'700'000'000'000'123ULL) << name;
+  }
+}
+
 TEST_F(ExchangeCommitTest, ALowestMemberThatDiesBeforeItsSumIsStoodInForByTheNext) {
   std::map<std::string, Message> first = join();
   fill_sum();

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "coordinator/coordinator.h"
+#include "coordinator/peer_limits.h"
 #include "coordinator/update_guard.h"
 #include "metrics/metrics_json.h"
 #include "tests/runtime/coordinator_fixture.h"
