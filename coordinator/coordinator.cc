@@ -33,7 +33,6 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
     : setup_(std::move(setup)),
       config_(setup_.config),
       replica_(replica),
-      evaluator_(evaluator),
       outbox_(outbox),
       log_(std::move(log)),
       clock_(std::move(clock)),
@@ -53,6 +52,11 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
   reducer_.set_holding(guard_.norm_guard());
   if (!setup_.wall_clock) setup_.wall_clock = system_unix_micros;
   exchange_run_ = setup_.wall_clock();
+  if (setup_.evaluation_thread != nullptr) {
+    evaluations_ = setup_.evaluation_thread;
+  } else if (evaluator != nullptr) {
+    evaluations_ = &inline_evaluations_.emplace(*evaluator, clock_);
+  }
   const double now = clock_();
   created_ = run_started_ = waiting_since_ = now;
   if (setup_.resume) {

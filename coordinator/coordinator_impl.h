@@ -7,8 +7,10 @@
 //   coordinator_steps.cc     plan, collect, settle, apply, record a step;
 //                            misses and release; the threshold
 //   coordinator_guard.cc     the star's guards before a step settles
-//   exchange_steps.cc        the exchange data plane's rounds: collect the
-//                            members' reports, judge, commit, apply the sum
+//   exchange_steps.cc        the exchange data plane's rounds: plan, collect
+//                            the members' reports, judge, redo or settle
+//   exchange_commit.cc       the exchange's commit, its forwarded sum, and
+//                            the sum's apply to the replica
 //   exchange_norm_guard.cc   the exchange's norm guard (sketches)
 //   coordinator_observe.cc   evaluations off the step loop, live metrics
 //   coordinator_run.cc       evaluation, checkpoints, stop criteria, the end
@@ -31,6 +33,7 @@
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/evaluation_thread.h"
+#include "coordinator/evaluations.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/exit_codes.h"
 #include "coordinator/ledger.h"
@@ -141,8 +144,6 @@ class CoordinatorImpl {
   void track_misses(const v1::StepRecord& record);
   // Feeds a closed step to the threshold; logs and records its estimates.
   void observe_threshold(const ClosedStep& closed, double now);
-  // Each returns the seconds it took on the coordinator's clock.
-  double evaluate(double now);
   // The checkpoint of the state now, written to checkpoint.bin.tmp and
   // synced; put in place by the caller once the records it covers are
   // durable (close_step, finish). None without a run folder.
@@ -152,9 +153,11 @@ class CoordinatorImpl {
   // A write to the run folder failed (`what` says which and why): the run
   // stops with kCoordinatorRunFolderFailed, as cleanly as it can.
   void run_folder_failed(const std::string& what, double now);
-  // Evaluation off the step loop (coordinator_observe.cc). Starts one on
-  // a snapshot of the replica, after waiting for the previous one if it
-  // still runs; returns the seconds the step loop spent.
+  // Evaluations (coordinator_observe.cc), wherever they run
+  // (coordinator/evaluations.h). Starts one of the replica as it is now,
+  // after waiting for the previous one if it still runs; returns the seconds
+  // the step loop spent (all of it when evaluations run in the step loop,
+  // then recorded at once).
   double request_evaluation(double now);
   // Records a finished evaluation, if any (true then); `wait`: waits for a
   // running one.
@@ -339,7 +342,10 @@ class CoordinatorImpl {
   CoordinatorSetup setup_;
   const v1::RunConfig& config_;
   Replica& replica_;
-  Evaluator* evaluator_;
+  // Where evaluations run: setup_.evaluation_thread, else inline_evaluations_
+  // over the evaluator given (null without one).
+  std::optional<InlineEvaluations> inline_evaluations_;
+  Evaluations* evaluations_ = nullptr;
   Outbox& outbox_;
   std::shared_ptr<spdlog::logger> log_;
   CoordinatorClock clock_;
@@ -378,7 +384,7 @@ class CoordinatorImpl {
   double last_loss_ = 0.0;
   double recent_step_seconds_ = 0.0;
   LiveMetrics live_metrics_;
-  uint64_t evaluations_ = 0;  // finished since this process started
+  uint64_t evaluations_finished_ = 0;  // finished since this process started
 };
 
 }  // namespace dctrain

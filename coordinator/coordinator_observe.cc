@@ -1,4 +1,4 @@
-// The coordinator's evaluations off the step loop and its live metrics: the
+// The coordinator's evaluations and its live metrics: the
 // members of CoordinatorImpl (coordinator/coordinator_impl.h) that concern them, kept
 // apart from the step logic in coordinator_steps.cc.
 #include <fmt/format.h>
@@ -14,17 +14,17 @@
 namespace dctrain {
 
 double CoordinatorImpl::request_evaluation(double now) {
-  apply_pending();  // data plane "exchange": the snapshot is the replica after this step
-  EvaluationThread& thread = *setup_.evaluation_thread;
+  apply_pending();  // data plane "exchange": the state evaluated is the replica after this step
+  Evaluations& evaluations = *evaluations_;
   const double begin = clock_();
   const uint64_t step = metrics_.totals().steps();
   collect_evaluation(false, now);  // one that finished since the step closed
-  if (thread.busy()) {
+  if (evaluations.busy()) {
     // Waiting, not skipping: every evaluation the config asks for happens,
     // so runs stay comparable record for record (and a resumed run with
     // the unbroken one); the steps wait only when evaluations take longer
     // than eval.every_steps steps.
-    const std::optional<uint64_t> previous = thread.pending_step();
+    const std::optional<uint64_t> previous = evaluations.pending_step();
     log_->info(
         "evaluation of step {} waits for the one of step {}, still running: evaluations take "
         "longer than eval.every_steps ({}) steps; raise it to keep the steps going",
@@ -33,17 +33,18 @@ double CoordinatorImpl::request_evaluation(double now) {
     t.set_evaluations_waited(t.evaluations_waited() + 1);
     collect_evaluation(true, now);
   }
-  thread.start(replica_.model(), {step, wall(now), epochs()});
-  // On the timeline: what the step loop spent on it (the snapshot, and any
-  // wait); the evaluation itself runs beside the next steps.
+  evaluations.start(replica_.model(), {step, wall(now), epochs()});
+  if (evaluations.in_step_loop()) collect_evaluation(true, now);
+  // On the timeline: what the step loop spent on it (off the step loop: the
+  // snapshot and any wait; the evaluation itself runs beside the next steps).
   const double end = clock_();
   timeline_.span("evaluation", begin, end);
   return end - begin;
 }
 
 bool CoordinatorImpl::collect_evaluation(bool wait, double now) {
-  EvaluationThread& thread = *setup_.evaluation_thread;
-  const std::optional<EvaluationResult> result = wait ? thread.wait() : thread.take();
+  if (evaluations_ == nullptr) return false;
+  const std::optional<EvaluationResult> result = wait ? evaluations_->wait() : evaluations_->take();
   if (result) record_evaluation(*result, wait ? clock_() : now);
   return result.has_value();
 }
@@ -70,7 +71,7 @@ void CoordinatorImpl::record_evaluation(const EvaluationResult& result, double n
   r.set_samples(static_cast<uint32_t>(e.samples));
   r.set_seconds(result.seconds);
   metrics_.record_eval(r);
-  ++evaluations_;
+  ++evaluations_finished_;
   const uint64_t went_on = t.steps() - std::min(t.steps(), at.step);
   log_->info(
       "eval after step {}: loss {:.4f}, accuracy {:.2f}% on {} held-out samples ({:.1f} s{})",
@@ -88,7 +89,7 @@ void CoordinatorImpl::record_evaluation(const EvaluationResult& result, double n
 }
 
 void CoordinatorImpl::resume_evaluations(double now) {
-  if (evaluator_ == nullptr || setup_.run_dir.empty()) return;
+  if (evaluations_ == nullptr || setup_.run_dir.empty()) return;
   const uint64_t at = setup_.resume->next_step();  // steps done at the checkpoint
   const MetricsRecords kept = parse_metrics(
       read_file_if_present(setup_.run_dir / "metrics.jsonl").value_or(""), "metrics.jsonl");
@@ -110,7 +111,7 @@ void CoordinatorImpl::resume_evaluations(double now) {
       t.set_time_to_target_seconds(r.wall_seconds());
       t.set_target_step(r.step());
     }
-    ++evaluations_;
+    ++evaluations_finished_;
     log_->info("resuming: took the evaluation of step {} recorded after the checkpoint", at);
     return;
   }
@@ -126,16 +127,8 @@ void CoordinatorImpl::resume_evaluations(double now) {
     if (r.step() + 1 == at) step_wall = r.wall_seconds();
   }
   log_->info("resuming: evaluating the restored model of step {}, due before the interruption", at);
-  if (setup_.evaluation_thread != nullptr) {
-    setup_.evaluation_thread->start(replica_.model(), {at, step_wall, epochs()});
-  } else {
-    EvaluationResult result;
-    result.request = {at, step_wall, epochs()};
-    const double begin = clock_();
-    result.evaluation = evaluator_->evaluate(replica_.model());
-    result.seconds = clock_() - begin;
-    record_evaluation(result, now + result.seconds);
-  }
+  evaluations_->start(replica_.model(), {at, step_wall, epochs()});
+  if (evaluations_->in_step_loop()) collect_evaluation(true, now);
 }
 
 void CoordinatorImpl::publish_live(double now) {
@@ -167,7 +160,7 @@ void CoordinatorImpl::publish_live(double now) {
   s->eval_step = t.last_eval_step();
   s->eval_accuracy = t.last_eval_accuracy();
   s->eval_loss = t.last_eval_loss();
-  s->evaluations = evaluations_;
+  s->evaluations = evaluations_finished_;
   s->evaluations_waited = t.evaluations_waited();
   s->reached_target = t.reached_target();
   s->target_step = t.target_step();

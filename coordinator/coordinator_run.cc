@@ -27,26 +27,13 @@ std::string describe_seconds(double seconds) {
 
 }  // namespace
 
-double CoordinatorImpl::evaluate(double now) {
-  // In the step loop, on the replica itself: the steps wait for it.
-  apply_pending();
-  const double begin = clock_();
-  EvaluationResult result;
-  result.request = {metrics_.totals().steps(), wall(now), epochs()};
-  result.evaluation = evaluator_->evaluate(replica_.model());
-  result.seconds = clock_() - begin;
-  timeline_.span("evaluation", begin, begin + result.seconds);
-  record_evaluation(result, now + result.seconds);
-  return result.seconds;
-}
-
 std::optional<PendingFile> CoordinatorImpl::write_checkpoint(double now) {
   apply_pending();
   if (setup_.run_dir.empty()) return std::nullopt;
   const double begin = clock_();
   // An evaluation of an earlier step still running: its result goes into
   // the totals the checkpoint saves (a resumed run could not redo it).
-  if (setup_.evaluation_thread != nullptr) collect_evaluation(true, now);
+  collect_evaluation(true, now);
   v1::CheckpointHeader header;
   *header.mutable_config() = config_;
   header.set_next_step(step_);
@@ -107,10 +94,11 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
   try {
     // The evaluation still running completes, and is recorded, before the
     // summary.
-    if (setup_.evaluation_thread != nullptr) collect_evaluation(true, now);
-    if (exit_code == kCoordinatorDone && evaluator_ != nullptr &&
+    collect_evaluation(true, now);
+    if (exit_code == kCoordinatorDone && evaluations_ != nullptr &&
         (!t.has_eval() || t.last_eval_step() != t.steps())) {
-      evaluate(now);
+      request_evaluation(now);
+      collect_evaluation(true, now);
     }
     if (exit_code == kCoordinatorDone && config_.checkpoint().every_steps() > 0) {
       if (std::optional<PendingFile> checkpoint = write_checkpoint(now)) {
@@ -190,7 +178,7 @@ void CoordinatorImpl::tick(double now) {
 void CoordinatorImpl::advance(double now) {
   if (phase_ == Phase::kFinished) return;
   const v1::LivenessConfig& live = config_.liveness();
-  if (setup_.evaluation_thread != nullptr && collect_evaluation(false, now)) {
+  if (collect_evaluation(false, now)) {
     publish_live(now);
     // A step in flight closes first; with none (all workers gone), a
     // target reached ends the run now.

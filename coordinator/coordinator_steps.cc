@@ -178,11 +178,13 @@ void CoordinatorImpl::close_step(double now) {
   // The coordinator's own work between steps: on its clock, never on the
   // workers' (the next step's clock starts when its plans go out).
   const uint64_t every = config_.eval().every_steps();
-  const bool eval_due = evaluator_ != nullptr &&
+  const bool eval_due = evaluations_ != nullptr &&
                         ((every > 0 && t.steps() % every == 0) || (every == 0 && epoch_ended));
-  const bool in_background = setup_.evaluation_thread != nullptr;
-  if (in_background) collect_evaluation(false, now);  // may reach the target
-  if (eval_due && !in_background) record.set_eval_seconds(evaluate(now));
+  collect_evaluation(false, now);  // one finished off the step loop may reach the target
+  // In the step loop, before the stop criteria, which its result may meet;
+  // off it, after the checkpoint, which then never waits for it.
+  const bool in_step_loop = eval_due && evaluations_->in_step_loop();
+  if (in_step_loop) record.set_eval_seconds(request_evaluation(now));
   const uint64_t checkpoint_every = config_.checkpoint().every_steps();
   const std::optional<std::string> stop = stop_reached(now);
   const bool checkpoint_due = checkpoint_every > 0 && t.steps() % checkpoint_every == 0 && !stop;
@@ -192,7 +194,7 @@ void CoordinatorImpl::close_step(double now) {
   if (checkpoint_due) record.set_checkpoint_seconds(clock_() - checkpoint_begin);
   // After the checkpoint is written, so that it never waits for this
   // evaluation.
-  if (eval_due && in_background) record.set_eval_seconds(request_evaluation(now));
+  if (eval_due && !in_step_loop) record.set_eval_seconds(request_evaluation(now));
   metrics_.record_step(record);
   // The step's record is durable before the checkpoint that covers it is
   // in place: a crash in between leaves the record, whose step the resumed

@@ -1,4 +1,4 @@
-// Evaluation off the step loop: a copy of the replica's parameters and
+// Evaluation off the step loop (coordinator/evaluations.h): a copy of the replica's parameters and
 // running statistics (a snapshot) is evaluated in a thread of its own while
 // the coordinator goes on with the next steps. One evaluation at a time:
 // the snapshot model is the thread's only while it runs, so nothing is
@@ -14,49 +14,36 @@
 #include <string>
 #include <thread>
 
+#include "coordinator/evaluations.h"
 #include "coordinator/evaluator.h"
 #include "model/model.h"
 
 namespace dctrain {
 
-// Which state an evaluation looked at: the model after `step` steps done,
-// closed at `wall_seconds` on the run's clock.
-struct EvaluationRequest {
-  uint64_t step = 0;
-  double wall_seconds = 0.0;
-  double epochs = 0.0;
-};
-
-struct EvaluationResult {
-  EvaluationRequest request;
-  Evaluation evaluation;
-  double seconds = 0.0;  // how long it took, on the steady clock
-  std::string error;     // the evaluator threw: what it said (evaluation is then unset)
-};
-
-class EvaluationThread {
+class EvaluationThread : public Evaluations {
  public:
   // `snapshot`: a model of the replica's architecture (its parameters are
   // overwritten by every start()); `evaluator` is used by this thread only.
   EvaluationThread(Evaluator& evaluator, std::unique_ptr<Model> snapshot);
   // An evaluation in progress runs to its end (it cannot be cut between
   // batches), then the thread is joined.
-  ~EvaluationThread();
+  ~EvaluationThread() override;
   EvaluationThread(const EvaluationThread&) = delete;
   EvaluationThread& operator=(const EvaluationThread&) = delete;
 
+  bool in_step_loop() const override { return false; }
   // Copies `replica`'s parameters and buffers into the snapshot and starts
   // evaluating it. Returns false, copying nothing, while an evaluation runs
   // or its result has not been taken: the caller decides whether to wait.
-  bool start(Model& replica, const EvaluationRequest& request);
+  bool start(Model& replica, const EvaluationRequest& request) override;
   // Running, or finished with its result not yet taken.
-  bool busy() const;
+  bool busy() const override;
   // The step of the evaluation running or waiting to be taken.
-  std::optional<uint64_t> pending_step() const;
+  std::optional<uint64_t> pending_step() const override;
   // The finished result, once; nothing while it runs or when none started.
-  std::optional<EvaluationResult> take();
+  std::optional<EvaluationResult> take() override;
   // Waits for the evaluation in progress (if any) and takes its result.
-  std::optional<EvaluationResult> wait();
+  std::optional<EvaluationResult> wait() override;
   // Waits until no evaluation runs (a result may wait to be taken).
   void wait_idle() const;
 
