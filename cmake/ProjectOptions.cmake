@@ -34,17 +34,36 @@ endif()
 
 # Helper: a project library in folder DIR with public headers under the
 # repository root (so includes read "model/param_table.h").
+# The link graph of the project's libraries and programs, one line per
+# target: FOLDER NAME DEP,DEP,... (the dctrain_* ones it links directly).
+# Written to link_graph.txt at the end of the configure (the top-level
+# CMakeLists.txt); docs_architecture_test holds docs/architecture.md to it.
+function(dctrain_record_links name)
+  set(deps)
+  foreach(dep ${ARGN})
+    if(dep MATCHES "^dctrain_" AND NOT dep STREQUAL "dctrain_options")
+      list(APPEND deps ${dep})
+    endif()
+  endforeach()
+  list(SORT deps)
+  string(JOIN "," joined ${deps})
+  file(RELATIVE_PATH folder ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  set_property(GLOBAL APPEND PROPERTY DCTRAIN_LINK_GRAPH "${folder} ${name} ${joined}")
+endfunction()
+
 function(dctrain_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(${name} ${ARG_SOURCES})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
   target_link_libraries(${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE dctrain_options ${ARG_PRIVATE_DEPS})
+  dctrain_record_links(${name} ${ARG_PUBLIC_DEPS} ${ARG_PRIVATE_DEPS})
 endfunction()
 
 function(dctrain_program name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE dctrain_options ${ARG_DEPS})
+  dctrain_record_links(${name} ${ARG_DEPS})
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
   install(TARGETS ${name} RUNTIME DESTINATION bin)
 endfunction()

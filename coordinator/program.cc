@@ -42,8 +42,9 @@ using Clock = std::chrono::steady_clock;
 // Command-line flags override the config's fields.
 void apply_overrides(const CoordinatorOptions& options, v1::RunConfig& config) {
   if (options.workers > 0) config.set_workers(static_cast<uint32_t>(options.workers));
-  if (!options.tau.empty()) apply_tau_option(options.tau, *config.mutable_step());
-  if (options.steps > 0) config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.steps));
+  if (!options.run.tau.empty()) apply_tau_option(options.run.tau, *config.mutable_step());
+  if (options.run.steps > 0)
+    config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.run.steps));
 }
 
 std::shared_ptr<spdlog::logger> make_logger(const fs::path& run_dir, const std::string& level) {
@@ -133,7 +134,7 @@ ServerSecurity resolve_security(const v1::SecurityConfig& config, const std::str
 std::optional<std::string> new_run_problem(const fs::path& run_dir,
                                            const CoordinatorOptions& options) {
   std::optional<std::string> refusal = new_run_refusal(run_dir);
-  if (refusal && options.overwrite) {
+  if (refusal && options.run.overwrite) {
     spdlog::warn("--overwrite: removing the run in '{}' ({})", run_dir.string(), *refusal);
     remove_run_files(run_dir);
     return std::nullopt;
@@ -163,22 +164,22 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
   // SIGINT / SIGTERM end the run cleanly (bye to workers, summary written).
   StopSignals signals;
 
-  const bool resuming = !options.resume_dir.empty();
+  const bool resuming = !options.run.resume_dir.empty();
   std::optional<v1::CheckpointHeader> resume;
   v1::RunConfig config;
   try {
     if (resuming) {
-      resume = load_checkpoint_header(checkpoint_path(options.resume_dir));
+      resume = load_checkpoint_header(checkpoint_path(options.run.resume_dir));
       config = resume->config();
-      if (options.steps > 0)
-        config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.steps));
+      if (options.run.steps > 0)
+        config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.run.steps));
     } else {
-      if (options.config_path.empty()) {
+      if (options.run.config_path.empty()) {
         spdlog::error(
             "no run config: pass --config FILE (see experiments/*.cfg) or --resume RUN_DIR");
         return 2;
       }
-      config = load_run_config(options.config_path);
+      config = load_run_config(options.run.config_path);
       apply_overrides(options, config);
     }
     apply_security_overrides(options, config);
@@ -187,7 +188,7 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     spdlog::error("{}", e.what());
     return 2;
   }
-  fs::path run_dir = resuming ? fs::path(options.resume_dir) : fs::path(options.out_dir);
+  fs::path run_dir = resuming ? fs::path(options.run.resume_dir) : fs::path(options.run.out_dir);
   if (run_dir.empty()) run_dir = new_run_folder("runs", config.name());
   if (const std::optional<std::string> problem =
           resuming ? resume_problem(run_dir, config) : new_run_problem(run_dir, options)) {
@@ -219,14 +220,15 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     return 2;
   }
   try {
-    if (needs_data_root(config) && options.data_dir.empty()) {
+    if (needs_data_root(config) && options.run.data_dir.empty()) {
       throw std::runtime_error(fmt::format(
           "the run trains on '{}' data: pass --data-dir with the data root the workers use too",
           word(config.dataset().kind())));
     }
     const auto load_begin = Clock::now();
-    const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, options.data_dir);
-    const std::unique_ptr<Dataset> test = open_dataset(config, Split::kEval, options.data_dir);
+    const std::unique_ptr<Dataset> train =
+        open_dataset(config, Split::kTrain, options.run.data_dir);
+    const std::unique_ptr<Dataset> test = open_dataset(config, Split::kEval, options.run.data_dir);
     const uint64_t train_size = train_samples(config, *train);
     resolve_step_budget(config, train_size);
     log->info("data: {} ({} used), held out: {} ({} evaluated), loaded in {:.1f} s",
@@ -278,9 +280,9 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     }
     std::unique_ptr<MetricsServer> metrics_server;
     fs::remove(run_dir / "metrics_endpoint", ec);  // a resumed run's is stale
-    if (options.metrics_port >= 0) {
+    if (options.run.metrics_port >= 0) {
       metrics_server = std::make_unique<MetricsServer>(
-          options.metrics_address, static_cast<uint16_t>(options.metrics_port), log);
+          options.run.metrics_address, static_cast<uint16_t>(options.run.metrics_port), log);
       write_file_atomically(run_dir / "metrics_endpoint", metrics_server->url() + "\n");
       log->info("metrics: Prometheus text at {} (try: curl -s {})", metrics_server->url(),
                 metrics_server->url());

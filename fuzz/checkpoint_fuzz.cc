@@ -17,7 +17,7 @@
 #include "fuzz/harness.h"
 #include "model/param_table.h"
 #include "runtime/replica.h"
-#include "tests/runtime/softmax_model.h"
+#include "tests/testing/softmax_model.h"
 
 namespace dctrain::fuzz {
 namespace {

@@ -1,7 +1,7 @@
 // The coordinator's message handling (Coordinator::handle and tick, through
 // its public interface only) fed a script of arbitrary multipart messages
 // from four peers, ticks and a stop, on a fake clock with a recording
-// outbox, as tests/runtime/coordinator_test.cc drives it. A fresh
+// outbox, as tests/coordinator/coordinator_test.cc drives it. A fresh
 // coordinator per input (its run folder is reused). What must hold: it
 // never throws, crashes or trips a sanitizer; whatever it sent decodes.
 // The input's first byte picks the run: the star data plane, the exchange
@@ -19,7 +19,7 @@
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
 #include "runtime/setup.h"
-#include "tests/runtime/fake_cluster.h"
+#include "tests/testing/fake_cluster.h"
 
 namespace dctrain::fuzz {
 namespace {

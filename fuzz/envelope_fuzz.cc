@@ -18,7 +18,7 @@
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
 #include "runtime/replica.h"
-#include "tests/runtime/softmax_model.h"
+#include "tests/testing/softmax_model.h"
 
 namespace dctrain::fuzz {
 namespace {

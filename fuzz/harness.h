@@ -34,7 +34,7 @@ inline std::filesystem::path scratch_dir(const std::string& target) {
 
 // The run the coordinator and session targets (and their seeds) use: no
 // checkpoints (each would fsync), no evaluation, 4 steps; on the star data
-// plane, since the seed run's in-process workers (tests/runtime/fake_cluster.h)
+// plane, since the seed run's in-process workers (tests/testing/fake_cluster.h)
 // send their gradients to the coordinator and have no exchange endpoint.
 inline constexpr char kRunConfig[] = R"(
 name: "fuzz"

@@ -1,7 +1,7 @@
 // dctrain-fuzz-seeds OUT_DIR: writes the fuzz targets' seed corpora, made
 // of real messages and files rather than committed binaries. It runs the
 // fuzz run (fuzz/harness.h) for real in this process, as
-// tests/runtime/coordinator_test.cc does: a coordinator with a recording
+// tests/coordinator/coordinator_test.cc does: a coordinator with a recording
 // outbox and three workers running the real session and trainer, messages
 // passed between them until the run finishes. From that run:
 //   coordinator/   the script of everything the workers sent it (hellos,
@@ -34,8 +34,8 @@
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
 #include "runtime/setup.h"
-#include "tests/runtime/exchange_script.h"
-#include "tests/runtime/fake_cluster.h"
+#include "tests/testing/exchange_script.h"
+#include "tests/testing/fake_cluster.h"
 
 namespace dctrain::fuzz {
 namespace {
@@ -163,7 +163,7 @@ Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
 }
 
 // The exchange run, the workers' side played by hand as
-// tests/runtime/exchange_commit_test.cc plays it: each says hello with an
+// tests/coordinator/exchange_commit_test.cc plays it: each says hello with an
 // endpoint and a token, answers its welcome (FakeWorker) and every plan with
 // its round reported ok (the digests of one fixed sum, computed on the
 // coordinator's parameters as they are then); a, the lowest member, sends

@@ -3,7 +3,7 @@
 // Trainer on a replica of the fuzz run's model) fed a script of arbitrary
 // multipart messages from the coordinator, connection events, signals and
 // ticks, on a manual clock with a recording link, as
-// tests/runtime/session_test.cc drives them. The jobs the session hands to
+// tests/worker/session_test.cc drives them. The jobs the session hands to
 // the compute side run at once, their outputs go back to the session. A
 // fresh session and trainer per input. What must hold: nothing throws,
 // crashes or trips a sanitizer; whatever the worker sent decodes.
@@ -14,7 +14,7 @@
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
 #include "runtime/setup.h"
-#include "tests/runtime/fake_cluster.h"
+#include "tests/testing/fake_cluster.h"
 
 namespace dctrain::fuzz {
 namespace {

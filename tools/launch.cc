@@ -31,6 +31,7 @@
 #include "common/child_process.h"
 #include "common/cli.h"
 #include "common/exit_codes.h"
+#include "common/run_flags.h"
 #include "common/stop_signals.h"
 #include "metrics/run_identity.h"
 #include "runtime/run_config.h"
@@ -212,13 +213,11 @@ int main(int argc, char** argv) try {
       "a run across hosts (--bind on the coordinator's host, --connect on the others)"};
   int workers = 0;           // unless given: the config's
   int workers_per_host = 0;  // unless given: all of them
-  std::string config, out_dir, data_dir, tau, log_level = "info", resume;
+  dctrain::RunFlags run;     // passed on to the coordinator (common/run_flags.h)
+  std::string log_level = "info";
   std::string bind, connect, name_prefix, keys_dir;
-  bool overwrite = false, insecure = false;
+  bool insecure = false;
   int threads = 1;
-  int64_t steps = 0;
-  int metrics_port = -1;
-  std::string metrics_address;
   bool curve = false;
   dctrain::add_common_options(app, "dctrain-launch", log_level);
   app.add_flag("--curve", curve,
@@ -257,32 +256,10 @@ int main(int argc, char** argv) try {
       ->check(CLI::ExistingDirectory);
   app.add_flag("--insecure", insecure,
                "With --bind: no keys, plain TCP that other hosts reach (a trusted network only)");
-  app.add_option("--config", config, "Run config file (Protobuf text format)")
-      ->check(CLI::ExistingFile);
-  app.add_option("--out", out_dir,
-                 "Run folder (default: a new folder runs/NAME-YYYYMMDD-HHMMSS, NAME the config's "
-                 "name); one that holds another run is refused unless --overwrite");
-  app.add_flag("--overwrite", overwrite,
-               "Start the run in --out even if that folder holds another run (its files are "
-               "removed first)");
-  app.add_option("--resume", resume, "Continue the run in this folder from its last checkpoint")
-      ->check(CLI::ExistingDirectory);
-  app.add_option("--data-dir", data_dir, "Data root for every process (empty: synthetic data only)")
-      ->check(CLI::ExistingDirectory);
+  dctrain::add_run_flags(app, run);
   app.add_option("--threads", threads, "Compute threads per worker")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  app.add_option("--tau", tau, "Override the config's threshold: seconds, 'inf' or 'auto'");
-  app.add_option("--steps", steps, "Override the config's max steps (0: keep)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  app.add_option("--metrics-port", metrics_port,
-                 "The coordinator's live metrics port (0: a free one, in RUN_DIR/metrics_endpoint; "
-                 "absent: none)")
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--metrics-address", metrics_address,
-                 "Numeric address the coordinator's metrics server listens on (default: its own, "
-                 "127.0.0.1; 0.0.0.0 or :: for every interface)");
   app.footer(
       "Environment:\n"
       "  OPENBLAS_CORETYPE   passed on to the coordinator and the workers, like the rest of the\n"
@@ -310,7 +287,7 @@ int main(int argc, char** argv) try {
       std::vector<std::string> args = {
           (bin / "dctrain-worker").string(), "--connect",   endpoint, "--name", name, "--threads",
           std::to_string(threads),           "--log-level", log_level};
-      if (!data_dir.empty()) args.insert(args.end(), {"--data-dir", data_dir});
+      if (!run.data_dir.empty()) args.insert(args.end(), {"--data-dir", run.data_dir});
       if (!keys.empty()) {
         const std::vector<std::string> key_args = worker_keys(keys, name);
         args.insert(args.end(), key_args.begin(), key_args.end());
@@ -341,7 +318,7 @@ int main(int argc, char** argv) try {
     return supervise(children, /*coordinator=*/false, signals, "");
   }
 
-  if (config.empty() && resume.empty()) {
+  if (run.config_path.empty() && run.resume_dir.empty()) {
     std::fprintf(stderr,
                  "dctrain-launch: pass --config FILE (see experiments/) or --resume RUN_DIR\n");
     return dctrain::kExitUsage;
@@ -374,7 +351,8 @@ int main(int argc, char** argv) try {
   // The run's config: the one given, or the one the resumed run wrote into
   // its folder when it began. One that does not parse or validate is
   // refused here, before any folder is made.
-  const std::string source = resume.empty() ? config : (fs::path(resume) / "config.cfg").string();
+  const std::string source =
+      run.resume_dir.empty() ? run.config_path : (fs::path(run.resume_dir) / "config.cfg").string();
   dctrain::v1::RunConfig run_config;
   try {
     run_config = dctrain::load_run_config(source);
@@ -409,14 +387,15 @@ int main(int argc, char** argv) try {
     return dctrain::kExitUsage;
   }
 
-  if (resume.empty() && out_dir.empty()) {
-    out_dir = dctrain::new_run_folder("runs", run_config.name()).string();
-    std::fprintf(stderr, "dctrain-launch: run folder %s\n", out_dir.c_str());
+  if (run.resume_dir.empty() && run.out_dir.empty()) {
+    run.out_dir = dctrain::new_run_folder("runs", run_config.name()).string();
+    std::fprintf(stderr, "dctrain-launch: run folder %s\n", run.out_dir.c_str());
   }
-  const fs::path run_dir = resume.empty() ? fs::path(out_dir) : fs::path(resume);
+  const fs::path run_dir =
+      run.resume_dir.empty() ? fs::path(run.out_dir) : fs::path(run.resume_dir);
   // Refused here, before the launcher touches the folder (its endpoint, its
   // keys), as the coordinator would refuse it.
-  if (resume.empty() && !overwrite) {
+  if (run.resume_dir.empty() && !run.overwrite) {
     if (const std::optional<std::string> refusal = dctrain::new_run_refusal(run_dir)) {
       std::fprintf(stderr, "dctrain-launch: %s\n", refusal->c_str());
       return dctrain::kExitUsage;
@@ -432,21 +411,13 @@ int main(int argc, char** argv) try {
                                           log_level,
                                           "--workers",
                                           std::to_string(workers)};
-  if (resume.empty()) {
-    coordinator.insert(coordinator.end(), {"--config", config, "--out", out_dir});
-    if (overwrite) coordinator.push_back("--overwrite");
-  } else {
-    coordinator.insert(coordinator.end(), {"--resume", resume});
+  // A resumed run's config and folder are the checkpoint's.
+  if (!run.resume_dir.empty()) {
+    run.config_path = run.out_dir = "";
+    run.overwrite = false;
   }
-  if (!data_dir.empty()) coordinator.insert(coordinator.end(), {"--data-dir", data_dir});
-  if (!tau.empty()) coordinator.insert(coordinator.end(), {"--tau", tau});
-  if (steps > 0) coordinator.insert(coordinator.end(), {"--steps", std::to_string(steps)});
-  if (metrics_port >= 0) {
-    coordinator.insert(coordinator.end(), {"--metrics-port", std::to_string(metrics_port)});
-  }
-  if (!metrics_address.empty()) {
-    coordinator.insert(coordinator.end(), {"--metrics-address", metrics_address});
-  }
+  const std::vector<std::string> run_args = dctrain::run_flag_arguments(run);
+  coordinator.insert(coordinator.end(), run_args.begin(), run_args.end());
   if (insecure) coordinator.push_back("--insecure");
 
   // Keys: made once (--keys), or throwaway ones for this host's processes

@@ -20,20 +20,13 @@
 #include "comm/framing.h"
 #include "comm/transport.h"
 #include "tests/comm/tcp_tap.h"
+#include "tests/testing/paths.h"
 
 namespace dctrain {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / fmt::format("dctrain-sec-{}-{}", ::getpid(), name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 size_t count(const std::string& text, const std::string& part) {
   size_t n = 0;
@@ -52,7 +45,7 @@ struct CapturedLog {
 };
 
 TEST(CurveKeys, KeygenFilesRoundTripAndTheSecretFileIsOwnerOnly) {
-  const fs::path dir = fresh_dir("roundtrip");
+  const testing::ScratchDir dir("sec-roundtrip");
   const CurveKeyPair keys = generate_curve_keypair();
   ASSERT_TRUE(is_z85_key(keys.public_key));
   ASSERT_TRUE(is_z85_key(keys.secret_key));
@@ -73,7 +66,7 @@ TEST(CurveKeys, KeygenFilesRoundTripAndTheSecretFileIsOwnerOnly) {
 }
 
 TEST(CurveKeys, ASecretKeyOthersMayReadIsRefusedWithTheFixAndWithoutTheSecret) {
-  const fs::path dir = fresh_dir("mode");
+  const testing::ScratchDir dir("sec-mode");
   const CurveKeyPair keys = generate_curve_keypair();
   write_key_pair(dir / "c", keys, "c", false);
   for (const mode_t mode : {0640, 0604, 0660}) {
@@ -103,7 +96,7 @@ TEST(CurveKeys, ASecretKeyOthersMayReadIsRefusedWithTheFixAndWithoutTheSecret) {
 }
 
 TEST(AllowList, AFileWithCommentsAFolderOfPubFilesAndClearErrors) {
-  const fs::path dir = fresh_dir("allow");
+  const testing::ScratchDir dir("sec-allow");
   const CurveKeyPair a = generate_curve_keypair(), b = generate_curve_keypair(),
                      c = generate_curve_keypair();
   std::ofstream(dir / "list") << "# the workers\n\n"

@@ -21,6 +21,7 @@
 
 #include "common/files.h"
 #include "common/stop_signals.h"
+#include "tests/testing/paths.h"
 
 namespace dctrain {
 namespace {
@@ -34,14 +35,6 @@ ChildOptions shell(const std::string& script) {
   ChildOptions o;
   o.argv = {kShell, "-c", script};
   return o;
-}
-
-std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("dctrain-child-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 // Whether `pid` is gone (or a zombie nobody here can reap: its parent died
@@ -142,7 +135,7 @@ TEST(RunCommand, KillsTheWholeGroupWhenTheTimeRunsOut) {
 }
 
 TEST(ChildProcess, OutputFileIsTruncatedAndGetsBothStreams) {
-  const auto dir = fresh_dir("file");
+  const testing::ScratchDir dir("child-file");
   std::ofstream(dir / "out.log") << "an older and much longer content that must not survive\n";
   ChildOptions o = shell("echo one; echo two >&2");
   o.output = ChildOutput::kFile;
@@ -155,7 +148,7 @@ TEST(ChildProcess, OutputFileIsTruncatedAndGetsBothStreams) {
 TEST(ChildProcess, PipeIsReadWithoutBlockingUntilItsEnd) {
   // The child prints a line, then waits for the test to make a file: the
   // first line can only be read while it is still running.
-  const auto dir = fresh_dir("pipe");
+  const testing::ScratchDir dir("child-pipe");
   ChildOptions o = shell("echo first; while [ ! -e '" + (dir / "go").string() +
                          "' ]; do sleep 0.01; done; "
                          "echo second");
@@ -213,7 +206,7 @@ TEST(ChildProcess, EnvironmentChangesApplyToTheChildOnly) {
 }
 
 TEST(ChildProcess, RunsInTheWorkingDirectoryGivenWithAnOutputFileOpenedBeforeIt) {
-  const auto dir = fresh_dir("cwd");
+  const testing::ScratchDir dir("child-cwd");
   std::filesystem::create_directories(dir / "inside");
   ChildOptions o;
   o.argv = {"/bin/pwd"};

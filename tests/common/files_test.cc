@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/child_process.h"
+#include "tests/testing/paths.h"
 
 namespace dctrain {
 namespace {
@@ -25,14 +26,6 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr const char* kPathVariable = "DCTRAIN_FILES_TEST_PATH";
-
-std::filesystem::path fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("dctrain-files-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 // Two contents that differ everywhere and in length (a torn write of either
 // cannot pass for the other), large enough to take many write() calls' time.
@@ -46,7 +39,7 @@ std::string content_b() {
 }
 
 TEST(Files, WritesAndReadsBackEveryByte) {
-  const auto dir = fresh_dir("roundtrip");
+  const testing::ScratchDir dir("files-roundtrip");
   const std::string bytes = content_b() + "\r\n\xff";
   write_file_atomically(dir / "f", bytes);
   EXPECT_EQ(read_text_file(dir / "f"), bytes);
@@ -61,7 +54,7 @@ TEST(Files, WritesAndReadsBackEveryByte) {
 }
 
 TEST(Files, ErrorsNameTheFileAndWhatToCheck) {
-  const auto dir = fresh_dir("errors");
+  const testing::ScratchDir dir("files-errors");
   try {
     write_file_atomically(dir / "missing-folder" / "f", "x");
     FAIL() << "wrote into a folder that does not exist";
@@ -83,7 +76,7 @@ TEST(Files, ErrorsNameTheFileAndWhatToCheck) {
 }
 
 TEST(Files, AReaderRacingTheWriterSeesTheOldOrTheNewContent) {
-  const auto dir = fresh_dir("race");
+  const testing::ScratchDir dir("files-race");
   const auto path = dir / "f";
   const std::string a = content_a(), b = content_b();
   write_file_atomically(path, a);
@@ -121,7 +114,7 @@ TEST(Files, DISABLED_WriterUntilKilled) {
 }
 
 TEST(Files, AWriterKilledAtAnyPointLeavesTheOldOrTheNewContent) {
-  const auto dir = fresh_dir("killed");
+  const testing::ScratchDir dir("files-killed");
   const auto path = dir / "f";
   const std::string a = content_a(), b = content_b();
   write_file_atomically(path, a);
@@ -147,7 +140,7 @@ TEST(Files, AWriterKilledAtAnyPointLeavesTheOldOrTheNewContent) {
 }
 
 TEST(Files, AFailedAtomicWriteLeavesTheOldContentAndNoTemporaryFile) {
-  const auto dir = fresh_dir("full");
+  const testing::ScratchDir dir("files-full");
   write_file_atomically(dir / "summary.json", "old");
   set_fault("enospc:write:summary.json");
   try {
@@ -174,7 +167,7 @@ TEST(Files, AFailedAtomicWriteLeavesTheOldContentAndNoTemporaryFile) {
 }
 
 TEST(Files, AnAppendThatFailsLeavesNoTornRecord) {
-  const auto dir = fresh_dir("append");
+  const testing::ScratchDir dir("files-append");
   {
     AppendFile records(dir / "metrics.jsonl", true);
     records.append("{\"step\":0}\n");

@@ -27,7 +27,8 @@
 
 #include "metrics/metrics_json.h"
 #include "tests/multihost/hosts.h"
-#include "tests/runtime/process.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/process.h"
 #include "worker/worker.h"
 
 namespace dctrain {
@@ -41,7 +42,6 @@ using testing::NetworkNamespace;
 using testing::Process;
 using testing::read_text;
 
-const std::string kBin = DCTRAIN_BIN_DIR;
 const std::string kData = DCTRAIN_SHARED_DATA;
 constexpr int kWorkers = 3;
 
@@ -99,20 +99,13 @@ class Job {
   void start_coordinator(const std::vector<std::string>& prefix, const std::string& bind,
                          const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = prefix;
-    args.insert(args.end(), {kBin + "/dctrain-coordinator", "--config", (dir_ / "run.cfg").string(),
-                             "--bind", bind, "--out", run_dir().string(), "--data-dir", kData});
+    args.insert(args.end(),
+                {testing::program("dctrain-coordinator"), "--config", (dir_ / "run.cfg").string(),
+                 "--bind", bind, "--out", run_dir().string(), "--data-dir", kData});
     args.insert(args.end(), extra.begin(), extra.end());
     coordinator_ = start(args, dir_ / "coordinator.out");
-    ASSERT_TRUE(eventually(
-        [&] {
-          return std::filesystem::exists(run_dir() / "endpoint") ||
-                 coordinator_->wait_for(0ms).has_value();
-        },
-        30s))
-        << coordinator_->output();
-    ASSERT_TRUE(std::filesystem::exists(run_dir() / "endpoint")) << coordinator_->output();
-    endpoint_ = read_text(run_dir() / "endpoint");
-    endpoint_.erase(endpoint_.find_last_not_of('\n') + 1);
+    endpoint_ = testing::wait_for_endpoint(run_dir(), *coordinator_, 30s);
+    ASSERT_FALSE(endpoint_.empty()) << coordinator_->output();
   }
 
   // Starts worker `name` and waits until it joined, so ranks follow the
@@ -120,8 +113,8 @@ class Job {
   void start_worker(const std::vector<std::string>& prefix, const std::string& name,
                     const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = prefix;
-    args.insert(args.end(), {kBin + "/dctrain-worker", "--connect", endpoint_, "--name", name,
-                             "--data-dir", kData, "--connect-timeout", "60"});
+    args.insert(args.end(), {testing::program("dctrain-worker"), "--connect", endpoint_, "--name",
+                             name, "--data-dir", kData, "--connect-timeout", "60"});
     args.insert(args.end(), extra.begin(), extra.end());
     workers_.push_back(start(args, dir_ / (name + ".out")));
     const std::string joined =
@@ -239,7 +232,8 @@ std::vector<std::string> make_curve_keys(const std::filesystem::path& keys) {
   for (int i = 0; i < kWorkers; ++i) names.push_back(fmt::format("w{}", i));
   std::vector<std::string> keygen = {"--dir", keys.string()};
   keygen.insert(keygen.end(), names.begin(), names.end());
-  testing::Process generate(kBin + "/dctrain-keygen", keygen, keys.parent_path() / "keygen.out");
+  testing::Process generate(testing::program("dctrain-keygen"), keygen,
+                            keys.parent_path() / "keygen.out");
   EXPECT_EQ(generate.wait_for(30s), std::optional<int>(0)) << generate.output();
   std::filesystem::create_directories(keys / "allowed");
   for (int i = 0; i < kWorkers; ++i) {
@@ -410,7 +404,7 @@ TEST(MultiHost, TheLauncherOnTwoHostsWithTwoWorkersEachGivesTheLoopbackRunBitFor
   const auto dir = make_dir("launch-hosts");
   std::ofstream(dir / "run.cfg") << config;
   const auto keys = dir / "keys";
-  Process keygen(kBin + "/dctrain-keygen",
+  Process keygen(testing::program("dctrain-keygen"),
                  {"--dir", keys.string(), "coordinator", "a-0", "a-1", "b-0", "b-1"},
                  dir / "keygen.out");
   ASSERT_EQ(keygen.wait_for(30s), std::optional<int>(0)) << keygen.output();
@@ -428,7 +422,7 @@ TEST(MultiHost, TheLauncherOnTwoHostsWithTwoWorkersEachGivesTheLoopbackRunBitFor
     const auto launch = [&](size_t host, const std::vector<std::string>& flags,
                             const std::string& log) {
       std::vector<std::string> args = cluster.on(host);
-      args.push_back(kBin + "/dctrain-launch");
+      args.push_back(testing::program("dctrain-launch"));
       args.insert(args.end(), flags.begin(), flags.end());
       return std::make_unique<Process>(
           args.front(), std::vector<std::string>(args.begin() + 1, args.end()), dir / log);
@@ -458,7 +452,7 @@ TEST(MultiHost, TheLauncherOnTwoHostsWithTwoWorkersEachGivesTheLoopbackRunBitFor
     across = losses_in(run_dir);
   }
   // The same run on loopback, one command.
-  Process loopback(kBin + "/dctrain-launch",
+  Process loopback(testing::program("dctrain-launch"),
                    {"--config", (dir / "run.cfg").string(), "--data-dir", kData, "--out",
                     (dir / "loopback").string()},
                    dir / "loopback.out");

@@ -20,11 +20,11 @@
 #include "common/child_process.h"
 #include "common/files.h"
 #include "metrics/metrics_json.h"
+#include "tests/testing/paths.h"
 
 namespace dctrain {
 namespace {
 
-const std::string kBin = DCTRAIN_BIN_DIR;
 const std::string kProbe = DCTRAIN_BLAS_PROBE;
 
 struct Result {
@@ -63,7 +63,7 @@ std::vector<std::string> lines_with(const std::string& text, const std::string& 
 
 TEST(BlasStartup, ProgramsRespectTheUsersCoretypeAndSaySo) {
   for (const char* program : {"dctrain-worker", "dctrain-coordinator"}) {
-    const Result r = run({kBin + "/" + program, "--blas-info"}, "Prescott");
+    const Result r = run({testing::program(program), "--blas-info"}, "Prescott");
     EXPECT_EQ(r.status, 0) << program << ":\n" << r.output;
     EXPECT_EQ(count(r.output, "BLAS: OpenBLAS "), 1u) << r.output;
     EXPECT_NE(r.output.find("core Prescott (set by OPENBLAS_CORETYPE=Prescott), 1 thread; CPU "),
@@ -88,7 +88,7 @@ TEST(BlasStartup, LeftAloneTheWorkerRunsOnceOnTheCoreTheDecisionNames) {
   EXPECT_EQ(lines_with(probe.output, "image pid=").size(), choice.override ? 2u : 1u)
       << probe.output;
 
-  const Result r = run({kBin + "/dctrain-worker", "--blas-info"});
+  const Result r = run({testing::program("dctrain-worker"), "--blas-info"});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(count(r.output, "BLAS: OpenBLAS "), 1u) << r.output;
   const std::string expected = choice.override
@@ -172,7 +172,7 @@ stop { max_steps: 4 }
 eval { every_steps: 4 batch: 64 }
 )";
   // The launcher passes the environment on to the coordinator and the workers.
-  const Result r = run({kBin + "/dctrain-launch", "--workers", "2", "--config",
+  const Result r = run({testing::program("dctrain-launch"), "--workers", "2", "--config",
                         (dir / "run.cfg").string(), "--out", (dir / "run").string()},
                        "Prescott");
   ASSERT_EQ(r.status, 0) << r.output;

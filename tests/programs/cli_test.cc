@@ -7,6 +7,7 @@
 
 #include "common/child_process.h"
 #include "common/version.h"
+#include "tests/testing/paths.h"
 
 namespace dctrain {
 namespace {
@@ -24,14 +25,12 @@ Result run(std::vector<std::string> argv) {
   return {r.timed_out ? 124 : r.status.shell_code(), r.output};
 }
 
-const std::string kBin = DCTRAIN_BIN_DIR;
-
 void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "missing '" << part << "' in:\n" << text;
 }
 
 TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
-  const Result r = run({kBin + "/dctrain-coordinator", "--help"});
+  const Result r = run({testing::program("dctrain-coordinator"), "--help"});
   EXPECT_EQ(r.status, 0);
   for (const char* flag :
        {"--config", "--bind", "--out", "--resume", "--workers", "--tau", "--steps", "--log-level",
@@ -45,7 +44,7 @@ TEST(Programs, CoordinatorHelpListsEveryFlagWithDefaults) {
 }
 
 TEST(Programs, WorkerHelpListsEveryFlagWithDefaults) {
-  const Result r = run({kBin + "/dctrain-worker", "--help"});
+  const Result r = run({testing::program("dctrain-worker"), "--help"});
   EXPECT_EQ(r.status, 0);
   for (const char* flag : {"--connect", "--data-dir", "--threads", "--name", "--log-level",
                            "--version", "--help", "--secret-key", "--coordinator-key"}) {
@@ -56,7 +55,7 @@ TEST(Programs, WorkerHelpListsEveryFlagWithDefaults) {
 
 TEST(Programs, VersionNamesReleaseAndProtocol) {
   for (const char* program : {"dctrain-coordinator", "dctrain-worker"}) {
-    const Result r = run({kBin + "/" + program, "--version"});
+    const Result r = run({testing::program(program), "--version"});
     EXPECT_EQ(r.status, 0);
     expect_contains(r.output, std::string(program) + " " + kVersion);
     expect_contains(r.output, "protocol " + std::to_string(kProtocolVersion));
@@ -64,7 +63,7 @@ TEST(Programs, VersionNamesReleaseAndProtocol) {
 }
 
 TEST(Programs, BadFlagIsAClearErrorNotACrash) {
-  const Result r = run({kBin + "/dctrain-worker", "--threads", "0"});
+  const Result r = run({testing::program("dctrain-worker"), "--threads", "0"});
   EXPECT_NE(r.status, 0);
   expect_contains(r.output, "--threads");
 }

@@ -15,37 +15,27 @@
 #include <vector>
 
 #include "common/child_process.h"
+#include "tests/testing/paths.h"
 
 namespace dctrain {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kBin = DCTRAIN_BIN_DIR;
-
 class ExitCodes : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / fmt::format("dctrain-exit-{}-{}", ::getpid(), info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
   // The program's exit status (124 if it ran past 60 s); its stdout and
   // stderr together in output_.
   int run(const std::string& program, const std::vector<std::string>& args) {
     ChildOptions options;
-    options.argv = {kBin + "/" + program};
+    options.argv = {testing::program(program)};
     options.argv.insert(options.argv.end(), args.begin(), args.end());
     options.working_directory = dir_;
     const CommandResult r = run_command(std::move(options), std::chrono::seconds(60));
     output_ = r.output;
     return r.timed_out ? 124 : r.status.shell_code();
   }
-  fs::path dir_;
+  const testing::ScratchDir dir_{"exit"};
   std::string output_;
 };
 
@@ -112,9 +102,9 @@ TEST_F(ExitCodes, TheLauncherSendsItsChildrensErrorsToStderrAndTheRestToStdout) 
          "optimizer { kind: \"sgd\" lr: 0.05 }\n"
          "step { global_batch: 8 micro_batch: 8 }\nstop { max_steps: 1 }\n";
   fs::create_directories(dir_ / "empty");
-  const std::string launch =
-      fmt::format("'{}/dctrain-launch' --config '{}' --data-dir '{}' --out '{}'", kBin,
-                  (dir_ / "m.cfg").string(), (dir_ / "empty").string(), (dir_ / "run").string());
+  const std::string launch = fmt::format(
+      "'{}' --config '{}' --data-dir '{}' --out '{}'", testing::program("dctrain-launch"),
+      (dir_ / "m.cfg").string(), (dir_ / "empty").string(), (dir_ / "run").string());
   const auto shell = [&](const std::string& command) {
     ChildOptions options;
     options.argv = {"/bin/sh", "-c", command};

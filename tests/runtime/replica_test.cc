@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "comm/framing.h"
-#include "tests/runtime/softmax_model.h"
+#include "tests/testing/softmax_model.h"
 
 namespace dctrain {
 namespace {

@@ -12,7 +12,8 @@
 #include <sstream>
 
 #include "metrics/metrics_json.h"
-#include "tests/runtime/process.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/process.h"
 
 namespace dctrain {
 namespace {
@@ -21,8 +22,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using testing::Process;
 using testing::read_text;
-
-const std::string kBin = DCTRAIN_BIN_DIR;
 
 constexpr const char* kConfig = R"(
 name: "tiny-mlp"
@@ -49,15 +48,6 @@ step_seconds { key: "tiny-mlp" value: 0.05 }
 
 class ExperimentReport : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / fmt::format("dctrain-tools-{}-{}", ::getpid(), info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
   void write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name) << text;
   }
@@ -65,13 +55,13 @@ class ExperimentReport : public ::testing::Test {
   // Runs a program to completion (at most `limit`); returns its exit code.
   int run(const std::string& program, const std::vector<std::string>& args, const std::string& log,
           std::chrono::seconds limit = 60s) {
-    Process p(kBin + "/" + program, args, dir_ / log);
+    Process p(testing::program(program), args, dir_ / log);
     const auto status = p.wait_for(limit);
     last_output_ = p.output();
     return status.value_or(-1);
   }
 
-  fs::path dir_;
+  const testing::ScratchDir dir_{"tools"};
   std::string last_output_;
 };
 

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "common/files.h"
+#include "tests/testing/paths.h"
 #include "tests/trace/trace_json.h"
 #include "trace/recorder.h"
 
@@ -29,14 +30,6 @@ constexpr double kOffset = 1234.5;  // worker clock minus coordinator clock
 
 std::shared_ptr<spdlog::logger> quiet() {
   return std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-}
-
-std::filesystem::path fresh(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("dctrain-timeline-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
 }
 
 ParsedTrace read_back(const std::filesystem::path& path) {
@@ -60,7 +53,7 @@ struct Step {
 };
 
 TEST(Timeline, WorkerEventsLandOnTheCoordinatorsClockWithinTheirBoundForTracedStepsOnly) {
-  const auto dir = fresh("steps");
+  const testing::ScratchDir dir("timeline-steps");
   Timeline timeline(dir, selection(2, 5), 10.0, quiet());
   ASSERT_TRUE(timeline.active());
   TraceRecorder recorder;
@@ -139,7 +132,7 @@ TEST(Timeline, WorkerEventsLandOnTheCoordinatorsClockWithinTheirBoundForTracedSt
 }
 
 TEST(Timeline, ReportsThatDoNotHoldTogetherAreLeftOut) {
-  const auto dir = fresh("bad");
+  const testing::ScratchDir dir("timeline-bad");
   Timeline timeline(dir, selection(1, 0), 0.0, quiet());
   v1::Envelope answer;
   answer.set_step(0);
@@ -178,7 +171,7 @@ TEST(Timeline, ReportsThatDoNotHoldTogetherAreLeftOut) {
 }
 
 TEST(Timeline, NoStepsTracedMeansNoFileAndPlansWithoutARequest) {
-  const auto dir = fresh("off");
+  const testing::ScratchDir dir("timeline-off");
   Timeline timeline(dir, selection(0, 0), 0.0, quiet());
   EXPECT_FALSE(timeline.active());
   v1::Plan plan;

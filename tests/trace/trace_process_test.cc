@@ -19,7 +19,8 @@
 #include <set>
 
 #include "metrics/metrics_json.h"
-#include "tests/runtime/process.h"
+#include "tests/testing/paths.h"
+#include "tests/testing/process.h"
 #include "tests/trace/trace_json.h"
 
 namespace dctrain {
@@ -32,7 +33,6 @@ using testing::ParsedTrace;
 using testing::Process;
 using testing::read_text;
 
-const std::string kBin = DCTRAIN_BIN_DIR;
 // Times in the file are printed to the nanosecond: a time is off by at most
 // 0.5 ns, a difference of two by 1 ns (double arithmetic on clock values of
 // about 1e5 s adds far less).
@@ -73,7 +73,7 @@ stop { max_steps: 16 }
 data_plane { kind: "star" }
 )";
   const auto run = dir / "run";
-  Process launch(kBin + "/dctrain-launch",
+  Process launch(testing::program("dctrain-launch"),
                  {"--workers", "3", "--config", (dir / "run.cfg").string(), "--out", run.string()},
                  dir / "launch.out");
   ASSERT_EQ(launch.wait_for(120s), std::optional<int>(0)) << launch.output();
@@ -219,20 +219,16 @@ trace { window_steps: 3 every_steps: 5 }
 stop { max_steps: 1000000 }
 )";
   const auto run = dir / "run";
-  Process coordinator(kBin + "/dctrain-coordinator",
+  Process coordinator(testing::program("dctrain-coordinator"),
                       {"--config", (dir / "run.cfg").string(), "--bind", "tcp://127.0.0.1:*",
                        "--out", run.string()},
                       dir / "coordinator.out");
-  std::string endpoint;
-  ASSERT_TRUE(eventually(
-      [&] {
-        std::ifstream in(run / "endpoint");
-        return static_cast<bool>(std::getline(in, endpoint)) && !endpoint.empty();
-      },
-      30s))
-      << coordinator.output();
-  Process a(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "a"}, dir / "a.out");
-  Process b(kBin + "/dctrain-worker", {"--connect", endpoint, "--name", "b"}, dir / "b.out");
+  const std::string endpoint = testing::wait_for_endpoint(run, coordinator, 30s);
+  ASSERT_FALSE(endpoint.empty()) << coordinator.output();
+  Process a(testing::program("dctrain-worker"), {"--connect", endpoint, "--name", "a"},
+            dir / "a.out");
+  Process b(testing::program("dctrain-worker"), {"--connect", endpoint, "--name", "b"},
+            dir / "b.out");
   const auto steps = [&] {
     return parse_metrics(read_text(run / "metrics.jsonl"), "metrics.jsonl").steps.size();
   };

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/files.h"
+#include "tests/testing/paths.h"
 #include "tests/trace/trace_json.h"
 
 namespace dctrain {
@@ -17,14 +18,6 @@ namespace {
 
 using testing::parse_trace;
 using testing::ParsedTrace;
-
-std::filesystem::path fresh(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("dctrain-trace-writer-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 ParsedTrace read_back(const std::filesystem::path& path) {
   std::string problem;
@@ -35,7 +28,7 @@ ParsedTrace read_back(const std::filesystem::path& path) {
 }
 
 TEST(TraceWriter, EveryEventKindParsesBackWithItsFields) {
-  const auto dir = fresh("kinds");
+  const testing::ScratchDir dir("trace-writer-kinds");
   TraceWriter writer(dir / "trace.json");
   EXPECT_TRUE(read_back(dir / "trace.json").events.empty()) << "a new file is a whole document";
   writer.process_name(0, "coordinator", 0);
@@ -74,7 +67,7 @@ TEST(TraceWriter, EveryEventKindParsesBackWithItsFields) {
 }
 
 TEST(TraceWriter, NamesAreEscapedAndNonFiniteNumbersAreNull) {
-  const auto dir = fresh("escape");
+  const testing::ScratchDir dir("trace-writer-escape");
   TraceWriter writer(dir / "trace.json");
   const std::string odd = "a \"quoted\" back\\slash\nnew line\ttab \x01 bell \xc3\xa9";
   writer.process_name(1, odd, 1);
@@ -93,7 +86,7 @@ TEST(TraceWriter, NamesAreEscapedAndNonFiniteNumbersAreNull) {
 }
 
 TEST(TraceWriter, TheFileIsWholeAfterEveryFlushAndAShorterTailLeavesNothingBehind) {
-  const auto dir = fresh("flushes");
+  const testing::ScratchDir dir("trace-writer-flushes");
   const auto path = dir / "trace.json";
   TraceWriter writer(path);
   writer.set_other_data("{\"note\":\"" + std::string(500, 'x') + "\"}");
@@ -119,7 +112,7 @@ TEST(TraceWriter, TheFileIsWholeAfterEveryFlushAndAShorterTailLeavesNothingBehin
 }
 
 TEST(TraceWriter, AFolderThatCannotBeWrittenIsNamed) {
-  const auto dir = fresh("missing");
+  const testing::ScratchDir dir("trace-writer-missing");
   try {
     TraceWriter writer(dir / "no-such-folder" / "trace.json");
     FAIL() << "wrote into a folder that does not exist";

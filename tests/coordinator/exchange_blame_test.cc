@@ -1,0 +1,104 @@
+// Whom a failed exchange round takes out (coordinator/exchange_blame.h),
+// on the reports seen in runs: a member with a slow link, a dead member,
+// and complaints that cannot tell one end of a link from the other.
+#include "coordinator/exchange_blame.h"
+
+#include <gtest/gtest.h>
+
+namespace dctrain {
+namespace {
+
+using Ranks = std::vector<uint32_t>;
+
+RoundReport failed(uint32_t rank, Ranks missing_contributions, Ranks missing_sums) {
+  RoundReport r;
+  r.rank = rank;
+  r.missing_contributions = std::move(missing_contributions);
+  r.missing_sums = std::move(missing_sums);
+  // As ExchangeOutcome::suspects() names them.
+  r.suspects = r.missing_contributions.empty() ? r.missing_sums : r.missing_contributions;
+  return r;
+}
+
+RoundReport succeeded(uint32_t rank) {
+  RoundReport r;
+  r.rank = rank;
+  r.ok = true;
+  return r;
+}
+
+TEST(ExchangeBlame, AMemberEveryComplaintLeadsToIsTheOnlyOneOut) {
+  // Rank 2's link is slow: neither got its contribution, it got neither's.
+  const RoundBlame b = blame_exchange_round(
+      {failed(0, {2}, {2}), failed(1, {2}, {2}), failed(2, {0, 1}, {0, 1})}, {});
+  EXPECT_EQ(b.out, Ranks({2}));
+  // Four members: the same with one more.
+  EXPECT_EQ(blame_exchange_round({failed(0, {3}, {3}), failed(1, {3}, {3}), failed(2, {3}, {3}),
+                                  failed(3, {}, {0, 1, 2})},
+                                 {})
+                .out,
+            Ranks({3}));
+}
+
+TEST(ExchangeBlame, AMissingSumIsNoEvidenceAgainstAnOwnerThatLackedAContribution) {
+  // Seen under load with a slow link on rank 2: rank 0 got rank 2's
+  // contribution in time, rank 1 did not, so rank 1 could not sum its shard
+  // and both others miss rank 1's sum. Blaming the sums would take out rank
+  // 1 alone, and the redo would hold the slow link again. One link failed
+  // (2 to 1), and nothing says which end: both are out.
+  const RoundBlame b =
+      blame_exchange_round({failed(0, {}, {1}), failed(1, {2}, {2}), failed(2, {}, {1})}, {});
+  EXPECT_EQ(b.out, Ranks({1, 2}));
+  ASSERT_EQ(b.links.size(), 1u);
+  EXPECT_EQ(b.links[0], std::make_pair(1u, 2u));
+  // Also seen: the slow member lacked rank 0's contribution (its downlink),
+  // the others its sum. Blaming by the first report took out rank 0 alone.
+  EXPECT_EQ(
+      blame_exchange_round({failed(0, {}, {2}), failed(1, {}, {2}), failed(2, {0}, {0})}, {}).out,
+      Ranks({0, 2}));
+}
+
+TEST(ExchangeBlame, TheLinksOfASilentMemberAreItsOwn) {
+  // Rank 2 died after sending its contributions: the others miss its sum.
+  EXPECT_TRUE(blame_exchange_round({failed(0, {}, {2}), failed(1, {}, {2})}, {2}).out.empty());
+  // It died after sending its sum to rank 0 only.
+  EXPECT_TRUE(blame_exchange_round({succeeded(0), failed(1, {}, {2})}, {2}).out.empty());
+  // A member that lacks a silent member's contribution is not at fault either.
+  EXPECT_TRUE(blame_exchange_round({failed(0, {2}, {2}), failed(1, {2}, {1, 2})}, {2}).out.empty());
+}
+
+TEST(ExchangeBlame, MembersMissingEachOthersSumsAreBothOut) {
+  // Every contribution arrived everywhere; rank 0 and rank 1 lack each
+  // other's sums: either link direction may have failed.
+  EXPECT_EQ(blame_exchange_round({failed(0, {}, {1}), failed(1, {}, {0}), succeeded(2)}, {}).out,
+            Ranks({0, 1}));
+  // A sum missing from an owner that had everything (it reported ok) is
+  // evidence against the link between them.
+  EXPECT_EQ(blame_exchange_round({succeeded(0), failed(1, {}, {0}), succeeded(2)}, {}).out,
+            Ranks({0, 1}));
+}
+
+TEST(ExchangeBlame, ARoundWithoutComplaintsTakesNobodyOut) {
+  EXPECT_TRUE(blame_exchange_round({succeeded(0), succeeded(1)}, {}).out.empty());
+  EXPECT_TRUE(blame_exchange_round({}, {0, 1}).out.empty());
+  // A member naming itself is ignored.
+  EXPECT_TRUE(blame_exchange_round({failed(0, {0}, {})}, {}).out.empty());
+}
+
+TEST(ExchangeBlame, TwoIndependentFailedLinksTakeOutBothEndsOfEach) {
+  // 0-1 and 2-3 failed, each seen from both ends with a contribution
+  // missing: the smallest sets are one member of each pair, in four ways.
+  EXPECT_EQ(
+      blame_exchange_round(
+          {failed(0, {1}, {}), failed(1, {0}, {}), failed(2, {3}, {}), failed(3, {2}, {})}, {})
+          .out,
+      Ranks({0, 1, 2, 3}));
+  // With rank 1 in both failed links, it is the one.
+  EXPECT_EQ(blame_exchange_round(
+                {failed(0, {1}, {}), failed(1, {0, 2}, {}), failed(2, {1}, {}), succeeded(3)}, {})
+                .out,
+            Ranks({1}));
+}
+
+}  // namespace
+}  // namespace dctrain
