@@ -236,7 +236,8 @@ class CoordinatorImpl {
   // Every member of the current round reported it ok, the lowest saying
   // that its sum follows.
   bool exchange_reports_ok() const;
-  // That, and the sum is here.
+  // That, and the sum is here (or no member computed a sample: nothing to
+  // apply, no sum needed).
   bool exchange_succeeded() const;
   // When the round's reports are ok and its sum is not here yet: sends the
   // commit to the members (once), and returns true while the step waits for

@@ -435,7 +435,10 @@ bool CoordinatorImpl::exchange_reports_ok() const {
 }
 
 bool CoordinatorImpl::exchange_succeeded() const {
-  return exchange_sum_.has_value() && exchange_reports_ok();
+  // A round in which no member computed a sample has nothing to apply: it
+  // succeeds on the reports alone, its sum not needed (the commit says
+  // "nothing applied"; the micro-batches are dropped, as on the star).
+  return exchange_reports_ok() && (exchange_sum_.has_value() || !exchange_commit().applied());
 }
 
 bool CoordinatorImpl::redo_exchange(double now) {

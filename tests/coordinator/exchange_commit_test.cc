@@ -245,6 +245,42 @@ TEST_F(ExchangeCommitTest, TheCommitGoesOutOnTheReportsAndTheNextPlansOnceTheSum
   EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commits["a"]));
 }
 
+TEST_F(ExchangeCommitTest, ARoundInWhichNoMemberComputedASampleSettlesWithoutItsSumAsDropped) {
+  // Both members stopped before their first micro-batch (tau): the round
+  // succeeds, nothing is applied, no sum is awaited, and the micro-batches
+  // count as dropped (and requeued), not as orphans of a failed exchange.
+  std::map<std::string, Message> first = join();
+  const uint64_t before = replica->parameter_checksum();
+  uint64_t planned = 0;
+  for (const std::string& name : order) {
+    Message r = report(name, first[name], name == "a");
+    v1::Contribution& c = *r.envelope.mutable_contribution();
+    for (const v1::MicroBatchTime& t : c.completed()) c.add_dropped(t.id());
+    planned += static_cast<uint64_t>(c.completed_size());
+    c.clear_completed();
+    c.set_samples(0);
+    c.set_loss_terms(0);
+    c.set_loss_sum(0.0);
+    c.mutable_exchange()->set_samples(0);
+    receive(name, std::move(r));
+  }
+  EXPECT_EQ(coordinator->step(), 1u) << "closed without a sum: " << log.text.str();
+  for (const std::string& name : order) {
+    const std::vector<Message> got = take(name);
+    ASSERT_EQ(count(got, v1::Envelope::kUpdate), 1u) << name;
+    ASSERT_EQ(count(got, v1::Envelope::kPlan), 1u) << name;
+    for (const Message& m : got) {
+      if (m.envelope.body_case() != v1::Envelope::kUpdate) continue;
+      EXPECT_TRUE(m.envelope.update().commit());
+      EXPECT_FALSE(m.envelope.update().applied());
+    }
+  }
+  EXPECT_EQ(replica->parameter_checksum(), before);
+  EXPECT_FALSE(log.contains("did not succeed")) << log.text.str();
+  EXPECT_EQ(coordinator->totals().microbatches_dropped(), planned);
+  EXPECT_EQ(coordinator->totals().microbatches_orphaned(), 0u);
+}
+
 TEST_F(ExchangeCommitTest, TheWallClockGivenStampsTheRunOfTheRoundsAndTheHeartbeats) {
   // The coordinator reads wall time only from its setup's clock: the run id
   // of its exchange rounds (read once, at construction) and the heartbeats'
