@@ -202,46 +202,42 @@ std::vector<std::string> coordinator_keys(const fs::path& keys) {
   return {"--secret-key", (keys / "coordinator.key").string(), "--allowed-keys", allowed.string()};
 }
 
-}  // namespace
-
-// A program that cannot be started (or a run folder that cannot be made)
-// ends the launcher with its reason; the children it started are killed and
-// reaped on the way out (ChildProcess).
-int main(int argc, char** argv) try {
-  CLI::App app{
-      "dctrain-launch: runs a coordinator and its workers on this host, or this host's share of "
-      "a run across hosts (--bind on the coordinator's host, --connect on the others)"};
+// The launcher's command line.
+struct LaunchOptions {
+  dctrain::RunFlags run;  // passed on to the coordinator (common/run_flags.h)
+  std::string log_level = "info";
   int workers = 0;           // unless given: the config's
   int workers_per_host = 0;  // unless given: all of them
-  dctrain::RunFlags run;     // passed on to the coordinator (common/run_flags.h)
-  std::string log_level = "info";
   std::string bind, connect, name_prefix, keys_dir;
   bool insecure = false;
-  int threads = 1;
   bool curve = false;
-  dctrain::add_common_options(app, "dctrain-launch", log_level);
-  app.add_flag("--curve", curve,
+  int threads = 1;
+};
+
+void add_launch_options(CLI::App& app, LaunchOptions& o) {
+  dctrain::add_common_options(app, "dctrain-launch", o.log_level);
+  app.add_flag("--curve", o.curve,
                "Encrypt and authenticate every connection with CURVE, with throwaway keys made "
                "for this run in RUN_DIR/keys (replaced on every launch)");
-  app.add_option("--workers", workers,
+  app.add_option("--workers", o.workers,
                  "Workers of the run (default: the config's 'workers'; with --resume, the run's); "
                  "all start here unless --workers-per-host")
       ->check(CLI::Range(1, 256));
-  app.add_option("--workers-per-host", workers_per_host,
+  app.add_option("--workers-per-host", o.workers_per_host,
                  "Workers to start on this host (with --bind: this host's share of --workers; "
                  "with --connect: required)")
       ->check(CLI::Range(1, 256));
   CLI::Option* bind_option = app.add_option(
-      "--bind", bind,
+      "--bind", o.bind,
       "The coordinator listens here, tcp://IP:PORT with the address other hosts reach this one "
       "by, for their workers as well as this host's (default tcp://127.0.0.1:*, this host only); "
       "needs --keys or --insecure");
   CLI::Option* connect_option =
-      app.add_option("--connect", connect,
+      app.add_option("--connect", o.connect,
                      "Start only workers, for the coordinator at tcp://HOST:PORT (another host's "
                      "dctrain-launch --bind)");
   connect_option->excludes(bind_option);
-  app.add_option("--name-prefix", name_prefix,
+  app.add_option("--name-prefix", o.name_prefix,
                  "Worker names PREFIX-0, PREFIX-1, ... (default: 'worker' on this host only, "
                  "else this host's name); unique per host")
       ->check([](const std::string& p) {
@@ -249,15 +245,15 @@ int main(int argc, char** argv) try {
                    ? std::string("a plain word (no space or '/')")
                    : std::string();
       });
-  app.add_option("--keys", keys_dir,
+  app.add_option("--keys", o.keys_dir,
                  "CURVE keys made once with dctrain-keygen: coordinator.key and the allow-list "
                  "(DIR/allowed, else DIR's .pub files) for the coordinator; coordinator.pub and "
                  "NAME.key (or worker.key) for each worker")
       ->check(CLI::ExistingDirectory);
-  app.add_flag("--insecure", insecure,
+  app.add_flag("--insecure", o.insecure,
                "With --bind: no keys, plain TCP that other hosts reach (a trusted network only)");
-  dctrain::add_run_flags(app, run);
-  app.add_option("--threads", threads, "Compute threads per worker")
+  dctrain::add_run_flags(app, o.run);
+  app.add_option("--threads", o.threads, "Compute threads per worker")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   app.footer(
@@ -270,180 +266,119 @@ int main(int argc, char** argv) try {
             "dctrain-launch --config experiments/mnist-cnn.cfg --data-dir ../shared/data --tau "
             "auto --curve",
             "dctrain-launch --resume runs/quick"});
-  if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
-    return *status;
-  const bool worker_host = !connect.empty();
-  const bool several_hosts = worker_host || !bind.empty();
-  if (name_prefix.empty()) name_prefix = several_hosts ? host_name() : "worker";
-  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
-  // Ctrl-C is read here and forwarded; the children start with it unblocked.
-  dctrain::StopSignals signals;
-  std::vector<Child> children;
+}
 
-  // This host's workers, for the coordinator at `endpoint`.
-  const auto start_workers = [&](const std::string& endpoint, int count, const fs::path& keys) {
-    for (int w = 0; w < count; ++w) {
-      const std::string name = fmt::format("{}-{}", name_prefix, w);
-      std::vector<std::string> args = {
-          (bin / "dctrain-worker").string(), "--connect",   endpoint, "--name", name, "--threads",
-          std::to_string(threads),           "--log-level", log_level};
-      if (!run.data_dir.empty()) args.insert(args.end(), {"--data-dir", run.data_dir});
-      if (!keys.empty()) {
-        const std::vector<std::string> key_args = worker_keys(keys, name);
-        args.insert(args.end(), key_args.begin(), key_args.end());
-      }
-      children.push_back(spawn(several_hosts ? name : fmt::format("worker {}", w), args));
-    }
-  };
+void refuse(const std::string& why) {
+  std::fprintf(stderr, "dctrain-launch: %s\n", why.c_str());
+}
 
-  if (worker_host) {
-    for (const char* flag : {"--config", "--resume", "--out", "--curve", "--tau", "--steps",
-                             "--metrics-port", "--metrics-address", "--insecure", "--workers"}) {
-      if (app.count(flag) > 0) {
-        std::fprintf(stderr,
-                     "dctrain-launch: %s belongs to the coordinator's host; with --connect this "
-                     "host starts workers only (--workers-per-host, --keys, --data-dir, "
-                     "--threads, --name-prefix)\n",
-                     flag);
-        return dctrain::kExitUsage;
-      }
-    }
-    if (workers_per_host == 0) {
-      std::fprintf(stderr, "dctrain-launch: --connect needs --workers-per-host N\n");
-      return dctrain::kExitUsage;
-    }
-    start_workers(connect, workers_per_host, keys_dir);
-    std::fprintf(stderr, "dctrain-launch: %d workers for the coordinator at %s\n", workers_per_host,
-                 connect.c_str());
-    return supervise(children, /*coordinator=*/false, signals, "");
+// With --connect: a flag of the coordinator's host given here, if any.
+std::optional<std::string> coordinator_flag_given(const CLI::App& app) {
+  for (const char* flag : {"--config", "--resume", "--out", "--curve", "--tau", "--steps",
+                           "--metrics-port", "--metrics-address", "--insecure", "--workers"}) {
+    if (app.count(flag) > 0) return flag;
   }
+  return std::nullopt;
+}
 
-  if (run.config_path.empty() && run.resume_dir.empty()) {
-    std::fprintf(stderr,
-                 "dctrain-launch: pass --config FILE (see experiments/) or --resume RUN_DIR\n");
-    return dctrain::kExitUsage;
+// With --bind: why it cannot serve other hosts as given, if it cannot.
+std::optional<std::string> bind_problem(const LaunchOptions& o) {
+  const bool any_address = o.bind.find("://*") != std::string::npos ||
+                           o.bind.find("0.0.0.0") != std::string::npos ||
+                           o.bind.find("[::]") != std::string::npos;
+  if (any_address) {
+    return fmt::format(
+        "--bind {}: give the address other hosts reach this one by (tcp://IP:PORT), which this "
+        "host's workers use too",
+        o.bind);
   }
-  if (!bind.empty()) {
-    const bool any_address = bind.find("://*") != std::string::npos ||
-                             bind.find("0.0.0.0") != std::string::npos ||
-                             bind.find("[::]") != std::string::npos;
-    if (any_address) {
-      std::fprintf(stderr,
-                   "dctrain-launch: --bind %s: give the address other hosts reach this one by "
-                   "(tcp://IP:PORT), which this host's workers use too\n",
-                   bind.c_str());
-      return dctrain::kExitUsage;
-    }
-    if (curve) {
-      std::fprintf(stderr,
-                   "dctrain-launch: --curve makes throwaway keys for this host only; across hosts "
-                   "make them once (dctrain-keygen) and pass --keys DIR\n");
-      return dctrain::kExitUsage;
-    }
-    if (keys_dir.empty() && !insecure) {
-      std::fprintf(stderr,
-                   "dctrain-launch: --bind %s serves other hosts: pass --keys DIR (made once with "
-                   "dctrain-keygen) or, on a trusted network, --insecure\n",
-                   bind.c_str());
-      return dctrain::kExitUsage;
-    }
+  if (o.curve) {
+    return "--curve makes throwaway keys for this host only; across hosts make them once "
+           "(dctrain-keygen) and pass --keys DIR";
   }
-  // The run's config: the one given, or the one the resumed run wrote into
-  // its folder when it began. One that does not parse or validate is
-  // refused here, before any folder is made.
-  const std::string source =
-      run.resume_dir.empty() ? run.config_path : (fs::path(run.resume_dir) / "config.cfg").string();
-  dctrain::v1::RunConfig run_config;
-  try {
-    run_config = dctrain::load_run_config(source);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dctrain-launch: %s\n", e.what());
-    return dctrain::kExitUsage;
+  if (o.keys_dir.empty() && !o.insecure) {
+    return fmt::format(
+        "--bind {} serves other hosts: pass --keys DIR (made once with dctrain-keygen) or, on a "
+        "trusted network, --insecure",
+        o.bind);
   }
+  return std::nullopt;
+}
 
+// The run's worker count: --workers, else the config's; why not, if neither
+// gives one that --workers-per-host fits.
+std::optional<std::string> settle_worker_counts(const CLI::App& app, const std::string& source,
+                                                const dctrain::v1::RunConfig& config,
+                                                LaunchOptions& o) {
   if (app.count("--workers") == 0) {
-    const uint32_t wanted = run_config.workers();
+    const uint32_t wanted = config.workers();
     if (wanted < 1 || wanted > 256) {
-      std::fprintf(stderr,
-                   "dctrain-launch: %s asks for %u workers; set 'workers: N' (1 to 256) there or "
-                   "pass --workers N\n",
-                   source.c_str(), wanted);
-      return dctrain::kExitUsage;
+      return fmt::format(
+          "{} asks for {} workers; set 'workers: N' (1 to 256) there or pass --workers N", source,
+          wanted);
     }
-    workers = static_cast<int>(wanted);
+    o.workers = static_cast<int>(wanted);
   }
-  if (workers_per_host == 0) workers_per_host = workers;
-  if (workers_per_host > workers) {
-    std::fprintf(stderr,
-                 "dctrain-launch: --workers-per-host %d is more than the run's %d workers\n",
-                 workers_per_host, workers);
-    return dctrain::kExitUsage;
+  if (o.workers_per_host == 0) o.workers_per_host = o.workers;
+  if (o.workers_per_host > o.workers) {
+    return fmt::format("--workers-per-host {} is more than the run's {} workers",
+                       o.workers_per_host, o.workers);
   }
-  if (workers_per_host < workers && bind.empty()) {
-    std::fprintf(stderr,
-                 "dctrain-launch: %d of the run's %d workers would start elsewhere: pass --bind "
-                 "tcp://IP:PORT so that other hosts reach the coordinator\n",
-                 workers - workers_per_host, workers);
-    return dctrain::kExitUsage;
+  if (o.workers_per_host < o.workers && o.bind.empty()) {
+    return fmt::format(
+        "{} of the run's {} workers would start elsewhere: pass --bind tcp://IP:PORT so that "
+        "other hosts reach the coordinator",
+        o.workers - o.workers_per_host, o.workers);
   }
+  return std::nullopt;
+}
 
-  if (run.resume_dir.empty() && run.out_dir.empty()) {
-    run.out_dir = dctrain::new_run_folder("runs", run_config.name()).string();
-    std::fprintf(stderr, "dctrain-launch: run folder %s\n", run.out_dir.c_str());
+// --curve: a throwaway key pair per process of this run in RUN_DIR/keys,
+// the workers' public keys in keys/allowed, the coordinator's allow-list.
+fs::path make_throwaway_keys(const fs::path& run_dir, const LaunchOptions& o) {
+  const fs::path keys = run_dir / "keys";
+  fs::create_directories(keys / "allowed");
+  dctrain::write_key_pair(keys / "coordinator", dctrain::generate_curve_keypair(), "coordinator",
+                          true);
+  for (int w = 0; w < o.workers; ++w) {
+    const std::string name = fmt::format("{}-{}", o.name_prefix, w);
+    dctrain::write_key_pair(keys / name, dctrain::generate_curve_keypair(), name, true);
+    fs::copy_file(keys / (name + ".pub"), keys / "allowed" / (name + ".pub"),
+                  fs::copy_options::overwrite_existing);
   }
-  const fs::path run_dir =
-      run.resume_dir.empty() ? fs::path(run.out_dir) : fs::path(run.resume_dir);
-  // Refused here, before the launcher touches the folder (its endpoint, its
-  // keys), as the coordinator would refuse it.
-  if (run.resume_dir.empty() && !run.overwrite) {
-    if (const std::optional<std::string> refusal = dctrain::new_run_refusal(run_dir)) {
-      std::fprintf(stderr, "dctrain-launch: %s\n", refusal->c_str());
-      return dctrain::kExitUsage;
-    }
-  }
-  fs::create_directories(run_dir);
-  fs::remove(run_dir / "endpoint");
+  return keys;
+}
 
-  std::vector<std::string> coordinator = {(bin / "dctrain-coordinator").string(),
-                                          "--bind",
-                                          bind.empty() ? "tcp://127.0.0.1:*" : bind,
-                                          "--log-level",
-                                          log_level,
-                                          "--workers",
-                                          std::to_string(workers)};
+// The coordinator's command line: the run's flags, its address, keys.
+std::vector<std::string> coordinator_command(const fs::path& bin, LaunchOptions o,
+                                             const fs::path& keys) {
+  std::vector<std::string> args = {(bin / "dctrain-coordinator").string(),
+                                   "--bind",
+                                   o.bind.empty() ? "tcp://127.0.0.1:*" : o.bind,
+                                   "--log-level",
+                                   o.log_level,
+                                   "--workers",
+                                   std::to_string(o.workers)};
   // A resumed run's config and folder are the checkpoint's.
-  if (!run.resume_dir.empty()) {
-    run.config_path = run.out_dir = "";
-    run.overwrite = false;
+  if (!o.run.resume_dir.empty()) {
+    o.run.config_path = o.run.out_dir = "";
+    o.run.overwrite = false;
   }
-  const std::vector<std::string> run_args = dctrain::run_flag_arguments(run);
-  coordinator.insert(coordinator.end(), run_args.begin(), run_args.end());
-  if (insecure) coordinator.push_back("--insecure");
-
-  // Keys: made once (--keys), or throwaway ones for this host's processes
-  // (--curve): a pair per process, the workers' public keys in a folder that
-  // is the coordinator's allow-list.
-  fs::path keys = keys_dir;
-  if (curve) {
-    keys = run_dir / "keys";
-    fs::create_directories(keys / "allowed");
-    dctrain::write_key_pair(keys / "coordinator", dctrain::generate_curve_keypair(), "coordinator",
-                            true);
-    for (int w = 0; w < workers; ++w) {
-      const std::string name = fmt::format("{}-{}", name_prefix, w);
-      dctrain::write_key_pair(keys / name, dctrain::generate_curve_keypair(), name, true);
-      fs::copy_file(keys / (name + ".pub"), keys / "allowed" / (name + ".pub"),
-                    fs::copy_options::overwrite_existing);
-    }
-  }
+  const std::vector<std::string> run_args = dctrain::run_flag_arguments(o.run);
+  args.insert(args.end(), run_args.begin(), run_args.end());
+  if (o.insecure) args.push_back("--insecure");
   if (!keys.empty()) {
     const std::vector<std::string> key_args = coordinator_keys(keys);
-    coordinator.insert(coordinator.end(), key_args.begin(), key_args.end());
+    args.insert(args.end(), key_args.begin(), key_args.end());
   }
+  return args;
+}
 
-  children.push_back(spawn("coordinator", coordinator));
-
-  // The coordinator reports its port in RUN_DIR/endpoint.
+// The address the coordinator (children[0]) reports in RUN_DIR/endpoint,
+// its output streamed meanwhile; nothing if it exited first (its status in
+// `status`) or did not report within 120 s (then it is killed).
+std::optional<std::string> wait_for_endpoint(std::vector<Child>& children, const fs::path& run_dir,
+                                             int& status) {
   std::string endpoint;
   const auto give_up = Clock::now() + std::chrono::seconds(120);
   while (endpoint.empty()) {
@@ -454,27 +389,137 @@ int main(int argc, char** argv) try {
       std::fprintf(stderr,
                    "dctrain-launch: the coordinator exited with status %d before listening\n",
                    *children[0].status);
-      return *children[0].status == dctrain::kExitUsage ? dctrain::kExitUsage
-                                                        : dctrain::kExitFailed;
+      status =
+          *children[0].status == dctrain::kExitUsage ? dctrain::kExitUsage : dctrain::kExitFailed;
+      return std::nullopt;
     }
     std::ifstream in(run_dir / "endpoint");
     std::getline(in, endpoint);
     if (Clock::now() > give_up) {
-      std::fprintf(stderr,
-                   "dctrain-launch: the coordinator did not report its endpoint in 120 s\n");
+      refuse("the coordinator did not report its endpoint in 120 s");
       children[0].process.kill();
-      return dctrain::kExitFailed;
+      status = dctrain::kExitFailed;
+      return std::nullopt;
     }
     if (endpoint.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return endpoint;
+}
+
+}  // namespace
+
+// A program that cannot be started (or a run folder that cannot be made)
+// ends the launcher with its reason; the children it started are killed and
+// reaped on the way out (ChildProcess).
+int main(int argc, char** argv) try {
+  CLI::App app{
+      "dctrain-launch: runs a coordinator and its workers on this host, or this host's share of "
+      "a run across hosts (--bind on the coordinator's host, --connect on the others)"};
+  LaunchOptions o;
+  add_launch_options(app, o);
+  if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
+    return *status;
+  const bool worker_host = !o.connect.empty();
+  const bool several_hosts = worker_host || !o.bind.empty();
+  if (o.name_prefix.empty()) o.name_prefix = several_hosts ? host_name() : "worker";
+  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
+  // Ctrl-C is read here and forwarded; the children start with it unblocked.
+  dctrain::StopSignals signals;
+  std::vector<Child> children;
+
+  // This host's workers, for the coordinator at `endpoint`.
+  const auto start_workers = [&](const std::string& endpoint, int count, const fs::path& keys) {
+    for (int w = 0; w < count; ++w) {
+      const std::string name = fmt::format("{}-{}", o.name_prefix, w);
+      std::vector<std::string> args = {
+          (bin / "dctrain-worker").string(), "--connect",   endpoint,   "--name", name, "--threads",
+          std::to_string(o.threads),         "--log-level", o.log_level};
+      if (!o.run.data_dir.empty()) args.insert(args.end(), {"--data-dir", o.run.data_dir});
+      if (!keys.empty()) {
+        const std::vector<std::string> key_args = worker_keys(keys, name);
+        args.insert(args.end(), key_args.begin(), key_args.end());
+      }
+      children.push_back(spawn(several_hosts ? name : fmt::format("worker {}", w), args));
+    }
+  };
+
+  if (worker_host) {
+    if (const std::optional<std::string> flag = coordinator_flag_given(app)) {
+      refuse(fmt::format(
+          "{} belongs to the coordinator's host; with --connect this host starts workers only "
+          "(--workers-per-host, --keys, --data-dir, --threads, --name-prefix)",
+          *flag));
+      return dctrain::kExitUsage;
+    }
+    if (o.workers_per_host == 0) {
+      refuse("--connect needs --workers-per-host N");
+      return dctrain::kExitUsage;
+    }
+    start_workers(o.connect, o.workers_per_host, o.keys_dir);
+    std::fprintf(stderr, "dctrain-launch: %d workers for the coordinator at %s\n",
+                 o.workers_per_host, o.connect.c_str());
+    return supervise(children, /*coordinator=*/false, signals, "");
+  }
+
+  if (o.run.config_path.empty() && o.run.resume_dir.empty()) {
+    refuse("pass --config FILE (see experiments/) or --resume RUN_DIR");
+    return dctrain::kExitUsage;
+  }
+  if (!o.bind.empty()) {
+    if (const std::optional<std::string> problem = bind_problem(o)) {
+      refuse(*problem);
+      return dctrain::kExitUsage;
+    }
+  }
+  // The run's config: the one given, or the one the resumed run wrote into
+  // its folder when it began. One that does not parse or validate is
+  // refused here, before any folder is made.
+  const std::string source = o.run.resume_dir.empty()
+                                 ? o.run.config_path
+                                 : (fs::path(o.run.resume_dir) / "config.cfg").string();
+  dctrain::v1::RunConfig run_config;
+  try {
+    run_config = dctrain::load_run_config(source);
+  } catch (const std::exception& e) {
+    refuse(e.what());
+    return dctrain::kExitUsage;
+  }
+  if (const std::optional<std::string> problem = settle_worker_counts(app, source, run_config, o)) {
+    refuse(*problem);
+    return dctrain::kExitUsage;
+  }
+
+  if (o.run.resume_dir.empty() && o.run.out_dir.empty()) {
+    o.run.out_dir = dctrain::new_run_folder("runs", run_config.name()).string();
+    std::fprintf(stderr, "dctrain-launch: run folder %s\n", o.run.out_dir.c_str());
+  }
+  const fs::path run_dir =
+      o.run.resume_dir.empty() ? fs::path(o.run.out_dir) : fs::path(o.run.resume_dir);
+  // Refused here, before the launcher touches the folder (its endpoint, its
+  // keys), as the coordinator would refuse it.
+  if (o.run.resume_dir.empty() && !o.run.overwrite) {
+    if (const std::optional<std::string> refusal = dctrain::new_run_refusal(run_dir)) {
+      refuse(*refusal);
+      return dctrain::kExitUsage;
+    }
+  }
+  fs::create_directories(run_dir);
+  fs::remove(run_dir / "endpoint");
+
+  // Keys: made once (--keys), or throwaway ones for this host's processes.
+  const fs::path keys = o.curve ? make_throwaway_keys(run_dir, o) : fs::path(o.keys_dir);
+  children.push_back(spawn("coordinator", coordinator_command(bin, o, keys)));
+  int status = 0;
+  const std::optional<std::string> endpoint = wait_for_endpoint(children, run_dir, status);
+  if (!endpoint) return status;
   if (several_hosts) {
     std::fprintf(stderr,
                  "dctrain-launch: the coordinator listens at %s; %d of its %d workers start here, "
                  "the others with: dctrain-launch --connect %s --workers-per-host N%s\n",
-                 endpoint.c_str(), workers_per_host, workers, endpoint.c_str(),
+                 endpoint->c_str(), o.workers_per_host, o.workers, endpoint->c_str(),
                  keys.empty() ? "" : " --keys DIR");
   }
-  start_workers(endpoint, workers_per_host, keys);
+  start_workers(*endpoint, o.workers_per_host, keys);
   return supervise(children, /*coordinator=*/true, signals, run_dir.string());
 } catch (const std::exception& e) {
   std::fprintf(stderr, "dctrain-launch: %s\n", e.what());
