@@ -1,7 +1,7 @@
 // A run of the real programs for process tests: a small config (mlp on
 // generated images) and a Cluster that starts the coordinator and workers
-// over tcp://127.0.0.1 with ephemeral ports, reads the run folder and checks
-// a clean finish. Shared by process_test.cc and exchange_process_test.cc.
+// (or any program) over tcp://127.0.0.1 with ephemeral ports, reads the run
+// folder and checks how each process finished.
 #pragma once
 
 #include <fmt/format.h>
@@ -42,15 +42,20 @@ progress_seconds: 1
                      workers, step, extra);
 }
 
+// A run folder of its own (removed with the object unless the test failed),
+// the coordinator on an ephemeral port, and the processes that join it
+// (workers, or any program given), each with its output in a file, all
+// killed and reaped when the run goes.
 class Cluster {
  public:
-  Cluster(const std::string& test, const std::string& config_text, int workers)
-      : dir_("e2e-" + test), workers_(workers) {
+  // `workers`: how many start_workers() starts (w0, w1, ...).
+  Cluster(const std::string& label, const std::string& config_text, int workers = 0)
+      : dir_("e2e-" + label), workers_(workers) {
     run_dir_ = dir_ / "run";
     std::ofstream(dir_ / "run.cfg") << config_text;
   }
   ~Cluster() {
-    worker_processes_.clear();
+    processes_.clear();
     coordinator_.reset();
   }
 
@@ -61,37 +66,47 @@ class Cluster {
     args.insert(args.end(), extra.begin(), extra.end());
     coordinator_ = std::make_unique<Process>(testing::program("dctrain-coordinator"), args,
                                              dir_ / "coordinator.out");
-    endpoint_ = wait_for_endpoint(run_dir_, *coordinator_, 30s);
+    endpoint_ = wait_for_endpoint(run_dir_, *coordinator_, 60s);
     ASSERT_TRUE(endpoint_.starts_with("tcp://127.0.0.1:")) << endpoint_ << coordinator_->output();
   }
 
+  // `program` with `args` under `key` (its output in KEY.N.out, N counting
+  // the starts of that key).
+  Process& start(const std::string& key, const std::string& program,
+                 const std::vector<std::string>& args) {
+    auto p = std::make_unique<Process>(program, args,
+                                       dir_ / fmt::format("{}.{}.out", key, starts_[key]++));
+    Process& ref = *p;
+    processes_[key] = std::move(p);
+    return ref;
+  }
   Process& start_worker(const std::string& name, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"--connect", endpoint_, "--name", name};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto p =
-        std::make_unique<Process>(testing::program("dctrain-worker"), args,
-                                  dir_ / (name + "." + std::to_string(restarts_[name]++) + ".out"));
-    Process& ref = *p;
-    worker_processes_[name] = std::move(p);
-    return ref;
+    return start(name, testing::program("dctrain-worker"), args);
   }
-
   void start_workers() {
     for (int i = 0; i < workers_; ++i) start_worker(fmt::format("w{}", i));
   }
 
-  // Waits for the coordinator and every worker; expects them all to exit 0.
-  void expect_clean_finish(std::chrono::seconds timeout = 60s) {
+  // Waits for the coordinator (0 expected) and then every process; each
+  // must exit with the code given for its key (0 by default).
+  void expect_finish(const std::map<std::string, int>& codes = {},
+                     std::chrono::seconds timeout = 300s) {
     const auto code = coordinator_->wait_for(timeout);
     ASSERT_TRUE(code.has_value()) << "coordinator still running:\n" << coordinator_->output();
-    EXPECT_EQ(*code, 0) << coordinator_->output();
-    for (auto& [name, p] : worker_processes_) {
-      const auto w = p->wait_for(15s);
-      ASSERT_TRUE(w.has_value()) << name << " still running:\n" << p->output();
-      EXPECT_EQ(*w, 0) << name << ":\n" << p->output();
+    EXPECT_EQ(*code, 0) << coordinator_->output() << log();
+    for (auto& [key, p] : processes_) {
+      const auto c = p->wait_for(30s);
+      ASSERT_TRUE(c.has_value()) << key << " still running:\n" << p->output();
+      const int expected = codes.contains(key) ? codes.at(key) : 0;
+      EXPECT_EQ(*c, expected) << key << ":\n" << p->output();
     }
   }
+  // The same, every process expected to exit 0.
+  void expect_clean_finish(std::chrono::seconds timeout = 60s) { expect_finish({}, timeout); }
 
+  size_t joined() const { return testing::count(log(), " joined as rank "); }
   MetricsRecords records() const {
     return parse_metrics(read_text(run_dir_ / "metrics.jsonl"),
                          (run_dir_ / "metrics.jsonl").string());
@@ -104,7 +119,8 @@ class Cluster {
   const std::filesystem::path& run_dir() const { return run_dir_; }
   const std::string& endpoint() const { return endpoint_; }
   Process& coordinator() { return *coordinator_; }
-  Process& worker(const std::string& name) { return *worker_processes_.at(name); }
+  Process& process(const std::string& key) { return *processes_.at(key); }
+  Process& worker(const std::string& name) { return process(name); }
 
  private:
   const ScratchDir dir_;  // first: removed after the processes are gone
@@ -112,8 +128,8 @@ class Cluster {
   std::filesystem::path run_dir_;
   std::string endpoint_;
   std::unique_ptr<Process> coordinator_;
-  std::map<std::string, std::unique_ptr<Process>> worker_processes_;
-  std::map<std::string, int> restarts_;
+  std::map<std::string, std::unique_ptr<Process>> processes_;
+  std::map<std::string, int> starts_;
 };
 
 // Resumes the run in `run_dir` from its checkpoint (dctrain-coordinator
