@@ -56,6 +56,13 @@ for t in "${targets[@]}"; do
   fi
 done
 
+# The targets and the seed recorder make run folders under the temporary
+# directory, which a fuzzer's exit does not remove: they get one of their
+# own, removed when this script ends.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/dctrain-fuzz.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+export TMPDIR="$scratch"
+
 rm -rf "$out/seeds"
 "$out/fuzz/dctrain-fuzz-seeds" "$out/seeds"
 mkdir -p "$out/artifacts" "$out/logs"

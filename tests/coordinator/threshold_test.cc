@@ -538,10 +538,7 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
   // workers with six micro-batches each: a worker that stalled should stop,
   // the others go on. The workers run the real compute loop; the
   // coordinator's clock is fake (so overhead is ~0).
-  const std::filesystem::path run_dir =
-      std::filesystem::temp_directory_path() / fmt::format("dctrain-threshold-test-{}", ::getpid());
-  std::filesystem::remove_all(run_dir);
-  std::filesystem::create_directories(run_dir);
+  const testing::ScratchDir run_dir("threshold-test");
   v1::RunConfig config = parse_run_config(R"(
     name: "auto-tau"
     seed: 21
@@ -676,16 +673,12 @@ TEST(ThresholdRun, AutoTauInTheCoordinatorDropsAndRequeuesAfterTheWarmUp) {
               predicted_tau == google::protobuf::Value::kStringValue)
       << text;
   EXPECT_NE(text.find("\"mean_step_seconds_at_final_tau\""), std::string::npos) << text;
-  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run_dir);
 }
 
 // ------------------------------------------ end to end, real processes
 
 TEST(ThresholdRun, LaunchWithTauAutoPicksAFiniteTauAndTheLedgerStaysExact) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / fmt::format("dctrain-threshold-e2e-{}", ::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir dir("threshold-e2e");
   std::ofstream(dir / "run.cfg") << R"(
 name: "auto-tau-e2e"
 seed: 13
@@ -729,7 +722,6 @@ progress_seconds: 1
     return std::string((std::istreambuf_iterator<char>(c)), std::istreambuf_iterator<char>());
   }();
   EXPECT_NE(config.find("tau_policy: \"auto\""), std::string::npos) << config;
-  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

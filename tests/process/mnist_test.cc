@@ -18,14 +18,13 @@ using namespace std::chrono_literals;
 TEST(MnistCnn, FourWorkersReachNinetyEightPercentInOneEpoch) {
   const std::filesystem::path data = DCTRAIN_SHARED_DATA;
   if (!std::filesystem::exists(data / "mnist")) GTEST_SKIP() << "no MNIST under " << data;
-  const auto run =
-      std::filesystem::temp_directory_path() / fmt::format("dctrain-mnist-{}", ::getpid());
-  std::filesystem::remove_all(run);
+  const testing::ScratchDir dir("mnist");
+  const std::filesystem::path run = dir / "run";
   testing::Process launch(
       testing::program("dctrain-launch"),
       {"--workers", "4", "--config", DCTRAIN_SOURCE_DIR "/experiments/mnist-cnn.cfg", "--out",
        run.string(), "--data-dir", data.string()},
-      run.string() + ".out");
+      dir / "launch.out");
   const auto code = launch.wait_for(600s);
   ASSERT_TRUE(code.has_value()) << "still running after 10 minutes";
   ASSERT_EQ(*code, 0) << launch.output();
@@ -37,8 +36,6 @@ TEST(MnistCnn, FourWorkersReachNinetyEightPercentInOneEpoch) {
   EXPECT_GE(*accuracy, 0.98) << text;
   EXPECT_EQ(summary.checksum_mismatches(), 0u) << text;
   EXPECT_EQ(summary.audits_failed(), 0u) << text;
-  std::filesystem::remove_all(run);
-  std::filesystem::remove(run.string() + ".out");
 }
 
 }  // namespace

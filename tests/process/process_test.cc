@@ -311,9 +311,7 @@ TEST(Processes, ResumeAfterACrashContinuesFromTheLastCheckpointExactlyAsAnUnbrok
 }
 
 TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-{}", ::getpid());
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir dir("launch");
   std::ofstream(dir / "run.cfg") << small_config(2, "stop { max_steps: 6 }");
   Process ok(
       testing::program("dctrain-launch"),
@@ -340,16 +338,13 @@ TEST(Processes, LauncherRunsTheJobWithPrefixedLogsAndReportsFailure) {
   EXPECT_NE(bad.output().find("micro_batch 7 does not divide"), std::string::npos) << bad.output();
   EXPECT_NE(bad.output().find("the coordinator exited with status 2"), std::string::npos)
       << bad.output();
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Processes, LauncherStartsTheConfigsWorkersAndRefusesANegativeStepCount) {
   // Without --workers the config's count is started (its own default of 4
   // once won over `workers: 2`); --steps -5 is an error naming the flag,
   // not a silent "keep".
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-workers-{}", ::getpid());
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir dir("launch-workers");
   std::ofstream(dir / "run.cfg") << small_config(2, "stop { max_steps: 3 }");
   Process two(testing::program("dctrain-launch"),
               {"--config", (dir / "run.cfg").string(), "--out", (dir / "run").string()},
@@ -367,7 +362,6 @@ TEST(Processes, LauncherStartsTheConfigsWorkersAndRefusesANegativeStepCount) {
   EXPECT_NE(*code, 0);
   EXPECT_NE(negative.output().find("--steps"), std::string::npos) << negative.output();
   EXPECT_FALSE(std::filesystem::exists(dir / "neg")) << "nothing was started";
-  std::filesystem::remove_all(dir);
 }
 
 // The flags of a program's --help, "--name" each.
@@ -388,9 +382,7 @@ TEST(Processes, TheLauncherOffersEveryCoordinatorFlagItDoesNotSetItself) {
   // The launcher's flags were copied from the coordinator's by hand and
   // drifted (--metrics-address was missing). The launcher binds loopback
   // and makes the keys itself (--curve), so those it may leave out.
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("dctrain-launch-flags-{}", ::getpid());
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir dir("launch-flags");
   const std::set<std::string> coordinator = help_flags("dctrain-coordinator", dir / "c.out");
   const std::set<std::string> launcher = help_flags("dctrain-launch", dir / "l.out");
   ASSERT_GT(coordinator.size(), 8u);
@@ -400,7 +392,6 @@ TEST(Processes, TheLauncherOffersEveryCoordinatorFlagItDoesNotSetItself) {
     if (set_by_the_launcher.count(flag)) continue;
     EXPECT_TRUE(launcher.count(flag)) << "dctrain-launch has no " << flag;
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

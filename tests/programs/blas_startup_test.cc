@@ -156,10 +156,7 @@ TEST(BlasStartup, TheUsersValueIsNeverOverriddenEvenOnAFallbackCore) {
 }
 
 TEST(BlasStartup, SummaryRecordsTheCoreAndSgemmFigureOfEveryProcess) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / fmt::format("dctrain-blas-{}", ::getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
+  const testing::ScratchDir dir("blas");
   std::ofstream(dir / "run.cfg") << R"(
 name: "blas"
 seed: 3
@@ -214,7 +211,6 @@ eval { every_steps: 4 batch: 64 }
     ASSERT_TRUE(entries.front()->has_blas()) << text;
     expect_prescott(entries.front()->blas());
   }
-  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(dir);
 }
 
 }  // namespace

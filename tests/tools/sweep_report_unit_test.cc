@@ -14,6 +14,7 @@
 #include "dropcompute/threshold_model.h"
 #include "metrics/metrics_json.h"
 #include "proto/report.pb.h"
+#include "tests/testing/paths.h"
 #include "tools/experiment/sweep.h"
 #include "tools/report/document.h"
 #include "tools/report/prediction.h"
@@ -42,8 +43,7 @@ TEST(TauPolicy, ParsesEveryForm) {
 }
 
 TEST(Sweep, CrossesTheAxesBaselineFirstAndOncePerRequeueAxis) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("dctrain-sweep-unit-{}", ::getpid());
-  fs::create_directories(dir);
+  const testing::ScratchDir dir("sweep-unit");
   std::ofstream(dir / "m.cfg") << R"(name: "m" seed: 1 workers: 2 model { name: "mlp" }
 dataset { kind: "synthetic" synthetic_samples: 1000 }
 optimizer { lr: 0.1 } step { global_batch: 64 micro_batch: 8 } stop { max_epochs: 2 })";
@@ -60,7 +60,6 @@ startup_seconds: 2
 )",
                                       "test.sweep");
   const SweepPlan plan = plan_sweep(sweep, dir, "test");
-  fs::remove_all(dir);
   // 2 workers x 2 delays x 2 seeds x (1 baseline + 3 policies x 2 requeue).
   ASSERT_EQ(plan.cases.size(), 2u * 2 * 2 * 7);
   const SweepCase& first = plan.cases[0];
@@ -92,9 +91,7 @@ startup_seconds: 2
 TEST(Sweep, ClearSetsAFieldToZeroWhereAnOverrideCannot) {
   // An override of 0 merges as nothing (proto3); `clear` resets the field
   // first, and the overrides then set what they set.
-  const fs::path dir =
-      fs::temp_directory_path() / fmt::format("dctrain-sweep-clear-{}", ::getpid());
-  fs::create_directories(dir);
+  const testing::ScratchDir dir("sweep-clear");
   std::ofstream(dir / "m.cfg") << R"(name: "m" seed: 1 workers: 2 model { name: "mlp" }
 dataset { kind: "synthetic" synthetic_samples: 1000 }
 optimizer { lr: 0.1 } step { global_batch: 64 micro_batch: 8 } stop { max_epochs: 2 })";
@@ -119,7 +116,6 @@ overrides { stop { max_epochs: 0 max_steps: 7 } }
         << what;
     EXPECT_NE(what.find("'seed' is not a message field"), std::string::npos) << what;
   }
-  fs::remove_all(dir);
 }
 
 TEST(RunFolder, PercentileInterpolatesBetweenOrderStatistics) {
@@ -520,9 +516,7 @@ TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
 // A run folder with a trace.json gets a link to it in both documents; one
 // without gets none.
 TEST(Document, LinksTheTimelineOfEachRunThatHasOne) {
-  const fs::path dir =
-      fs::temp_directory_path() / fmt::format("dctrain-report-trace-{}", ::getpid());
-  fs::remove_all(dir);
+  const testing::ScratchDir dir("report-trace");
   std::vector<RunFolder> runs;
   runs.push_back(fake_run("inf", true, 1, 0.8, 100, std::nullopt));
   runs.push_back(fake_run("p90", true, 1, 0.8, 120, std::nullopt, 0.2));
@@ -540,7 +534,6 @@ TEST(Document, LinksTheTimelineOfEachRunThatHasOne) {
   EXPECT_NE(html.find(">traced run</a>"), std::string::npos) << html;
   EXPECT_NE(html.find("traced%20run/trace.json\">"), std::string::npos) << html;
   EXPECT_EQ(html.find("untraced/trace.json"), std::string::npos) << html;
-  fs::remove_all(dir);
 }
 
 }  // namespace
