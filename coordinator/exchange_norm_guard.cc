@@ -71,11 +71,11 @@ bool CoordinatorImpl::check_contribution_norms(double now) {
   if (replica_.buffer_count() > 0) {
     copy_tensor(*exchange_sum_, 1, std::span(sum).subspan(replica_.parameter_count()));
   }
-  std::set<uint32_t> computed;
+  std::map<uint32_t, uint64_t> samples;  // as counted from the plan (on_contribution)
   for (uint32_t rank : exchange_members_) {
-    if (planned_.at(rank).contribution->samples() > 0) computed.insert(rank);
+    samples[rank] = planned_.at(rank).contribution->samples();
   }
-  for (Refused& r : sketch_check_->judge(sum, guard_, computed)) {
+  for (Refused& r : sketch_check_->judge(sum, guard_, samples)) {
     log_->error("step {}: the contribution of worker '{}' (rank {}) is refused: {}", step_,
                 membership_.at(r.rank).name, r.rank, r.why);
     out.emplace(r.rank, "its contribution is refused by the norm guard");

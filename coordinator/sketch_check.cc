@@ -91,19 +91,25 @@ std::map<uint32_t, SketchCheck::Estimate> SketchCheck::estimate(std::span<const 
 }
 
 std::vector<Refused> SketchCheck::judge(std::span<const float> sum, const UpdateGuard& guard,
-                                        const std::set<uint32_t>& computed) const {
+                                        const std::map<uint32_t, uint64_t>& samples) const {
   const std::map<uint32_t, Estimate> estimates = estimate(sum);
+  std::set<uint32_t> computed;
   std::map<uint32_t, double> gradients, statistics;
   for (const auto& [rank, e] : estimates) {
+    const auto n = samples.find(rank);
+    if (n == samples.end() || n->second == 0) continue;  // the rounding rule below
+    computed.insert(rank);
     gradients[rank] = e.gradient;
     statistics[rank] = e.statistics;
   }
+  gradients = UpdateGuard::per_sample(gradients, samples);
+  statistics = UpdateGuard::per_sample(statistics, samples);
   std::map<uint32_t, std::string> why;
-  for (Refused& r : guard.refuse_by_norm(gradients, computed, "gradient")) {
+  for (Refused& r : guard.refuse_by_norm(gradients, computed, "per-sample gradient")) {
     why[r.rank] = std::move(r.why);
   }
   if (shape_.length > shape_.parameters) {
-    for (Refused& r : guard.refuse_by_norm(statistics, computed, "batch statistics")) {
+    for (Refused& r : guard.refuse_by_norm(statistics, computed, "per-sample batch statistics")) {
       if (!why.contains(r.rank)) why[r.rank] = std::move(r.why);
     }
   }

@@ -79,13 +79,13 @@ class SketchCheck {
   };
   std::map<uint32_t, Estimate> estimate(std::span<const float> sum) const;
 
-  // The members the guard refuses, ascending, with why: each compared with
-  // the median of the other members that hold samples (`computed`; a member
-  // that computed nothing is still judged, against them), and a member that
-  // computed nothing whose part is more than the sum's rounding, whatever
-  // the others computed.
+  // The members the guard refuses, ascending, with why: each member that
+  // computed samples (`samples`: every member's completed samples) compared
+  // per sample with the median of the others that did
+  // (UpdateGuard::per_sample), and a member that computed nothing whose part
+  // is more than the sum's rounding, whatever the others computed.
   std::vector<Refused> judge(std::span<const float> sum, const UpdateGuard& guard,
-                             const std::set<uint32_t>& computed) const;
+                             const std::map<uint32_t, uint64_t>& samples) const;
 
  private:
   uint32_t attempt_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "comm/framing.h"
 #include "comm/rank_order_sum.h"
@@ -78,6 +79,18 @@ bool tensors_finite(const Message& message) {
 }
 
 UpdateGuard::UpdateGuard(const v1::GuardConfig& config) : config_(config) {}
+
+std::map<uint32_t, double> UpdateGuard::per_sample(const std::map<uint32_t, double>& norms,
+                                                   const std::map<uint32_t, uint64_t>& samples) {
+  std::map<uint32_t, double> out;
+  for (const auto& [rank, norm] : norms) {
+    const auto it = samples.find(rank);
+    const uint64_t n = it == samples.end() ? 0 : it->second;
+    out[rank] = n > 0 ? norm / static_cast<double>(n)
+                      : (norm == 0.0 ? 0.0 : std::numeric_limits<double>::infinity());
+  }
+  return out;
+}
 
 std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double>& norms,
                                                  std::string_view what) const {

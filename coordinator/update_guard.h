@@ -71,6 +71,14 @@ class UpdateGuard {
 
   bool norm_guard() const { return config_.norm_multiple() > 0.0; }
 
+  // Norms per sample, as the guard compares them: a contribution's norm
+  // grows with the samples it sums (rebalancing gives a fast worker more than
+  // the others), its norm per sample does not. One that computed no sample
+  // may hold nothing: 0 when its norm is 0, else infinite. `samples`: each
+  // rank's completed samples, as the coordinator counted them from its plan.
+  static std::map<uint32_t, double> per_sample(const std::map<uint32_t, double>& norms,
+                                               const std::map<uint32_t, uint64_t>& samples);
+
   // Contributions whose norm is more than norm_multiple times the median of
   // the other contributions' norms (needs at least two others), ascending;
   // `what` names the norm in the reason ("gradient").

@@ -973,9 +973,11 @@ TEST_F(ExchangeNormGuardTest, AShardOwnersForgedShardIsRefusedAndTheRoundRedoneW
     receive(name, sketch(name, only(name, v1::Envelope::kSketchRequest), contributions[name]));
   }
   const std::string text = log.text.str();
-  EXPECT_NE(text.find("step 0: the contribution of worker 'b' (rank 1) is refused: its gradient "
-                      "norm"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find(
+          "step 0: the contribution of worker 'b' (rank 1) is refused: its per-sample gradient "
+          "norm"),
+      std::string::npos)
       << text;
   EXPECT_NE(text.find("as the owner of shard 1, the sum it made of it implies a part of norm"),
             std::string::npos)

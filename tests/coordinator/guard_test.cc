@@ -233,7 +233,7 @@ TEST_F(GuardTest, NormGuardRefusesAContributionFarBeyondTheOthersAndRequeuesIt) 
   EXPECT_EQ(t.steps_discarded(), 0u);
   EXPECT_EQ(t.samples_lost(), 0u);
   EXPECT_TRUE(
-      log.contains("refused worker 'b' (rank 1)'s contribution for step 0: its gradient "
+      log.contains("refused worker 'b' (rank 1)'s contribution for step 0: its per-sample gradient "
                    "norm"))
       << log.text.str();
   const auto records = metrics();
@@ -375,6 +375,25 @@ TEST(UpdateGuard, NormOutliersAgainstTheMedianOfTheOthers) {
   // Off: nothing is refused.
   EXPECT_TRUE(
       UpdateGuard(v1::GuardConfig()).refuse_by_norm({{0, 1.0}, {1, 1.0}, {2, 1e9}}).empty());
+}
+
+TEST(UpdateGuard, NormsAreComparedPerSample) {
+  // Rank 3 was given four times the samples (rebalancing) and its summed
+  // gradient is four times the others': per sample it is like them.
+  const std::map<uint32_t, double> norms = {{0, 1.0}, {1, 1.1}, {2, 0.9}, {3, 4.2}};
+  const std::map<uint32_t, uint64_t> samples = {{0, 8}, {1, 8}, {2, 8}, {3, 32}};
+  const std::map<uint32_t, double> per = UpdateGuard::per_sample(norms, samples);
+  EXPECT_DOUBLE_EQ(per.at(3), 4.2 / 32);
+  v1::GuardConfig config;
+  config.set_norm_multiple(3.0);
+  const UpdateGuard guard(config);
+  EXPECT_EQ(guard.refuse_by_norm(norms).size(), 1u) << "in all, rank 3 is beyond 3x";
+  EXPECT_TRUE(guard.refuse_by_norm(per, {0, 1, 2, 3}, "per-sample gradient").empty());
+  // A contribution that computed no sample may hold nothing.
+  const std::map<uint32_t, double> none =
+      UpdateGuard::per_sample({{0, 0.0}, {1, 1e-3}}, {{0, 0}, {1, 0}});
+  EXPECT_EQ(none.at(0), 0.0);
+  EXPECT_TRUE(std::isinf(none.at(1)));
 }
 
 TEST(UpdateGuard, UsableMeansFiniteWithASquareThatFitsAFloat) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <set>
 #include <vector>
@@ -15,7 +16,8 @@ namespace dctrain {
 namespace {
 
 constexpr uint64_t kParameters = 3000, kBuffers = 60, kLength = kParameters + kBuffers;
-const std::set<uint32_t> kAll = {0, 1, 2, 3};
+// Every member computed 8 samples.
+const std::map<uint32_t, uint64_t> kAll = {{0, 8}, {1, 8}, {2, 8}, {3, 8}};
 
 class SketchCheckTest : public testing::Test {
  protected:
@@ -117,6 +119,26 @@ TEST_F(SketchCheckTest, APoisonedPartIsRefusedAndALiarCannotFrameAnOwnerAlone) {
   EXPECT_EQ(out, (std::vector<uint32_t>{1, 3}));
 }
 
+TEST_F(SketchCheckTest, AMemberGivenMoreSamplesIsComparedPerSample) {
+  // Rebalancing gave rank 3 five times the others' samples: its part is
+  // five times as large (beyond norm_multiple 4 in all), the same per
+  // sample, and passes; a part 100 times the others' per sample does not.
+  for (float& v : parts_[3]) v *= 5.0f;
+  SketchCheck c = check();
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
+  std::map<uint32_t, uint64_t> samples = kAll;
+  samples[3] = 40;
+  EXPECT_EQ(c.judge(sum(), guard_, kAll).size(), 1u) << "in all, it is an outlier";
+  EXPECT_TRUE(c.judge(sum(), guard_, samples).empty()) << "per sample, it is not";
+  for (float& v : parts_[2]) v *= 100.0f;
+  SketchCheck d = check();
+  for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(d.take(r, answer(d, parts_[r])));
+  const std::vector<Refused> refused = d.judge(sum(), guard_, samples);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].rank, 2u);
+  EXPECT_NE(refused[0].why.find("per-sample gradient norm"), std::string::npos) << refused[0].why;
+}
+
 TEST_F(SketchCheckTest, MembersThatComputedNothingDoNotMakeTheMedianZero) {
   // Ranks 0 and 1 computed nothing this step (their micro-batches were past
   // tau): their parts are zero, and an honest part of rank 2 or 3 is
@@ -132,11 +154,11 @@ TEST_F(SketchCheckTest, MembersThatComputedNothingDoNotMakeTheMedianZero) {
   std::fill(parts_[3].begin(), parts_[3].end(), 0.0f);
   SketchCheck d = check();
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(d.take(r, answer(d, parts_[r])));
-  EXPECT_TRUE(d.judge(sum(), guard_, {0, 2}).empty());
+  EXPECT_TRUE(d.judge(sum(), guard_, {{0, 8}, {2, 8}}).empty());
   std::vector<float> forged = sum();
   const ExchangePlan plan(kLength, 4, 1);
   forged[plan.shard_begin(1)] += 500.0f;
-  const std::vector<Refused> refused = d.judge(forged, guard_, {0, 2});
+  const std::vector<Refused> refused = d.judge(forged, guard_, {{0, 8}, {2, 8}});
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].rank, 1u);
 }
@@ -148,12 +170,12 @@ TEST_F(SketchCheckTest, AMemberThatComputedNothingMayHoldNothingWhateverTheOther
   for (uint32_t r = 1; r < 4; ++r) std::fill(parts_[r].begin(), parts_[r].end(), 0.0f);
   SketchCheck c = check();
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
-  EXPECT_TRUE(c.judge(sum(), guard_, {0}).empty()) << "honest zeros pass";
+  EXPECT_TRUE(c.judge(sum(), guard_, {{0, 8}}).empty()) << "honest zeros pass";
   // Rank 3 owns shard 3 and adds a small value to one float of it.
   std::vector<float> forged = sum();
   const ExchangePlan plan(kLength, 4, 1);
   forged[plan.shard_begin(3) + 1] += 0.5f;
-  const std::vector<Refused> refused = c.judge(forged, guard_, {0});
+  const std::vector<Refused> refused = c.judge(forged, guard_, {{0, 8}});
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].rank, 3u);
   EXPECT_NE(refused[0].why.find("it computed no samples, yet"), std::string::npos)

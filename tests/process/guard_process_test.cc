@@ -211,7 +211,10 @@ TEST(GuardProcesses, ExchangeShardOwnerForgingItsShardIsRefusedByTheNormGuard) {
   run.expect_finish();  // w0 and w1 checked their final replicas against the coordinator's
 
   const std::string log = run.log();
-  EXPECT_NE(log.find("the contribution of worker 'peer' (rank 2) is refused: its gradient norm"),
+  // The peer computes nothing (it reports no sample): a part of it beyond
+  // the sum's rounding is refused as such, before any comparison per sample.
+  EXPECT_NE(log.find("the contribution of worker 'peer' (rank 2) is refused: it computed no "
+                     "samples, yet its part's estimated norm is"),
             std::string::npos)
       << log;
   EXPECT_NE(log.find("as the owner of shard 2, the sum it made of it implies a part of norm"),
