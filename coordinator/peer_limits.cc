@@ -20,8 +20,8 @@ TransportLimits transport_limits(const v1::RunConfig& config, Replica& replica) 
 }
 
 PeerLog::PeerLog(const v1::GuardConfig& config, std::shared_ptr<spdlog::logger> log)
-    : period_(config.peer_log_seconds() > 0 ? config.peer_log_seconds() : 10.0),
-      max_refused_(config.max_refused_peers() > 0 ? config.max_refused_peers() : 64),
+    : period_(config.peer_log_seconds()),
+      max_refused_(config.max_refused_peers()),
       log_(std::move(log)) {}
 
 void PeerLog::prune(Entries& entries, double now) {

@@ -35,6 +35,7 @@ class PeerLog {
   // Peers remembered; beyond, bad messages from new peers share one entry.
   static constexpr size_t kMaxPeers = 1024;
 
+  // `config`: finalized (runtime/run_config.h sets its defaults).
   PeerLog(const v1::GuardConfig& config, std::shared_ptr<spdlog::logger> log);
 
   // A bad message from `peer`, `line` saying what it was.

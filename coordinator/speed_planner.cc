@@ -27,9 +27,7 @@ double makespan(const std::vector<uint32_t>& shares, const std::vector<double>& 
 
 }  // namespace
 
-SpeedPlanner::SpeedPlanner(const v1::RebalanceConfig& config) : config_(config) {
-  if (config_.window_steps() == 0) config_.set_window_steps(8);
-}
+SpeedPlanner::SpeedPlanner(const v1::RebalanceConfig& config) : config_(config) {}
 
 void SpeedPlanner::observe(uint32_t rank, std::span<const double> micro_batch_seconds) {
   if (micro_batch_seconds.empty()) return;

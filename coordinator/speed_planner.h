@@ -67,6 +67,8 @@ struct StepShares {
 
 class SpeedPlanner {
  public:
+  // `config`: finalized (runtime/step_policy.h sets its defaults when the
+  // policy is speed-aware; otherwise the planner is not asked).
   explicit SpeedPlanner(const v1::RebalanceConfig& config);
 
   // A worker's completed micro-batch times in one step (none: it completed

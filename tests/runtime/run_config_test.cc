@@ -42,6 +42,35 @@ TEST(RunConfig, ParsesAndFillsDefaults) {
   EXPECT_EQ(again.SerializeAsString(), c.SerializeAsString());
 }
 
+TEST(RunConfig, EveryDefaultIsInTheFinalizedConfig) {
+  // One convention: a field left at 0 or unset takes its default when the
+  // config is finalized, and the code reads the finalized config (no
+  // fallbacks where a value is used). Those the schema names, here and in
+  // the printed config.cfg.
+  v1::RunConfig c = parse_run_config(kGood, "good.cfg");
+  c.mutable_step()->set_policy(v1::POLICY_REBALANCE);
+  finalize_run_config(c);
+  EXPECT_DOUBLE_EQ(c.guard().peer_log_seconds(), 10.0);
+  EXPECT_EQ(c.guard().max_refused_peers(), 64u);
+  EXPECT_EQ(c.guard().max_bad_steps_in_a_row(), 3u);
+  EXPECT_EQ(c.step().rebalance().window_steps(), 8u);
+  EXPECT_DOUBLE_EQ(c.step().rebalance().min_gain(), 0.1);
+  EXPECT_EQ(c.step().rebalance().probe_every_steps(), 20u);
+  EXPECT_DOUBLE_EQ(c.data_plane().timeout_seconds(), 10.0);
+  EXPECT_EQ(c.data_plane().rounds_per_step(), 2u);
+  EXPECT_DOUBLE_EQ(c.liveness().silence_seconds(), 10.0);
+  EXPECT_EQ(c.liveness().release_after_missed_steps(), 10u);
+  const std::string printed = to_text(c);
+  EXPECT_TRUE(mentions(printed, "peer_log_seconds: 10")) << printed;
+  EXPECT_TRUE(mentions(printed, "probe_every_steps: 20")) << printed;
+
+  v1::RunConfig backup = parse_run_config(kGood, "good.cfg");
+  backup.mutable_step()->set_policy(v1::POLICY_BACKUP);
+  backup.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);  // backup's plane
+  finalize_run_config(backup);
+  EXPECT_EQ(backup.step().backup_workers(), 1u);
+}
+
 TEST(RunConfig, ParseErrorNamesFileLineAndField) {
   try {
     parse_run_config("workers: 2\nmodle { name: \"mlp\" }\n", "typo.cfg");
