@@ -1,5 +1,5 @@
-// The coordinator's evaluations and its live metrics: the
-// members of CoordinatorImpl (coordinator/coordinator_impl.h) that concern them, kept
+// The coordinator's evaluations and its live metrics: the members of
+// CoordinatorImpl (coordinator/coordinator_impl.h) that concern them, kept
 // apart from the step logic in coordinator_steps.cc.
 #include <fmt/format.h>
 

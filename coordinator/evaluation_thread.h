@@ -1,6 +1,6 @@
-// Evaluation off the step loop (coordinator/evaluations.h): a copy of the replica's parameters and
-// running statistics (a snapshot) is evaluated in a thread of its own while
-// the coordinator goes on with the next steps. One evaluation at a time:
+// Evaluation off the step loop (coordinator/evaluations.h): a copy of the
+// replica's parameters and running statistics (a snapshot) is evaluated in a
+// thread of its own while the coordinator goes on with the next steps. One evaluation at a time:
 // the snapshot model is the thread's only while it runs, so nothing is
 // locked while it computes, and the step loop only copies into it (a few
 // milliseconds for bert-tiny's 4.4 M parameters) when none runs.
