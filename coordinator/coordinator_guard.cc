@@ -24,20 +24,15 @@ GuardedStep CoordinatorImpl::guard_step() {
   v1::RunTotals& t = metrics_.totals();
   const char* fate = config_.step().requeue() ? "requeued" : "lost";
   if (guard_.norm_guard()) {
-    // Compared per sample, the median over the contributions that hold
-    // samples (UpdateGuard::per_sample).
     std::map<uint32_t, double> norms;
-    std::map<uint32_t, uint64_t> samples;
-    std::set<uint32_t> computed;
+    std::map<uint32_t, uint64_t> samples;  // as counted from the plan (on_contribution)
     for (const auto& [rank, added] : reducer_.added()) {
       if (!reducer_.has(rank)) continue;
       norms[rank] = added.norm;
       samples[rank] = planned_.at(rank).contribution->samples();
-      if (samples[rank] > 0) computed.insert(rank);
     }
     std::set<uint32_t> refused;
-    for (const Refused& r : guard_.refuse_by_norm(UpdateGuard::per_sample(norms, samples), computed,
-                                                  "per-sample gradient")) {
+    for (const Refused& r : guard_.refuse_by_norm(norms, samples)) {
       const Planned& p = planned_.at(r.rank);
       log_->warn(
           "refused worker '{}' (rank {})'s contribution for step {}: {}; its {} micro-batches "

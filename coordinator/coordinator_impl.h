@@ -287,6 +287,9 @@ class CoordinatorImpl {
   // Plans the round again among `members` under the next attempt, if the
   // step has rounds left (false otherwise).
   bool plan_next_attempt(double now, std::vector<uint32_t> members, const std::string& why);
+  // The same among the members that reported and are still in the step and
+  // alive (false: no rounds left, and close_step() goes on to drop the step).
+  bool redo_among_the_rest(double now, const std::string& why);
   // The commit to the members (unless it went out ahead of the sum), the
   // whole update to a live worker outside the round, and the sum kept for
   // apply_pending().

@@ -93,12 +93,7 @@ bool CoordinatorImpl::check_contribution_norms(double now) {
 bool CoordinatorImpl::redo_without(double now, const std::map<uint32_t, std::string>& out,
                                    const std::string& why) {
   for (const auto& [rank, reason] : out) take_out(planned_.at(rank), reason);
-  std::vector<uint32_t> left;
-  for (const auto& [rank, p] : planned_) {
-    if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
-  }
-  // False: no rounds left, and close_step() goes on to drop the step.
-  return plan_next_attempt(now, std::move(left), why);
+  return redo_among_the_rest(now, why);
 }
 
 void CoordinatorImpl::on_contribution_sketch(const std::string& peer, const Message& message,

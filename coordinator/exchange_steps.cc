@@ -206,11 +206,7 @@ bool CoordinatorImpl::refuse_disagreeing_sums(double now) {
       strike(owner, fmt::format("{} members hold another sum of its shard", differing.size()));
     }
   }
-  std::vector<uint32_t> left;
-  for (const auto& [rank, p] : planned_) {
-    if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
-  }
-  return plan_next_attempt(now, std::move(left), "the members' sums disagree");
+  return redo_among_the_rest(now, "the members' sums disagree");
 }
 
 void CoordinatorImpl::accept_exchange_report(uint32_t rank, Message report, double now) {
@@ -444,11 +440,15 @@ bool CoordinatorImpl::exchange_succeeded() const {
 bool CoordinatorImpl::redo_exchange(double now) {
   // A committed round is never redone: its members applied it.
   if (exchange_succeeded() || exchange_sum_unusable() || committed_ahead_) return false;
+  return redo_among_the_rest(now, "the exchange failed");
+}
+
+bool CoordinatorImpl::redo_among_the_rest(double now, const std::string& why) {
   std::vector<uint32_t> left;
   for (const auto& [rank, p] : planned_) {
     if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
   }
-  return plan_next_attempt(now, std::move(left), "the exchange failed");
+  return plan_next_attempt(now, std::move(left), why);
 }
 
 bool CoordinatorImpl::plan_next_attempt(double now, std::vector<uint32_t> left,

@@ -102,14 +102,12 @@ std::vector<Refused> SketchCheck::judge(std::span<const float> sum, const Update
     gradients[rank] = e.gradient;
     statistics[rank] = e.statistics;
   }
-  gradients = UpdateGuard::per_sample(gradients, samples);
-  statistics = UpdateGuard::per_sample(statistics, samples);
   std::map<uint32_t, std::string> why;
-  for (Refused& r : guard.refuse_by_norm(gradients, computed, "per-sample gradient")) {
+  for (Refused& r : guard.refuse_by_norm(gradients, samples, "gradient")) {
     why[r.rank] = std::move(r.why);
   }
   if (shape_.length > shape_.parameters) {
-    for (Refused& r : guard.refuse_by_norm(statistics, computed, "per-sample batch statistics")) {
+    for (Refused& r : guard.refuse_by_norm(statistics, samples, "batch statistics")) {
       if (!why.contains(r.rank)) why[r.rank] = std::move(r.why);
     }
   }

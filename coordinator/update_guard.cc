@@ -93,22 +93,17 @@ std::map<uint32_t, double> UpdateGuard::per_sample(const std::map<uint32_t, doub
 }
 
 std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double>& norms,
-                                                 std::string_view what) const {
-  std::set<uint32_t> all;
-  for (const auto& [rank, norm] : norms) all.insert(rank);
-  return refuse_by_norm(norms, all, what);
-}
-
-std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double>& norms,
-                                                 const std::set<uint32_t>& references,
+                                                 const std::map<uint32_t, uint64_t>& samples,
                                                  std::string_view what) const {
   std::vector<Refused> out;
   if (!norm_guard()) return out;
   const double multiple = config_.norm_multiple();
-  for (const auto& [rank, norm] : norms) {
+  const std::map<uint32_t, double> per = per_sample(norms, samples);
+  for (const auto& [rank, norm] : per) {
     std::vector<double> others;
-    for (const auto& [r, n] : norms) {
-      if (r != rank && references.contains(r)) others.push_back(n);
+    for (const auto& [r, n] : per) {
+      const auto held = samples.find(r);
+      if (r != rank && held != samples.end() && held->second > 0) others.push_back(n);
     }
     if (others.size() < 2) continue;
     // The median of the others: the lower middle one for an even count, so
@@ -117,7 +112,7 @@ std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double
     std::nth_element(others.begin(), others.begin() + static_cast<ptrdiff_t>(middle), others.end());
     const double median = others[middle];
     if (!(norm <= multiple * median)) {
-      out.push_back({rank, fmt::format("its {} norm {:.4g} is more than {:g} times the "
+      out.push_back({rank, fmt::format("its per-sample {} norm {:.4g} is more than {:g} times the "
                                        "median {:.4g} of the step's other contributions "
                                        "(guard.norm_multiple)",
                                        what, norm, multiple, median)});

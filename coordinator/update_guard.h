@@ -79,17 +79,13 @@ class UpdateGuard {
   static std::map<uint32_t, double> per_sample(const std::map<uint32_t, double>& norms,
                                                const std::map<uint32_t, uint64_t>& samples);
 
-  // Contributions whose norm is more than norm_multiple times the median of
-  // the other contributions' norms (needs at least two others), ascending;
-  // `what` names the norm in the reason ("gradient").
+  // Contributions whose norm per sample (per_sample) is more than
+  // norm_multiple times the median of the other contributions' that hold
+  // samples (needs at least two of those), ascending; `what` names the norm
+  // in the reason ("gradient": "its per-sample gradient norm ...").
   std::vector<Refused> refuse_by_norm(const std::map<uint32_t, double>& norms,
+                                      const std::map<uint32_t, uint64_t>& samples,
                                       std::string_view what = "gradient") const;
-  // The same, the median taken over the `references` other than the
-  // contribution itself (e.g. those that hold samples: one that computed
-  // nothing has no norm to compare with).
-  std::vector<Refused> refuse_by_norm(const std::map<uint32_t, double>& norms,
-                                      const std::set<uint32_t>& references,
-                                      std::string_view what) const;
 
   // The step's summed gradient and statistics, and what each addition showed
   // (by rank): nothing when the update may be applied.

@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -23,6 +22,7 @@
 #include "coordinator/coordinator.h"
 #include "metrics/metrics_json.h"
 #include "tests/testing/fake_cluster.h"
+#include "tests/testing/paths.h"
 
 namespace dctrain::testing {
 
@@ -34,14 +34,10 @@ class CoordinatorFixture : public ::testing::Test {
       : config_text_(config_text), label_(std::move(label)) {}
 
   void SetUp() override {
-    run_dir = std::filesystem::temp_directory_path() /
-              fmt::format("dctrain-{}-test-{}-{}", label_, ::getpid(),
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(run_dir);
-    std::filesystem::create_directories(run_dir);
+    run_dir = scratch_.emplace(label_ + "-test").path();
     config = parse_run_config(config_text_, label_);
   }
-  void TearDown() override { std::filesystem::remove_all(run_dir); }
+  void TearDown() override { scratch_.reset(); }  // kept if the test failed
 
   // The coordinator and the workers, from `config` as the program finishes
   // it; with `hello_on_start` every worker says hello at once.
@@ -179,6 +175,7 @@ class CoordinatorFixture : public ::testing::Test {
   bool tick_in_pump = false;
 
  private:
+  std::optional<ScratchDir> scratch_;
   const char* config_text_;
   std::string label_;
 };

@@ -360,21 +360,31 @@ TEST_F(GuardTest, WorkerWhoseConnectionClosesIsDeadAtOnceAndItsSlotFree) {
   EXPECT_TRUE(d_contributed);
 }
 
+// Every contribution of one sample: norms per sample are the norms.
+std::map<uint32_t, uint64_t> one_sample_each(const std::map<uint32_t, double>& norms) {
+  std::map<uint32_t, uint64_t> out;
+  for (const auto& [rank, norm] : norms) out[rank] = 1;
+  return out;
+}
+
+std::vector<Refused> refuse(const UpdateGuard& guard, const std::map<uint32_t, double>& norms) {
+  return guard.refuse_by_norm(norms, one_sample_each(norms));
+}
+
 TEST(UpdateGuard, NormOutliersAgainstTheMedianOfTheOthers) {
   v1::GuardConfig config;
   config.set_norm_multiple(10.0);
   const UpdateGuard guard(config);
   // Too few to judge: two contributions say nothing about which is wrong.
-  EXPECT_TRUE(guard.refuse_by_norm({{0, 1.0}, {1, 1e9}}).empty());
-  const auto refused = guard.refuse_by_norm({{0, 1.0}, {1, 1.2}, {2, 0.9}, {3, 50.0}});
+  EXPECT_TRUE(refuse(guard, {{0, 1.0}, {1, 1e9}}).empty());
+  const auto refused = refuse(guard, {{0, 1.0}, {1, 1.2}, {2, 0.9}, {3, 50.0}});
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].rank, 3u);
-  EXPECT_TRUE(guard.refuse_by_norm({{0, 1.0}, {1, 1.2}, {2, 0.9}, {3, 9.0}}).empty());
+  EXPECT_TRUE(refuse(guard, {{0, 1.0}, {1, 1.2}, {2, 0.9}, {3, 9.0}}).empty());
   // NaN is never below the bound.
-  EXPECT_EQ(guard.refuse_by_norm({{0, 1.0}, {1, 1.0}, {2, std::nan("")}}).size(), 1u);
+  EXPECT_EQ(refuse(guard, {{0, 1.0}, {1, 1.0}, {2, std::nan("")}}).size(), 1u);
   // Off: nothing is refused.
-  EXPECT_TRUE(
-      UpdateGuard(v1::GuardConfig()).refuse_by_norm({{0, 1.0}, {1, 1.0}, {2, 1e9}}).empty());
+  EXPECT_TRUE(refuse(UpdateGuard(v1::GuardConfig()), {{0, 1.0}, {1, 1.0}, {2, 1e9}}).empty());
 }
 
 TEST(UpdateGuard, NormsAreComparedPerSample) {
@@ -387,8 +397,8 @@ TEST(UpdateGuard, NormsAreComparedPerSample) {
   v1::GuardConfig config;
   config.set_norm_multiple(3.0);
   const UpdateGuard guard(config);
-  EXPECT_EQ(guard.refuse_by_norm(norms).size(), 1u) << "in all, rank 3 is beyond 3x";
-  EXPECT_TRUE(guard.refuse_by_norm(per, {0, 1, 2, 3}, "per-sample gradient").empty());
+  EXPECT_EQ(refuse(guard, norms).size(), 1u) << "in all, rank 3 is beyond 3x";
+  EXPECT_TRUE(guard.refuse_by_norm(norms, samples).empty());
   // A contribution that computed no sample may hold nothing.
   const std::map<uint32_t, double> none =
       UpdateGuard::per_sample({{0, 0.0}, {1, 1e-3}}, {{0, 0}, {1, 0}});
