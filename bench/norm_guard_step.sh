@@ -20,14 +20,8 @@ build="${1:-$here/../build/release}"
 steps="${2:-12}"
 rounds="${3:-3}"
 models="${4:-bert-tiny resnet20}"
-data="$here/../../shared/data"
-launch="$build/bin/dctrain-launch"
-[[ -x "$launch" ]] || { echo "norm_guard_step: $launch not found; build first (bash tools/setup.sh)" >&2; exit 1; }
-[[ -d "$data" ]] || { echo "norm_guard_step: no data root at $data" >&2; exit 1; }
-work="$(mktemp -d /tmp/dctrain-norm-guard-bench.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-
 source "$here/step_pairs.sh"
+pairs_setup norm_guard_step
 
 run_mode() {
   local model="$1" mode="$2" out="$3"

@@ -5,8 +5,10 @@
 # run is the median over its steps (the first two left out: warm-up) of the
 # step's full cycle, the wall time from one step's end to the next.
 #
-# The caller sets `launch` (dctrain-launch), `data` (the data root), `work`
-# (a scratch folder), `steps` and `rounds`, and defines
+# The caller sets `here` (bench/), `build`, `steps` and `rounds`, calls
+#   pairs_setup NAME   (sets `launch`, `data` and a scratch folder `work`,
+#                       removed on exit; NAME prefixes its messages)
+# and defines
 #   run_mode MODEL MODE OUT   start one run of MODE into OUT (its log: OUT.log)
 # then calls
 #   compare_modes MODEL BASELINE OTHER LABEL
@@ -46,4 +48,14 @@ compare_modes() {
   done
   median=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
   echo "RESULT $model: step cycle $label = ${median}x (median of $rounds rounds)"
+}
+
+pairs_setup() {
+  local name="$1"
+  data="$here/../../shared/data"
+  launch="$build/bin/dctrain-launch"
+  [[ -x "$launch" ]] || { echo "$name: $launch not found; build first (bash tools/setup.sh)" >&2; exit 1; }
+  [[ -d "$data" ]] || { echo "$name: no data root at $data" >&2; exit 1; }
+  work="$(mktemp -d "/tmp/dctrain-$name.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
 }
