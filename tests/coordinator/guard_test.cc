@@ -116,6 +116,8 @@ std::vector<float> clean_run_parameters(uint64_t steps) {
   EXPECT_TRUE(clean.coordinator->finished());
   const std::span<const float> p = clean.replica->model().parameters().flat();
   std::vector<float> out(p.begin(), p.end());
+  clean.coordinator.reset();
+  std::filesystem::remove_all(clean.run_dir);  // its own, beside the fixture's scratch folder
   clean.TearDown();
   return out;
 }
