@@ -10,15 +10,6 @@
 
 namespace dctrain {
 
-void CoordinatorImpl::leave_out(uint32_t rank, const std::string& refused) {
-  Planned& p = planned_.at(rank);
-  p.contribution.reset();
-  p.missed = true;
-  p.refused = refused;
-  // Everything planned on it in this step is still in flight in the ledger.
-  ledger_.orphan_worker(rank);
-}
-
 GuardedStep CoordinatorImpl::guard_step() {
   GuardedStep out;
   v1::RunTotals& t = metrics_.totals();
@@ -39,7 +30,7 @@ GuardedStep CoordinatorImpl::guard_step() {
           "({} samples) are {}",
           membership_.at(r.rank).name, r.rank, step_, r.why, p.micro_batches.size(), p.samples,
           fate);
-      leave_out(r.rank, "norm");
+      remove(r.rank, Removal::kRefusedNorm, r.why);
       refused.insert(r.rank);
     }
     reducer_.release(refused);
@@ -64,7 +55,8 @@ GuardedStep CoordinatorImpl::guard_step() {
     samples += p.samples;
     const bool named = std::find(discard->culprits.begin(), discard->culprits.end(), rank) !=
                        discard->culprits.end();
-    leave_out(rank, named ? "update" : "");
+    remove(rank, named ? Removal::kRefusedUpdate : Removal::kDiscarded,
+           "the step was discarded: " + discard->why);
   }
   reducer_.clear();
   t.set_steps_discarded(t.steps_discarded() + 1);
@@ -109,7 +101,7 @@ void CoordinatorImpl::declare_disconnected(const std::string& peer, double now) 
       peer, rank);
   v1::RunTotals& t = metrics_.totals();
   t.set_workers_disconnected(t.workers_disconnected() + 1);
-  if (phase_ == Phase::kStepping) abandon(rank, "it died (its connection closed)");
+  if (phase_ == Phase::kStepping) lose_if_awaited(rank, "it died (its connection closed)");
   membership_.mark_dead(rank);
   end_round_without_lost_members(now);
   if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);

@@ -46,6 +46,7 @@
 #include "coordinator/run_metrics.h"
 #include "coordinator/sketch_check.h"
 #include "coordinator/speed_planner.h"
+#include "coordinator/step_book.h"
 #include "coordinator/threshold.h"
 #include "coordinator/update_guard.h"
 #include "coordinator/worker_summary.h"
@@ -78,19 +79,6 @@ class CoordinatorImpl {
  private:
   enum class Phase { kJoining, kStepping, kWaiting, kFinished };
 
-  struct Planned {
-    uint32_t rank = 0;
-    std::set<uint64_t> micro_batches;
-    std::map<uint64_t, uint64_t> sizes;  // micro-batch id -> samples
-    uint64_t samples = 0;
-    std::optional<v1::Contribution> contribution;
-    bool missed = false;  // out of the step: missed the deadline, died, left, or was rejected
-    bool resync = false;  // its replica differed from the coordinator's: resend the state
-    std::string refused;  // left out by the guard: "norm" or "update" (named as a cause)
-    bool cut = false;     // policy "backup": the step closed without it
-    bool struck = false;  // exchange: failed a round of this step by its own fault
-  };
-
   void dispatch(Received message, double now);
   void on_hello(const Received& from, const Message& message, double now);
   void on_contribution(const std::string& peer, Message message, double now);
@@ -103,11 +91,15 @@ class CoordinatorImpl {
   void welcome(uint32_t rank);
   void refuse(const std::string& peer, const std::string& reason);
   void ask_to_rejoin(const std::string& peer, const std::string& why);
-  // Drops a worker from the current step: its micro-batches are requeued.
-  void abandon(uint32_t rank, const std::string& why);
-  // The same for a member whether or not it has reported (a member of a
-  // failed exchange round judged at fault): its report, if any, is dropped.
-  void take_out(Planned& p, const std::string& why);
+  // Takes a worker out of the open step (coordinator/step_book.h), once:
+  // its contribution, if any, is dropped, the step no longer waits for it,
+  // and its micro-batches are requeued (lost with step.requeue false). A
+  // lost worker is logged with `why`; the other removals are logged by
+  // their caller.
+  void remove(uint32_t rank, Removal removal, const std::string& why);
+  // remove(rank, Removal::kLost, why) while the step still waits for the
+  // worker's contribution or report; nothing once it arrived.
+  void lose_if_awaited(uint32_t rank, const std::string& why);
   // Policy "backup": once N - b contributions are in, the others are cut
   // from the step (their micro-batches requeued).
   void cut_backup_workers();
@@ -133,7 +125,6 @@ class CoordinatorImpl {
   // guard, then the reduced update's check; a refused contribution or a
   // discarded step has its micro-batches requeued.
   GuardedStep guard_step();
-  void leave_out(uint32_t rank, const std::string& refused);
   // A bad message: counted, and logged within the peer's bounds.
   void bad_message(const std::string& peer, const std::string& line, double now);
   // A hello refused with `reason`: answered within the bounds on refused peers.
@@ -262,9 +253,10 @@ class CoordinatorImpl {
   // True while the step waits for it, or when it redid the round; false
   // when the round may be committed (or the guard is off).
   bool check_contribution_norms(double now);
-  // Takes out the members named, as failed members of the round, and redoes
-  // it without them (true), or leaves the step to be dropped (false).
-  bool redo_without(double now, const std::map<uint32_t, std::string>& out, const std::string& why);
+  // Removes the members named (`out`: rank -> why) and redoes the round
+  // without them (true), or leaves the step to be dropped (false).
+  bool redo_without(double now, Removal removal, const std::map<uint32_t, std::string>& out,
+                    const std::string& why);
   void on_contribution_sketch(const std::string& peer, const Message& message, double now);
   // The committed round's sum not received from the member it was awaited
   // from, which died or let the data plane's timeout pass: asks the next.

@@ -145,7 +145,7 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
     // The worker restarted (or lost its state) before we noticed.
     log_->warn("worker '{}' (rank {}) said hello again: it restarted; welcoming it afresh",
                existing->name, existing->rank);
-    if (phase_ == Phase::kStepping) abandon(existing->rank, "it restarted during the step");
+    if (phase_ == Phase::kStepping) lose_if_awaited(existing->rank, "it restarted during the step");
     membership_.mark_dead(existing->rank);
   }
   const std::optional<uint32_t> rank = membership_.admit(from.peer, hello.threads(), now);
@@ -225,7 +225,7 @@ void CoordinatorImpl::on_bye(const std::string& peer, const Message& message, do
                       fmt::format("worker '{}' (rank {}) left: {}", peer, rank,
                                   peer_text(message.envelope.bye().reason())),
                       now);
-  if (phase_ == Phase::kStepping) abandon(rank, "it left during the step");
+  if (phase_ == Phase::kStepping) lose_if_awaited(rank, "it left during the step");
   membership_.mark_dead(rank);
 }
 
@@ -325,7 +325,7 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
     if (!tensors_finite(message)) guard_.nonfinite_contribution();
     log_->error("rejected worker '{}' (rank {})'s contribution for step {}: {}", peer, rank, step,
                 *problem);
-    abandon(rank, "its contribution was rejected");
+    lose_if_awaited(rank, "its contribution was rejected");
     return;
   }
   if (c.parameter_checksum() != start_checksum_) {
@@ -334,9 +334,10 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
     v1::RunTotals& t = metrics_.totals();
     t.set_checksum_mismatches(t.checksum_mismatches() + 1);
     p.resync = true;
-    abandon(rank, fmt::format("its replica differs from the coordinator's (checksum {:016x}, "
-                              "expected {:016x}); it gets the coordinator's state after the update",
-                              c.parameter_checksum(), start_checksum_));
+    lose_if_awaited(
+        rank, fmt::format("its replica differs from the coordinator's (checksum {:016x}, "
+                          "expected {:016x}); it gets the coordinator's state after the update",
+                          c.parameter_checksum(), start_checksum_));
     return;
   }
   if (exchange_mode()) {
@@ -356,15 +357,8 @@ void CoordinatorImpl::cut_backup_workers() {
   if (workers <= backups || arrived < workers - backups) return;
   for (auto& [rank, p] : planned_) {
     if (!reducer_.expects(rank) || reducer_.has(rank)) continue;
-    p.missed = true;
-    p.cut = true;
-    reducer_.forget(rank);
-    ledger_.orphan_worker(rank);
-    log_->debug(
-        "worker '{}' (rank {}) cut from step {} as a backup: {} of {} contributed; its {} "
-        "micro-batches are {}",
-        membership_.at(rank).name, rank, step_, arrived, workers, p.micro_batches.size(),
-        config_.step().requeue() ? "requeued" : "lost");
+    remove(rank, Removal::kCut,
+           fmt::format("it was cut as a backup: {} of {} contributed", arrived, workers));
   }
 }
 

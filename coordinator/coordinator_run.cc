@@ -204,7 +204,7 @@ void CoordinatorImpl::advance(double now) {
     const Member& m = membership_.at(rank);
     log_->warn("worker '{}' (rank {}) silent for {:.1f} s: presumed dead", m.name, rank,
                now - m.last_heard);
-    if (phase_ == Phase::kStepping) abandon(rank, "it died");
+    if (phase_ == Phase::kStepping) lose_if_awaited(rank, "it died");
     membership_.mark_dead(rank);
   }
 
@@ -242,8 +242,9 @@ void CoordinatorImpl::advance(double now) {
       if (now > deadline_) {
         for (const auto& [rank, p] : planned_) {
           if (reducer_.expects(rank)) {
-            abandon(rank, fmt::format("it missed the deadline (tau {} + grace {:.3g} s)",
-                                      describe_tau(threshold_.tau()), live.grace_seconds()));
+            lose_if_awaited(rank,
+                            fmt::format("it missed the deadline (tau {} + grace {:.3g} s)",
+                                        describe_tau(threshold_.tau()), live.grace_seconds()));
           }
         }
       }

@@ -18,23 +18,23 @@ namespace dctrain {
 
 // ------------------------------------------------------------------- steps
 
-void CoordinatorImpl::abandon(uint32_t rank, const std::string& why) {
-  auto it = planned_.find(rank);
-  if (it == planned_.end() || !reducer_.expects(rank)) return;
-  take_out(it->second, why);
+void CoordinatorImpl::lose_if_awaited(uint32_t rank, const std::string& why) {
+  if (reducer_.expects(rank)) remove(rank, Removal::kLost, why);
 }
 
-void CoordinatorImpl::take_out(Planned& p, const std::string& why) {
-  const uint32_t rank = p.rank;
-  p.missed = true;
+void CoordinatorImpl::remove(uint32_t rank, Removal removal, const std::string& why) {
+  auto it = planned_.find(rank);
+  if (it == planned_.end() || it->second.out()) return;
+  Planned& p = it->second;
+  p.removed = removal;
   p.contribution.reset();
   reducer_.forget(rank);  // nothing to forget once it has reported
   ledger_.orphan_worker(rank);
-  log_->warn(
-      "worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} samples) "
-      "are {}",
-      membership_.at(rank).name, rank, step_, why, p.micro_batches.size(), p.samples,
-      config_.step().requeue() ? "requeued" : "lost");
+  log_->log(removal == Removal::kLost ? spdlog::level::warn : spdlog::level::debug,
+            "worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} "
+            "samples) are {}",
+            membership_.at(rank).name, rank, step_, why, p.micro_batches.size(), p.samples,
+            config_.step().requeue() ? "requeued" : "lost");
 }
 
 void CoordinatorImpl::start_step(double now) {
@@ -226,11 +226,11 @@ ClosedStep CoordinatorImpl::settle_step() {
     v1::WorkerStep& w = *record.add_workers();
     w.set_rank(rank);
     w.set_name(membership_.at(rank).name);
-    w.set_missed(p.missed);
-    w.set_cut(p.cut);
+    w.set_missed(p.out());
+    w.set_cut(p.removed == Removal::kCut);
     closed.planned[rank] = p.micro_batches.size();
     w.set_checksum_ok(!p.resync);
-    w.set_refused(p.refused);
+    if (p.removed) w.set_refused(std::string(refused_word(*p.removed)));
     planned += p.micro_batches.size();
     if (p.contribution) {
       const v1::Contribution& c = *p.contribution;
@@ -394,9 +394,7 @@ void CoordinatorImpl::track_misses(const v1::StepRecord& record) {
     // the step closes, and comes back under its name: it counts too (it is
     // released when it says hello again, not welcomed).
     if (m.name != w.name()) continue;
-    // A backup worker cut from the step did not miss a deadline.
-    const bool missed_deadline = w.missed() && w.checksum_ok() && !w.cut();
-    m.missed_in_a_row = missed_deadline ? m.missed_in_a_row + 1 : 0;
+    m.missed_in_a_row = lost_from_step(w) ? m.missed_in_a_row + 1 : 0;
     // A contribution to the step ends the exchange's count of failed
     // rounds, unless the member failed a round of it (a withheld sum).
     const auto p = planned_.find(w.rank());

@@ -46,7 +46,8 @@ bool CoordinatorImpl::check_contribution_norms(double now) {
   if (refused_sums_.contains(lowest)) {
     // Its sum is not the one the members hold (on_exchange_sum said so, and
     // struck it): the round is redone without it.
-    return redo_without(now, {{lowest, "the sum it forwarded is not the one the members hold"}},
+    return redo_without(now, Removal::kLost,
+                        {{lowest, "the sum it forwarded is not the one the members hold"}},
                         "the round's sum could not be checked");
   }
   const double timeout = round_deadline_.seconds();
@@ -64,7 +65,7 @@ bool CoordinatorImpl::check_contribution_norms(double now) {
                                   timeout));
     strike(rank, "it did not answer the request for a sketch of its contribution");
   }
-  if (!out.empty()) return redo_without(now, out, "the round could not be checked");
+  if (!out.empty()) return redo_without(now, Removal::kLost, out, "the round could not be checked");
 
   std::vector<float> sum(replica_.parameter_count() + replica_.buffer_count());
   copy_tensor(*exchange_sum_, 0, std::span(sum).first(replica_.parameter_count()));
@@ -87,12 +88,13 @@ bool CoordinatorImpl::check_contribution_norms(double now) {
   refused_norm_in_step_ += static_cast<uint32_t>(out.size());
   v1::RunTotals& t = metrics_.totals();
   t.set_contributions_refused_norm(t.contributions_refused_norm() + out.size());
-  return redo_without(now, out, "the norm guard refused a contribution");
+  return redo_without(now, Removal::kRefusedNorm, out, "the norm guard refused a contribution");
 }
 
-bool CoordinatorImpl::redo_without(double now, const std::map<uint32_t, std::string>& out,
+bool CoordinatorImpl::redo_without(double now, Removal removal,
+                                   const std::map<uint32_t, std::string>& out,
                                    const std::string& why) {
-  for (const auto& [rank, reason] : out) take_out(planned_.at(rank), reason);
+  for (const auto& [rank, reason] : out) remove(rank, removal, reason);
   return redo_among_the_rest(now, why);
 }
 

@@ -199,7 +199,7 @@ bool CoordinatorImpl::refuse_disagreeing_sums(double now) {
         step_, membership_.at(owner).name, owner, fmt::join(differing, ", "));
   }
   for (uint32_t rank : out) {
-    take_out(planned_.at(rank), "the members' digests of the round's sum disagree on its part");
+    remove(rank, Removal::kLost, "the members' digests of the round's sum disagree on its part");
   }
   for (const auto& [owner, differing] : accused) {
     if (differing.size() >= 2) {
@@ -274,7 +274,7 @@ void CoordinatorImpl::take_out_stopped_members(double now) {
         "worker '{}' (rank {}) silent for {:.2f} s (3 heartbeats) while its round waits on it: "
         "presumed dead (stopped or hung), not after liveness.silence_seconds",
         m.name, rank, now - m.last_heard);
-    abandon(rank, "it went silent during the step");
+    lose_if_awaited(rank, "it went silent during the step");
     membership_.mark_dead(rank);
     strike(rank, "silent during the step");
   }
@@ -289,7 +289,7 @@ void CoordinatorImpl::end_round_without_lost_members(double now) {
     // A member that reported its round ok holds the whole sum: it delivered
     // its part before it died or left, and the others can finish without it.
     const bool done = p.contribution && p.contribution->exchange().ok();
-    if (p.missed || (!membership_.at(rank).live && !done)) {
+    if (p.out() || (!membership_.at(rank).live && !done)) {
       lost.push_back(rank);
       continue;
     }
@@ -348,8 +348,9 @@ void CoordinatorImpl::take_out_silent_members(double now) {
   silent_after_.reset();
   for (uint32_t rank : exchange_members_) {
     if (!reducer_.expects(rank)) continue;
-    abandon(rank, "it did not report its exchange round (nor end it when asked) while the other "
-                  "members did");
+    lose_if_awaited(rank,
+                    "it did not report its exchange round (nor end it when asked) while the other "
+                    "members did");
     membership_.mark_dead(rank);
     strike(rank, "silent in its round");
   }
@@ -361,7 +362,7 @@ void CoordinatorImpl::judge_exchange_round() {
   std::set<uint32_t> silent;
   for (uint32_t rank : exchange_members_) {
     const Planned& p = planned_.at(rank);
-    if (!p.contribution || p.missed) {
+    if (!p.contribution || p.out()) {
       silent.insert(rank);
       continue;
     }
@@ -398,7 +399,7 @@ void CoordinatorImpl::judge_exchange_round() {
         break;
       }
     }
-    take_out(planned_.at(rank), why);
+    remove(rank, Removal::kLost, why);
     // Presumed dead, as a silent member: a live one is asked to say hello
     // again when next heard, and is welcomed afresh, so the next round does
     // not wait for it again.
@@ -446,7 +447,7 @@ bool CoordinatorImpl::redo_exchange(double now) {
 bool CoordinatorImpl::redo_among_the_rest(double now, const std::string& why) {
   std::vector<uint32_t> left;
   for (const auto& [rank, p] : planned_) {
-    if (p.contribution && !p.missed && membership_.at(rank).live) left.push_back(rank);
+    if (p.contribution && !p.out() && membership_.at(rank).live) left.push_back(rank);
   }
   return plan_next_attempt(now, std::move(left), why);
 }
@@ -458,9 +459,9 @@ bool CoordinatorImpl::plan_next_attempt(double now, std::vector<uint32_t> left,
   // A member of the old round left out of the new one (it died after it
   // reported): what it reported is not in the new sum.
   for (uint32_t rank : exchange_members_) {
-    Planned& p = planned_.at(rank);
-    if (!p.missed && std::find(left.begin(), left.end(), rank) == left.end()) {
-      take_out(p, "it is not in the round that is redone (it died or left after its report)");
+    if (std::find(left.begin(), left.end(), rank) == left.end()) {
+      remove(rank, Removal::kLost,
+             "it is not in the round that is redone (it died or left after its report)");
     }
   }
   // Members still computing the step (a member died while they computed)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "coordinator/step_book.h"
+
 namespace dctrain {
 
 namespace {
@@ -228,7 +230,7 @@ void observe_step(SpeedPlanner& planner, const v1::StepRecord& record) {
       const std::vector<double> times(w.micro_batch_seconds().begin(),
                                       w.micro_batch_seconds().end());
       planner.observe(w.rank(), times);
-    } else if (w.missed() && w.checksum_ok() && !w.cut()) {
+    } else if (lost_from_step(w)) {
       planner.observe_missed(w.rank(), w.planned(), record.step_seconds());
     }
   }

@@ -154,7 +154,7 @@ TEST_F(GuardTest, PoisonedContributionDiscardsTheStepAndTheRunEndsAsIfItNeverCam
   EXPECT_FALSE(step1.applied());
   EXPECT_EQ(step1.orphaned(), 6u) << "all six micro-batches requeued";
   for (const v1::WorkerStep& w : step1.workers()) {
-    EXPECT_EQ(w.refused(), w.name() == "b" ? "update" : "") << w.name();
+    EXPECT_EQ(w.refused(), w.name() == "b" ? "update" : "discarded") << w.name();
   }
   EXPECT_NE(checksum_before, 0u);
   // Nothing of step 1 was applied anywhere, and its micro-batches were
@@ -191,7 +191,33 @@ TEST_F(GuardTest, TheContributionThatMakesTheRunningSumOverflowIsNamed) {
   EXPECT_TRUE(log.contains("caused by worker 'b' (rank 1);")) << log.text.str();
   const v1::StepRecord step0 = metrics().steps.at(0);
   for (const v1::WorkerStep& w : step0.workers()) {
-    EXPECT_EQ(w.refused(), w.name() == "b" ? "update" : "") << w.name();
+    EXPECT_EQ(w.refused(), w.name() == "b" ? "update" : "discarded") << w.name();
+  }
+}
+
+TEST_F(GuardTest, ADiscardedContributionIsNotAMissedStep) {
+  // Released after one missed step: the contributors of a discarded step
+  // computed their plans and missed nothing, so nobody is released. (Before,
+  // each of them counted a missed deadline and all three were released.)
+  config.mutable_liveness()->set_release_after_missed_steps(1);
+  config.mutable_stop()->set_max_steps(4);
+  start();
+  tamper = [&](const std::string& name, uint64_t step, Message& c) {
+    if (step == 1 && name == "c") rewrite_gradient(c, [](float) { return 1e30f; });
+  };
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->exit_code(), 0);
+  const v1::RunTotals& t = coordinator->totals();
+  EXPECT_EQ(t.steps_discarded(), 1u);
+  EXPECT_EQ(t.workers_released(), 0u) << log.text.str();
+  EXPECT_EQ(t.steps(), 4u);
+  const auto records = metrics();
+  ASSERT_EQ(records.steps.size(), 4u);
+  EXPECT_EQ(records.steps[1].workers(0).refused(), "discarded");
+  EXPECT_EQ(records.steps[1].workers(2).refused(), "update");
+  for (const v1::WorkerStep& w : records.steps[3].workers()) {
+    EXPECT_TRUE(w.contributed()) << w.name() << " is still in the run";
   }
 }
 
@@ -215,6 +241,8 @@ TEST_F(GuardTest, BadStepsInARowStopTheRunWithAnError) {
 TEST_F(GuardTest, NormGuardRefusesAContributionFarBeyondTheOthersAndRequeuesIt) {
   config.mutable_guard()->set_norm_multiple(10.0);
   config.mutable_stop()->set_max_steps(3);
+  // A refused contribution is not a missed step: b is not released.
+  config.mutable_liveness()->set_release_after_missed_steps(1);
   start();
   std::vector<float> a0, c0;
   std::vector<float> update0;
@@ -234,6 +262,7 @@ TEST_F(GuardTest, NormGuardRefusesAContributionFarBeyondTheOthersAndRequeuesIt) 
   EXPECT_EQ(t.contributions_refused_norm(), 1u);
   EXPECT_EQ(t.steps_discarded(), 0u);
   EXPECT_EQ(t.samples_lost(), 0u);
+  EXPECT_EQ(t.workers_released(), 0u) << log.text.str();
   EXPECT_TRUE(
       log.contains("refused worker 'b' (rank 1)'s contribution for step 0: its per-sample gradient "
                    "norm"))

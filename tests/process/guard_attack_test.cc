@@ -91,7 +91,7 @@ TEST(GuardProcesses, PoisonedContributionChangesNothingAndAWorkersNameCannotBeTa
     ++discarded;
     EXPECT_EQ(s.step(), 5u);
     for (const v1::WorkerStep& w : s.workers()) {
-      EXPECT_EQ(w.refused(), w.name() == "peer" ? "update" : "") << s.ShortDebugString();
+      EXPECT_EQ(w.refused(), w.name() == "peer" ? "update" : "discarded") << s.ShortDebugString();
     }
   }
   EXPECT_EQ(discarded, 1u);

@@ -1,0 +1,54 @@
+// The open step's book: what each worker of the step was planned, what it
+// sent, and whether and why it is out of the step. A worker leaves a step
+// one way, CoordinatorImpl::remove(rank, removal, why); the removal is
+// recorded in its WorkerStep (metrics.proto), and readers of the records
+// ask lost_from_step() whether it counts against the worker.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string_view>
+
+#include "proto/metrics.pb.h"
+#include "proto/wire.pb.h"
+
+namespace dctrain {
+
+// Why a worker is out of the open step.
+enum class Removal {
+  // It missed the deadline, died, left, restarted, went silent, failed its
+  // exchange round, or sent a contribution that was rejected.
+  kLost,
+  kCut,            // policy "backup": the step closed without it
+  kRefusedNorm,    // the norm guard refused its contribution
+  kRefusedUpdate,  // the step's update was unusable and it was named as a cause
+  kDiscarded,      // the step's update was unusable; its contribution went with it
+};
+
+// The WorkerStep.refused word of a removal: "norm", "update", "discarded";
+// empty for a worker lost or cut.
+std::string_view refused_word(Removal removal);
+
+// One worker's entry in the open step.
+struct Planned {
+  uint32_t rank = 0;
+  std::set<uint64_t> micro_batches;
+  std::map<uint64_t, uint64_t> sizes;  // micro-batch id -> samples
+  uint64_t samples = 0;
+  std::optional<v1::Contribution> contribution;
+  std::optional<Removal> removed;  // out of the step, and why
+  bool resync = false;             // its replica differed from the coordinator's: resend the state
+  bool struck = false;             // exchange: failed a round of this step by its own fault
+
+  bool out() const { return removed.has_value(); }
+};
+
+// Whether a worker's step record counts against it (its run of misses, the
+// speed planner's estimate): it was lost from the step on its own
+// parameters. Not when it was cut as a backup, refused or discarded by a
+// guard (it computed), or computed on another replica (resent the state).
+bool lost_from_step(const v1::WorkerStep& w);
+
+}  // namespace dctrain
