@@ -9,6 +9,8 @@
 #include "comm/validation.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/exchange_plane.h"
+#include "coordinator/star_plane.h"
 #include "runtime/setup.h"
 #include "runtime/text_format.h"
 
@@ -47,11 +49,14 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
       guard_(config_.guard()),
       peer_log_(config_.guard(), log_),
       speed_planner_(config_.step().rebalance()),
-      round_deadline_(config_.data_plane()),
       needs_data_root_(needs_data_root(config_)) {
   reducer_.set_holding(guard_.norm_guard());
   if (!setup_.wall_clock) setup_.wall_clock = system_unix_micros;
-  exchange_run_ = setup_.wall_clock();
+  if (config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
+    plane_ = std::make_unique<ExchangePlane>(*this, config_.data_plane(), setup_.wall_clock());
+  } else {
+    plane_ = std::make_unique<StarPlane>(*this);
+  }
   if (setup_.evaluation_thread != nullptr) {
     evaluations_ = setup_.evaluation_thread;
   } else if (evaluator != nullptr) {
@@ -82,9 +87,7 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
         "micro-batch times and re-estimated every {} steps on the last {}",
         a.warmup_steps(), a.reestimate_every_steps(), a.window_steps());
   }
-  log_->info("data plane: {}", exchange_mode() ? "exchange (the workers sum among themselves; "
-                                                 "this process commits each step)"
-                                               : "star (every gradient through this process)");
+  log_->info("data plane: {}", plane_->description());
   // A resumed run starts its automatic threshold afresh, with a warm-up.
   metrics_.totals().set_tau(threshold_.tau());
   metrics_.totals().set_steps_at_tau(0);

@@ -20,7 +20,7 @@ namespace dctrain {
 void CoordinatorImpl::handle(Received received, double now) {
   try {
     dispatch(std::move(received), now);
-    end_round_without_lost_members(now);
+    plane_->members_lost(now);
     if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
     start_when_ready(now);
   } catch (const FileWriteError& e) {
@@ -94,10 +94,8 @@ void CoordinatorImpl::dispatch(Received received, double now) {
       on_ready(peer, now);
       return;
     case v1::Envelope::kExchangeSum:
-      on_exchange_sum(peer, std::move(message), now);
-      return;
     case v1::Envelope::kContributionSketch:
-      on_contribution_sketch(peer, message, now);
+      on_plane_message(peer, std::move(message), now);
       return;
     case v1::Envelope::kError:
       peer_log_.peer_says(peer,
@@ -136,7 +134,7 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
     refuse_hello(from.peer, fmt::format("refused worker '{}': {}", from.peer, reason), reason, now);
     return;
   }
-  if (const auto problem = exchange_hello_problem(hello)) {
+  if (const auto problem = plane_->hello_problem(hello)) {
     log_->warn("refused worker '{}': {}", from.peer, *problem);
     refuse(from.peer, *problem);
     return;
@@ -181,13 +179,12 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
   }
   membership_.at(*rank).key = from.key;
   worker_summary_.joined(from.peer, *rank, hello);
-  exchange_endpoints_[*rank] = hello.exchange_endpoint();
-  exchange_tokens_[*rank] = hello.exchange_token();
+  plane_->joined(*rank, hello);
   welcome(*rank);
 }
 
 void CoordinatorImpl::welcome(uint32_t rank) {
-  apply_pending();  // the welcome carries the replica's state
+  plane_->apply_pending();  // the welcome carries the replica's state
   Message m;
   m.envelope = make_envelope(step_, kCoordinatorName);
   v1::Welcome& w = *m.envelope.mutable_welcome();
@@ -279,19 +276,14 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
   }
   Planned& p = planned->second;
   const v1::Contribution& c = message.envelope.contribution();
-  if (exchange_mode() && c.exchange().attempt() != exchange_attempt_) {
-    log_->warn(
-        "dropped worker '{}' (rank {})'s report of exchange attempt {} for step {}: the step "
-        "runs attempt {}",
-        peer, rank, c.exchange().attempt(), step, exchange_attempt_);
+  if (const std::optional<std::string> stale = plane_->out_of_round(c)) {
+    log_->warn("dropped worker '{}' (rank {})'s contribution for step {}: {}", peer, rank, step,
+               *stale);
     return;
   }
 
   // Everything is checked before anything is used.
-  std::vector<TensorSpec> expected = {{"gradient", replica_.parameter_count()}};
-  if (replica_.buffer_count() > 0) expected.push_back({"statistics", replica_.buffer_count()});
-  std::optional<std::string> problem =
-      exchange_mode() ? exchange_report_problem(message) : check_tensors(message, expected);
+  std::optional<std::string> problem = plane_->contribution_problem(message);
   if (!problem) {
     std::set<uint64_t> seen;
     uint64_t samples = 0;
@@ -340,25 +332,22 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
                           c.parameter_checksum(), start_checksum_));
     return;
   }
-  if (exchange_mode()) {
-    accept_exchange_report(rank, std::move(message), now);
-    return;
-  }
-  p.contribution = c;
-  reducer_.add(rank, std::move(message));
-  if (config_.step().policy() == v1::POLICY_BACKUP) cut_backup_workers();
+  plane_->accept(rank, std::move(message), now);
 }
 
-void CoordinatorImpl::cut_backup_workers() {
-  size_t arrived = 0;
-  for (const auto& [rank, p] : planned_) arrived += p.contribution ? 1 : 0;
-  const size_t workers = planned_.size();
-  const size_t backups = config_.step().backup_workers();
-  if (workers <= backups || arrived < workers - backups) return;
-  for (auto& [rank, p] : planned_) {
-    if (!reducer_.expects(rank) || reducer_.has(rank)) continue;
-    remove(rank, Removal::kCut,
-           fmt::format("it was cut as a backup: {} of {} contributed", arrived, workers));
+void CoordinatorImpl::on_plane_message(const std::string& peer, Message message, double now) {
+  Member* member = membership_.live_member(peer);
+  const bool sum = message.envelope.has_exchange_sum();
+  if (member == nullptr) {
+    ask_to_rejoin(peer, fmt::format("{} from a worker that is not in the run",
+                                    sum ? "exchange sum" : "contribution sketch"));
+    return;
+  }
+  member->last_heard = now;
+  if (sum) {
+    plane_->on_sum(member->rank, std::move(message), now);
+  } else {
+    plane_->on_sketch(member->rank, message, now);
   }
 }
 
@@ -384,6 +373,43 @@ void CoordinatorImpl::log_standby(const StepShares& shares) {
     }
     log_->info("step {}: micro-batch shares by measured speed: {}", step_, text);
   }
+}
+
+// ------------------------------------------------- bad peers, lost connections
+void CoordinatorImpl::bad_message(const std::string& peer, const std::string& line, double now) {
+  v1::RunTotals& t = metrics_.totals();
+  t.set_bad_messages(t.bad_messages() + 1);
+  peer_log_.bad_message(peer, line, now);
+}
+
+void CoordinatorImpl::refuse_hello(const std::string& peer, const std::string& line,
+                                   const std::string& reason, double now) {
+  if (peer_log_.answer_refusal(peer, line, now)) refuse(peer, reason);
+}
+
+void CoordinatorImpl::on_disconnected(const std::string& peer, double now) {
+  try {
+    declare_disconnected(peer, now);
+  } catch (const FileWriteError& e) {
+    run_folder_failed(e.what(), now);
+  }
+}
+
+void CoordinatorImpl::declare_disconnected(const std::string& peer, double now) {
+  if (phase_ == Phase::kFinished) return;
+  Member* m = membership_.live_member(peer);
+  if (m == nullptr) return;
+  const uint32_t rank = m->rank;
+  log_->warn(
+      "worker '{}' (rank {}): its connection closed; declared dead now, not after "
+      "liveness.silence_seconds (its slot is free for a restarted or new worker)",
+      peer, rank);
+  v1::RunTotals& t = metrics_.totals();
+  t.set_workers_disconnected(t.workers_disconnected() + 1);
+  if (phase_ == Phase::kStepping) lose_if_awaited(rank, "it died (its connection closed)");
+  membership_.mark_dead(rank);
+  plane_->members_lost(now);
+  if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
 }
 
 }  // namespace dctrain

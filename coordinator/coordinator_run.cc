@@ -28,7 +28,7 @@ std::string describe_seconds(double seconds) {
 }  // namespace
 
 std::optional<PendingFile> CoordinatorImpl::write_checkpoint(double now) {
-  apply_pending();
+  plane_->apply_pending();
   if (setup_.run_dir.empty()) return std::nullopt;
   const double begin = clock_();
   // An evaluation of an earlier step still running: its result goes into
@@ -89,7 +89,7 @@ std::optional<std::string> CoordinatorImpl::stop_reached(double now) const {
 }
 
 void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
-  apply_pending();
+  plane_->apply_pending();
   v1::RunTotals& t = metrics_.totals();
   try {
     // The evaluation still running completes, and is recorded, before the
@@ -115,8 +115,8 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
   stop_reason_ = reason;
   // Stopped between a commit that went out ahead of its sum and the sum:
   // the members applied an update this replica does not have.
-  const bool same_replicas = exit_code == 0 && !committed_ahead_;
-  if (committed_ahead_) {
+  const bool same_replicas = exit_code == 0 && !plane_->workers_ahead();
+  if (plane_->workers_ahead()) {
     log_->warn(
         "step {} was committed but its sum had not arrived when the run stopped: the workers' "
         "replicas are one update past the coordinator's, whose checkpoint is the run's",
@@ -232,13 +232,7 @@ void CoordinatorImpl::advance(double now) {
       }
       return;
     case Phase::kStepping:
-      if (exchange_mode()) {
-        take_out_stopped_members(now);
-        cancel_overdue_members(now);
-        take_out_silent_members(now);
-        end_round_without_lost_members(now);
-        chase_committed_sum(now);
-      }
+      plane_->tick(now);
       if (now > deadline_) {
         for (const auto& [rank, p] : planned_) {
           if (reducer_.expects(rank)) {

@@ -67,15 +67,7 @@ void CoordinatorImpl::start_step(double now) {
   std::vector<uint32_t> planned;
   for (const WorkerPlan& plan : plans) planned.push_back(plan.rank);
   std::sort(planned.begin(), planned.end());
-  exchange_attempt_ = 0;
-  exchange_members_ = planned;
-  committed_ahead_.reset();
-  refused_sums_.clear();
-  sketch_check_.reset();
-  sketch_check_passed_ = false;
-  refused_norm_in_step_ = 0;
-  silent_after_.reset();
-  overdue_at_.reset();
+  plane_->open_step(planned);
   const double tau = threshold_.tau();
   for (WorkerPlan& plan : plans) {
     Planned& p = planned_[plan.rank];
@@ -94,11 +86,10 @@ void CoordinatorImpl::start_step(double now) {
       out.set_epoch(mb.epoch);
       out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
     }
-    if (exchange_mode()) plan_exchange(body, planned, 0);
+    plane_->add_to_plan(body);
     timeline_.plan(step_, body, clock_());
     send(membership_.at(plan.rank).name, std::move(m));
   }
-  reducer_.begin(planned, !exchange_mode());  // exchange: the sum waits for apply_pending()
   timeline_.span("plan", now, clock_());
   if (phase_ != Phase::kStepping && step_ == (setup_.resume ? setup_.resume->next_step() : 0)) {
     run_started_ = now;
@@ -107,39 +98,26 @@ void CoordinatorImpl::start_step(double now) {
   phase_ = Phase::kStepping;
   step_started_ = now;
   worker_summary_.step_started(step_, now);
-  deadline_ = std::isinf(tau) ? std::numeric_limits<double>::infinity()
-                              : now + tau + config_.liveness().grace_seconds();
-  if (exchange_mode()) deadline_ = exchange_deadline(now, tau);
+  deadline_ = plane_->deadline(now, tau);
 }
 
 void CoordinatorImpl::close_step(double now) {
-  if (exchange_mode()) {
-    if (refuse_disagreeing_sums(now)) return;   // redone without the shard's owner
-    if (check_contribution_norms(now)) return;  // waits for the sketches, or redone
-    if (commit_ahead_of_sum(now)) return;       // the step closes once its sum is in
-    judge_exchange_round();
-    if (redo_exchange(now)) return;
-  }
+  if (plane_->hold_open(now)) return;
   timeline_.span("step", step_started_, now);
-  const double round_deadline = round_deadline_.seconds();  // this step's, before it is observed
-  // Exchange: the members summed among themselves and each checked the sum
-  // it holds (worker/data_plane.cc); the coordinator has no sum to judge yet.
-  const GuardedStep guarded = exchange_mode() ? settle_exchange() : guard_step();
+  const GuardedStep guarded = plane_->settle();
   ClosedStep closed = settle_step();
   v1::StepRecord& record = closed.record;
   record.set_discarded(guarded.discarded);
   record.set_refused_norm(guarded.refused_norm);
   record.set_step_seconds(now - step_started_);
-  if (exchange_mode()) {
-    record.set_exchange_rounds(exchange_attempt_ + 1);
-    record.set_round_deadline_seconds(round_deadline);
-  }
+  plane_->record(record);
   record_shares(shares_, record, closed.planned);
   record.set_policy(word(config_.step().policy()));
   observe_step(speed_planner_, record);
   uint64_t planned_samples = 0;
   for (const auto& [rank, p] : planned_) planned_samples += p.samples;
-  reduce_and_apply(closed, planned_samples);
+  record.set_lr(step_learning_rate());
+  plane_->apply(closed, planned_samples);
   count_step(record);
   record.set_epoch(static_cast<uint32_t>(ledger_.epoch()));
   record.set_epochs(epochs());
@@ -212,7 +190,7 @@ void CoordinatorImpl::close_step(double now) {
     return;
   }
   start_step(clock_());
-  apply_pending();  // exchange: after the next plans are out
+  plane_->apply_pending();  // after the next plans are out
 }
 
 ClosedStep CoordinatorImpl::settle_step() {
@@ -312,41 +290,6 @@ double CoordinatorImpl::step_divisor(const ClosedStep& closed, uint64_t planned_
     divisor *= global_batch / static_cast<double>(planned_samples);
   }
   return divisor;
-}
-
-void CoordinatorImpl::reduce_and_apply(ClosedStep& closed, uint64_t planned_samples) {
-  v1::StepRecord& record = closed.record;
-  const double reduce_begin = clock_();
-  record.set_lr(step_learning_rate());
-  if (exchange_mode()) {
-    commit_exchange(closed);
-    record.set_reduce_seconds(clock_() - reduce_begin);
-    return;
-  }
-  reducer_.finish(step_divisor(closed, planned_samples), static_cast<double>(record.samples()));
-  record.set_reduce_seconds(clock_() - reduce_begin);
-  timeline_.span("reduce", reduce_begin, reduce_begin + record.reduce_seconds());
-
-  Message update;
-  update.envelope = make_envelope(step_, kCoordinatorName);
-  v1::Update& body = *update.envelope.mutable_update();
-  body.set_applied(record.applied());
-  body.set_samples(record.samples());
-  body.set_optimizer_steps(static_cast<uint64_t>(replica_.optimizer_steps()) +
-                           (record.applied() ? 1 : 0));
-  body.set_learning_rate(record.lr());
-  add_tensor(update, "gradient", reducer_.gradient());
-  if (replica_.buffer_count() > 0) add_tensor(update, "statistics", reducer_.statistics());
-  for (uint32_t rank : membership_.live_ranks()) send(membership_.at(rank).name, share(update));
-
-  const double apply_begin = clock_();
-  timeline_.span("send update", reduce_begin + record.reduce_seconds(), apply_begin);
-  // The update hashes the parameters as it writes them.
-  start_checksum_ = record.applied() ? replica_.apply_update(reducer_.gradient(),
-                                                             reducer_.statistics(), record.lr())
-                                     : replica_.parameter_checksum();
-  record.set_apply_seconds(clock_() - apply_begin);
-  timeline_.span("apply", apply_begin, apply_begin + record.apply_seconds());
 }
 
 void CoordinatorImpl::count_step(const v1::StepRecord& record) {

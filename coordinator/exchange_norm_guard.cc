@@ -9,15 +9,16 @@
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "coordinator/coordinator_impl.h"
+#include "coordinator/exchange_plane.h"
 
 namespace dctrain {
 
-bool CoordinatorImpl::sketch_guard_on() const {
-  return exchange_mode() && guard_.norm_guard() && config_.data_plane().check_sums() &&
+bool ExchangePlane::sketch_guard_on() const {
+  return c_.guard_.norm_guard() && c_.config_.data_plane().check_sums() &&
          exchange_members_.size() >= 3;
 }
 
-bool CoordinatorImpl::check_contribution_norms(double now) {
+bool ExchangePlane::check_contribution_norms(double now) {
   if (!sketch_guard_on() || sketch_check_passed_ || committed_ahead_ || !exchange_reports_ok() ||
       exchange_sum_unusable()) {
     return false;
@@ -26,25 +27,25 @@ bool CoordinatorImpl::check_contribution_norms(double now) {
     // Drawn now: every member has reported the sum it holds, so none could
     // shape its part of the round to the sketch.
     uint64_t seed = 0;
-    if (setup_.draw_sketch_seed) {
-      seed = setup_.draw_sketch_seed();
+    if (c_.setup_.draw_sketch_seed) {
+      seed = c_.setup_.draw_sketch_seed();
     } else {
       std::random_device source;
       seed = (uint64_t{source()} << 32) ^ source();
     }
-    sketch_check_.emplace(exchange_attempt_, exchange_members_, replica_.parameter_count(),
-                          replica_.buffer_count(), seed, now);
+    sketch_check_.emplace(exchange_attempt_, exchange_members_, c_.replica_.parameter_count(),
+                          c_.replica_.buffer_count(), seed, now);
     Message request;
-    request.envelope = make_envelope(step_, kCoordinatorName);
+    request.envelope = make_envelope(c_.step_, kCoordinatorName);
     *request.envelope.mutable_sketch_request() = sketch_check_->request();
     for (uint32_t rank : exchange_members_) {
-      if (membership_.at(rank).live) send(membership_.at(rank).name, share(request));
+      if (c_.membership_.at(rank).live) c_.send(c_.membership_.at(rank).name, share(request));
     }
     return true;
   }
   const uint32_t lowest = exchange_members_.front();
   if (refused_sums_.contains(lowest)) {
-    // Its sum is not the one the members hold (on_exchange_sum said so, and
+    // Its sum is not the one the members hold (on_sum said so, and
     // struck it): the round is redone without it.
     return redo_without(now, Removal::kLost,
                         {{lowest, "the sum it forwarded is not the one the members hold"}},
@@ -67,18 +68,18 @@ bool CoordinatorImpl::check_contribution_norms(double now) {
   }
   if (!out.empty()) return redo_without(now, Removal::kLost, out, "the round could not be checked");
 
-  std::vector<float> sum(replica_.parameter_count() + replica_.buffer_count());
-  copy_tensor(*exchange_sum_, 0, std::span(sum).first(replica_.parameter_count()));
-  if (replica_.buffer_count() > 0) {
-    copy_tensor(*exchange_sum_, 1, std::span(sum).subspan(replica_.parameter_count()));
+  std::vector<float> sum(c_.replica_.parameter_count() + c_.replica_.buffer_count());
+  copy_tensor(*exchange_sum_, 0, std::span(sum).first(c_.replica_.parameter_count()));
+  if (c_.replica_.buffer_count() > 0) {
+    copy_tensor(*exchange_sum_, 1, std::span(sum).subspan(c_.replica_.parameter_count()));
   }
   std::map<uint32_t, uint64_t> samples;  // as counted from the plan (on_contribution)
   for (uint32_t rank : exchange_members_) {
-    samples[rank] = planned_.at(rank).contribution->samples();
+    samples[rank] = c_.planned_.at(rank).contribution->samples();
   }
-  for (Refused& r : sketch_check_->judge(sum, guard_, samples)) {
-    log_->error("step {}: the contribution of worker '{}' (rank {}) is refused: {}", step_,
-                membership_.at(r.rank).name, r.rank, r.why);
+  for (Refused& r : sketch_check_->judge(sum, c_.guard_, samples)) {
+    c_.log_->error("step {}: the contribution of worker '{}' (rank {}) is refused: {}", c_.step_,
+                   c_.membership_.at(r.rank).name, r.rank, r.why);
     out.emplace(r.rank, "its contribution is refused by the norm guard");
   }
   if (out.empty()) {
@@ -86,39 +87,34 @@ bool CoordinatorImpl::check_contribution_norms(double now) {
     return false;
   }
   refused_norm_in_step_ += static_cast<uint32_t>(out.size());
-  v1::RunTotals& t = metrics_.totals();
+  v1::RunTotals& t = c_.metrics_.totals();
   t.set_contributions_refused_norm(t.contributions_refused_norm() + out.size());
   return redo_without(now, Removal::kRefusedNorm, out, "the norm guard refused a contribution");
 }
 
-bool CoordinatorImpl::redo_without(double now, Removal removal,
-                                   const std::map<uint32_t, std::string>& out,
-                                   const std::string& why) {
-  for (const auto& [rank, reason] : out) remove(rank, removal, reason);
+bool ExchangePlane::redo_without(double now, Removal removal,
+                                 const std::map<uint32_t, std::string>& out,
+                                 const std::string& why) {
+  for (const auto& [rank, reason] : out) c_.remove(rank, removal, reason);
   return redo_among_the_rest(now, why);
 }
 
-void CoordinatorImpl::on_contribution_sketch(const std::string& peer, const Message& message,
-                                             double now) {
-  Member* member = membership_.live_member(peer);
-  if (member == nullptr) {
-    ask_to_rejoin(peer, "contribution sketch from a worker that is not in the run");
-    return;
-  }
-  member->last_heard = now;
+void ExchangePlane::on_sketch(uint32_t rank, const Message& message, double now) {
+  const std::string& peer = c_.membership_.at(rank).name;
   const uint64_t step = message.envelope.step();
-  if (!sketch_check_ || sketch_check_passed_ || phase_ != Phase::kStepping || step != step_) {
-    log_->debug("dropped a contribution sketch of step {} from worker '{}' (rank {}): not awaited",
-                step, peer, member->rank);
+  if (!sketch_check_ || sketch_check_passed_ || !c_.stepping() || step != c_.step_) {
+    c_.log_->debug(
+        "dropped a contribution sketch of step {} from worker '{}' (rank {}): not awaited", step,
+        peer, rank);
     return;
   }
-  if (const auto problem =
-          sketch_check_->take(member->rank, message.envelope.contribution_sketch())) {
-    peer_log_.peer_says(peer,
-                        fmt::format("step {}: worker '{}' (rank {}) sent no usable sketch of its "
-                                    "contribution: {}",
-                                    step, peer, member->rank, peer_text(*problem)),
-                        now);
+  if (const auto problem = sketch_check_->take(rank, message.envelope.contribution_sketch())) {
+    c_.peer_log_.peer_says(
+        peer,
+        fmt::format("step {}: worker '{}' (rank {}) sent no usable sketch of its "
+                    "contribution: {}",
+                    step, peer, rank, peer_text(*problem)),
+        now);
   }
 }
 

@@ -42,13 +42,76 @@
 #include "common/usable_values.h"
 #include "coordinator/coordinator_impl.h"
 #include "coordinator/exchange_blame.h"
+#include "coordinator/exchange_plane.h"
 #include "exchange/chunk.h"
 #include "exchange/sum_digest.h"
 
 namespace dctrain {
 
-std::optional<std::string> CoordinatorImpl::exchange_hello_problem(const v1::Hello& hello) const {
-  if (!exchange_mode()) return std::nullopt;
+ExchangePlane::ExchangePlane(CoordinatorImpl& coordinator, const v1::DataPlaneConfig& config,
+                             uint64_t run)
+    : exchange_run_(run), round_deadline_(config), c_(coordinator) {}
+
+std::string_view ExchangePlane::description() const {
+  return "exchange (the workers sum among themselves; this process commits each step)";
+}
+
+void ExchangePlane::joined(uint32_t rank, const v1::Hello& hello) {
+  exchange_endpoints_[rank] = hello.exchange_endpoint();
+  exchange_tokens_[rank] = hello.exchange_token();
+}
+
+void ExchangePlane::open_step(const std::vector<uint32_t>& ranks) {
+  exchange_attempt_ = 0;
+  exchange_members_ = ranks;
+  committed_ahead_.reset();
+  refused_sums_.clear();
+  sketch_check_.reset();
+  sketch_check_passed_ = false;
+  refused_norm_in_step_ = 0;
+  silent_after_.reset();
+  overdue_at_.reset();
+  c_.reducer_.begin(ranks, false);  // the sum waits for apply_pending()
+}
+
+void ExchangePlane::add_to_plan(v1::Plan& plan) const {
+  plan_round(plan, exchange_members_, 0);
+}
+
+std::optional<std::string> ExchangePlane::out_of_round(const v1::Contribution& c) const {
+  if (c.exchange().attempt() == exchange_attempt_) return std::nullopt;
+  return fmt::format("it reports exchange attempt {}; the step runs attempt {}",
+                     c.exchange().attempt(), exchange_attempt_);
+}
+
+void ExchangePlane::tick(double now) {
+  take_out_stopped_members(now);
+  cancel_overdue_members(now);
+  take_out_silent_members(now);
+  members_lost(now);
+  chase_committed_sum(now);
+}
+
+bool ExchangePlane::hold_open(double now) {
+  if (refuse_disagreeing_sums(now)) return true;   // redone without the shard's owner
+  if (check_contribution_norms(now)) return true;  // waits for the sketches, or redone
+  if (commit_ahead_of_sum(now)) return true;       // the step closes once its sum is in
+  judge_exchange_round();
+  return redo_exchange(now);
+}
+
+void ExchangePlane::record(v1::StepRecord& record) const {
+  record.set_exchange_rounds(exchange_attempt_ + 1);
+  record.set_round_deadline_seconds(step_round_deadline_);
+}
+
+void ExchangePlane::apply(ClosedStep& closed, uint64_t) {
+  const double reduce_begin = c_.clock_();
+  commit_exchange(closed);
+  closed.record.set_reduce_seconds(c_.clock_() - reduce_begin);
+}
+
+std::optional<std::string> ExchangePlane::hello_problem(const v1::Hello& hello) const {
   if (hello.exchange_endpoint().empty()) {
     return std::string(
         "this run's data plane is 'exchange' but the worker advertised no exchange endpoint: "
@@ -61,8 +124,8 @@ std::optional<std::string> CoordinatorImpl::exchange_hello_problem(const v1::Hel
   return std::nullopt;
 }
 
-void CoordinatorImpl::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
-                                    uint32_t attempt) const {
+void ExchangePlane::plan_round(v1::Plan& plan, std::vector<uint32_t> ranks,
+                               uint32_t attempt) const {
   v1::ExchangePlan& x = *plan.mutable_exchange();
   x.set_attempt(attempt);
   x.set_run(exchange_run_);
@@ -74,12 +137,12 @@ void CoordinatorImpl::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
     x.add_member_endpoints(it == exchange_endpoints_.end() ? std::string() : it->second);
     auto token = exchange_tokens_.find(r);
     x.add_member_tokens(token == exchange_tokens_.end() ? std::string() : token->second);
-    curve = curve || !membership_.at(r).key.empty();
+    curve = curve || !c_.membership_.at(r).key.empty();
   }
   // CURVE on the control plane: every member's authenticated key, so the
   // members' links are CURVE too (a member's key is "" only on plain links).
   if (curve) {
-    for (uint32_t r : ranks) x.add_member_keys(membership_.at(r).key);
+    for (uint32_t r : ranks) x.add_member_keys(c_.membership_.at(r).key);
   }
   // Once every member was heard from, a member waits this long for the rest
   // of the round (measured rounds; none until enough are measured).
@@ -94,7 +157,7 @@ void CoordinatorImpl::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
     return;
   }
   const double tau = plan.tau();
-  const v1::LivenessConfig& live = config_.liveness();
+  const v1::LivenessConfig& live = c_.config_.liveness();
   // Counted from the plan's arrival: a member waits for the others until
   // every one of them had its compute time (tau + grace) and then the
   // timeout; with tau = inf, the timeout from the end of its own compute.
@@ -102,18 +165,18 @@ void CoordinatorImpl::plan_exchange(v1::Plan& plan, std::vector<uint32_t> ranks,
   x.set_checksum_follows(pending_apply_.has_value());
 }
 
-double CoordinatorImpl::exchange_deadline(double now, double tau) const {
+double ExchangePlane::deadline(double now, double tau) const {
   if (std::isinf(tau)) {
     // The members' reports (naming whom they blame, within the timeout of
     // the slowest compute) and the liveness checks close such a step.
     return std::numeric_limits<double>::infinity();
   }
-  const v1::LivenessConfig& live = config_.liveness();
-  return now + tau + live.grace_seconds() + config_.data_plane().timeout_seconds() +
+  const v1::LivenessConfig& live = c_.config_.liveness();
+  return now + tau + live.grace_seconds() + c_.config_.data_plane().timeout_seconds() +
          live.grace_seconds();
 }
 
-std::optional<std::string> CoordinatorImpl::exchange_report_problem(const Message& report) const {
+std::optional<std::string> ExchangePlane::contribution_problem(const Message& report) const {
   const v1::Contribution& c = report.envelope.contribution();
   if (!c.has_exchange()) {
     return std::string("it has no exchange report, but this run's data plane is 'exchange'");
@@ -141,7 +204,7 @@ std::optional<std::string> CoordinatorImpl::exchange_report_problem(const Messag
     }
     return std::nullopt;
   };
-  if (x.ok() && config_.data_plane().check_sums()) {
+  if (x.ok() && c_.config_.data_plane().check_sums()) {
     // One digest per shard of the round: what the agreement compares.
     if (x.sum_digests_size() != static_cast<int>(exchange_members_.size())) {
       return fmt::format("its exchange report says ok with {} sum digests in a round of {} shards",
@@ -166,8 +229,8 @@ std::optional<std::string> CoordinatorImpl::exchange_report_problem(const Messag
   return std::nullopt;
 }
 
-bool CoordinatorImpl::refuse_disagreeing_sums(double now) {
-  if (committed_ahead_ || !exchange_reports_ok() || !config_.data_plane().check_sums()) {
+bool ExchangePlane::refuse_disagreeing_sums(double now) {
+  if (committed_ahead_ || !exchange_reports_ok() || !c_.config_.data_plane().check_sums()) {
     return false;
   }
   // Every member holds the sum of every shard as its owner sent it: the
@@ -181,10 +244,10 @@ bool CoordinatorImpl::refuse_disagreeing_sums(double now) {
   for (size_t shard = 0; shard < exchange_members_.size(); ++shard) {
     const uint32_t owner = exchange_members_[shard];
     const std::string& own =
-        planned_.at(owner).contribution->exchange().sum_digests(static_cast<int>(shard));
+        c_.planned_.at(owner).contribution->exchange().sum_digests(static_cast<int>(shard));
     for (uint32_t rank : exchange_members_) {
       const std::string& theirs =
-          planned_.at(rank).contribution->exchange().sum_digests(static_cast<int>(shard));
+          c_.planned_.at(rank).contribution->exchange().sum_digests(static_cast<int>(shard));
       if (theirs != own) accused[owner].insert(rank);
     }
   }
@@ -193,13 +256,13 @@ bool CoordinatorImpl::refuse_disagreeing_sums(double now) {
   for (const auto& [owner, differing] : accused) {
     out.insert(owner);
     out.insert(differing.begin(), differing.end());
-    log_->error(
+    c_.log_->error(
         "step {}: the members do not hold the same sum: the digest of the shard of worker '{}' "
         "(rank {}) differs on ranks {}; it is not committed",
-        step_, membership_.at(owner).name, owner, fmt::join(differing, ", "));
+        c_.step_, c_.membership_.at(owner).name, owner, fmt::join(differing, ", "));
   }
   for (uint32_t rank : out) {
-    remove(rank, Removal::kLost, "the members' digests of the round's sum disagree on its part");
+    c_.remove(rank, Removal::kLost, "the members' digests of the round's sum disagree on its part");
   }
   for (const auto& [owner, differing] : accused) {
     if (differing.size() >= 2) {
@@ -209,13 +272,13 @@ bool CoordinatorImpl::refuse_disagreeing_sums(double now) {
   return redo_among_the_rest(now, "the members' sums disagree");
 }
 
-void CoordinatorImpl::accept_exchange_report(uint32_t rank, Message report, double now) {
-  Planned& p = planned_.at(rank);
+void ExchangePlane::accept(uint32_t rank, Message report, double now) {
+  Planned& p = c_.planned_.at(rank);
   const v1::Contribution& c = report.envelope.contribution();
   const v1::ExchangeReport& x = c.exchange();
   p.contribution = c;
   p.contribution->mutable_exchange()->clear_error();
-  reducer_.settle(rank);
+  c_.reducer_.settle(rank);
   // The others report about now: a member that heard from every other
   // ended its round (done, or by the round deadline) when they could end
   // theirs. Past the round deadline the ones left are asked to end it
@@ -224,80 +287,80 @@ void CoordinatorImpl::accept_exchange_report(uint32_t rank, Message report, doub
   // reached: they get the data plane's timeout, as before.
   if (!overdue_at_) {
     overdue_at_ = now + (x.heard_from_all() ? round_deadline_.seconds()
-                                             : config_.data_plane().timeout_seconds());
+                                            : c_.config_.data_plane().timeout_seconds());
   }
   if (x.ok()) return;
   if (x.cancelled()) {
-    log_->info("worker '{}' (rank {}) ended the round of step {} when asked",
-               membership_.at(rank).name, rank, step_);
+    c_.log_->info("worker '{}' (rank {}) ended the round of step {} when asked",
+                  c_.membership_.at(rank).name, rank, c_.step_);
     return;
   }
   // Whom it blames is weighed with the other members' reports (one report
   // alone can blame an innocent member: judge_exchange_round).
-  const std::string& name = membership_.at(rank).name;
-  peer_log_.peer_says(name,
-                      fmt::format("worker '{}' (rank {}): exchange of step {} failed: {}", name,
-                                  rank, step_, peer_text(x.error())),
-                      now);
+  const std::string& name = c_.membership_.at(rank).name;
+  c_.peer_log_.peer_says(name,
+                         fmt::format("worker '{}' (rank {}): exchange of step {} failed: {}", name,
+                                     rank, c_.step_, peer_text(x.error())),
+                         now);
 }
 
-void CoordinatorImpl::cancel_overdue_members(double now) {
+void ExchangePlane::cancel_overdue_members(double now) {
   // Once: after the cut-off (silent_after_) nobody it could ask is left.
   if (!overdue_at_ || now <= *overdue_at_ || silent_after_ || committed_ahead_) return;
   const double answer = round_deadline_.seconds();
   std::vector<uint32_t> asked;
   for (uint32_t rank : exchange_members_) {
-    if (!reducer_.expects(rank)) continue;  // reported, or out
+    if (!c_.reducer_.expects(rank)) continue;  // reported, or out
     asked.push_back(rank);
     Message cancel;
-    cancel.envelope = make_envelope(step_, kCoordinatorName);
+    cancel.envelope = make_envelope(c_.step_, kCoordinatorName);
     v1::ExchangeCancel& body = *cancel.envelope.mutable_exchange_cancel();
     body.set_attempt(exchange_attempt_);
     body.set_reason("the round is overdue: other members of it reported long ago");
-    send(membership_.at(rank).name, std::move(cancel));
+    c_.send(c_.membership_.at(rank).name, std::move(cancel));
   }
   if (asked.empty()) return;
-  log_->warn(
+  c_.log_->warn(
       "step {}: exchange round {} is overdue (round deadline {:.3g} s); asked ranks {} to end it "
       "and report what they have, within {:.3g} s",
-      step_, exchange_attempt_ + 1, round_deadline_.seconds(), fmt::join(asked, ", "), answer);
+      c_.step_, exchange_attempt_ + 1, round_deadline_.seconds(), fmt::join(asked, ", "), answer);
   silent_after_ = now + answer;
 }
 
-void CoordinatorImpl::take_out_stopped_members(double now) {
-  const v1::LivenessConfig& live = config_.liveness();
+void ExchangePlane::take_out_stopped_members(double now) {
+  const v1::LivenessConfig& live = c_.config_.liveness();
   const double silence = std::min(live.silence_seconds(), 3.0 * live.heartbeat_seconds());
   for (uint32_t rank : exchange_members_) {
-    const Member& m = membership_.at(rank);
-    if (!reducer_.expects(rank) || !m.live || now - m.last_heard <= silence) continue;
-    log_->warn(
+    const Member& m = c_.membership_.at(rank);
+    if (!c_.reducer_.expects(rank) || !m.live || now - m.last_heard <= silence) continue;
+    c_.log_->warn(
         "worker '{}' (rank {}) silent for {:.2f} s (3 heartbeats) while its round waits on it: "
         "presumed dead (stopped or hung), not after liveness.silence_seconds",
         m.name, rank, now - m.last_heard);
-    lose_if_awaited(rank, "it went silent during the step");
-    membership_.mark_dead(rank);
+    c_.lose_if_awaited(rank, "it went silent during the step");
+    c_.membership_.mark_dead(rank);
     strike(rank, "silent during the step");
   }
 }
 
-void CoordinatorImpl::end_round_without_lost_members(double now) {
-  if (!exchange_mode() || phase_ != Phase::kStepping || committed_ahead_) return;
+void ExchangePlane::members_lost(double now) {
+  if (!c_.stepping() || committed_ahead_) return;
   std::vector<uint32_t> lost, left;
   bool waiting = false;
   for (uint32_t rank : exchange_members_) {
-    const Planned& p = planned_.at(rank);
+    const Planned& p = c_.planned_.at(rank);
     // A member that reported its round ok holds the whole sum: it delivered
     // its part before it died or left, and the others can finish without it.
     const bool done = p.contribution && p.contribution->exchange().ok();
-    if (p.out() || (!membership_.at(rank).live && !done)) {
+    if (p.out() || (!c_.membership_.at(rank).live && !done)) {
       lost.push_back(rank);
       continue;
     }
     // A redo is among the live: one that died after its report is out of it.
-    if (membership_.at(rank).live) left.push_back(rank);
+    if (c_.membership_.at(rank).live) left.push_back(rank);
     waiting = waiting || !p.contribution;
   }
-  // With every member left reported, close_step() judges and redoes the round.
+  // With every member left reported, c_.close_step() judges and redoes the round.
   if (lost.empty() || !waiting) return;
   if (plan_next_attempt(now, left,
                         fmt::format("ranks {} left the round in flight", fmt::join(lost, ", ")))) {
@@ -306,62 +369,65 @@ void CoordinatorImpl::end_round_without_lost_members(double now) {
   // No rounds left: the step is dropped for everyone now (the commit that
   // says so ends the round the members wait in). The members still in the
   // round missed nothing: their micro-batches are requeued as a dropped
-  // step's are (settle_exchange does it for those that reported).
-  log_->warn("step {}: ranks {} left the round in flight and the step's {} rounds are spent: the "
-             "step is dropped",
-             step_, fmt::join(lost, ", "), config_.data_plane().rounds_per_step());
+  // step's are (settle does it for those that reported).
+  c_.log_->warn(
+      "step {}: ranks {} left the round in flight and the step's {} rounds are spent: the "
+      "step is dropped",
+      c_.step_, fmt::join(lost, ", "), c_.config_.data_plane().rounds_per_step());
   for (uint32_t rank : left) {
-    if (!reducer_.expects(rank)) continue;
-    reducer_.forget(rank);
-    ledger_.orphan_worker(rank);
+    if (!c_.reducer_.expects(rank)) continue;
+    c_.reducer_.forget(rank);
+    c_.ledger_.orphan_worker(rank);
   }
 }
 
-void CoordinatorImpl::strike(uint32_t rank, const std::string& why) {
-  Member& m = membership_.at(rank);
-  if (auto p = planned_.find(rank); p != planned_.end()) p->second.struck = true;
+void ExchangePlane::strike(uint32_t rank, const std::string& why) {
+  Member& m = c_.membership_.at(rank);
+  if (auto p = c_.planned_.find(rank); p != c_.planned_.end()) p->second.struck = true;
   ++m.failed_rounds_in_a_row;
-  const uint32_t limit = config_.liveness().release_after_failed_rounds();
-  log_->info("worker '{}' (rank {}) failed its exchange round ({}): {} in a row (released at {})",
-             m.name, rank, why, m.failed_rounds_in_a_row,
-             limit > 0 ? fmt::to_string(limit) : std::string("never"));
+  const uint32_t limit = c_.config_.liveness().release_after_failed_rounds();
+  c_.log_->info(
+      "worker '{}' (rank {}) failed its exchange round ({}): {} in a row (released at {})", m.name,
+      rank, why, m.failed_rounds_in_a_row,
+      limit > 0 ? fmt::to_string(limit) : std::string("never"));
   if (limit == 0 || m.failed_rounds_in_a_row < limit) return;
   // A member presumed dead is released when it comes back (on_hello).
   if (m.live) {
-    release(rank, fmt::format("after failing {} exchange rounds in a row (the last: {})",
-                              m.failed_rounds_in_a_row, why));
+    c_.release(rank, fmt::format("after failing {} exchange rounds in a row (the last: {})",
+                                 m.failed_rounds_in_a_row, why));
   }
 }
 
-void CoordinatorImpl::observe_round() {
+void ExchangePlane::observe_round() {
   double slowest = -1.0;
   for (uint32_t rank : exchange_members_) {
-    const Planned& p = planned_.at(rank);
+    const Planned& p = c_.planned_.at(rank);
     if (!p.contribution || !p.contribution->exchange().heard_from_all()) return;
     slowest = std::max(slowest, p.contribution->exchange().round_seconds());
   }
   if (slowest >= 0.0) round_deadline_.observe(slowest);
 }
 
-void CoordinatorImpl::take_out_silent_members(double now) {
+void ExchangePlane::take_out_silent_members(double now) {
   if (!silent_after_ || now <= *silent_after_) return;
   silent_after_.reset();
   for (uint32_t rank : exchange_members_) {
-    if (!reducer_.expects(rank)) continue;
-    lose_if_awaited(rank,
-                    "it did not report its exchange round (nor end it when asked) while the other "
-                    "members did");
-    membership_.mark_dead(rank);
+    if (!c_.reducer_.expects(rank)) continue;
+    c_.lose_if_awaited(
+        rank,
+        "it did not report its exchange round (nor end it when asked) while the other "
+        "members did");
+    c_.membership_.mark_dead(rank);
     strike(rank, "silent in its round");
   }
 }
 
-void CoordinatorImpl::judge_exchange_round() {
+void ExchangePlane::judge_exchange_round() {
   silent_after_.reset();
   std::vector<RoundReport> reports;
   std::set<uint32_t> silent;
   for (uint32_t rank : exchange_members_) {
-    const Planned& p = planned_.at(rank);
+    const Planned& p = c_.planned_.at(rank);
     if (!p.contribution || p.out()) {
       silent.insert(rank);
       continue;
@@ -378,7 +444,7 @@ void CoordinatorImpl::judge_exchange_round() {
   }
   const RoundBlame blame = blame_exchange_round(reports, silent);
   const auto name = [&](uint32_t rank) {
-    return fmt::format("worker '{}' (rank {})", membership_.at(rank).name, rank);
+    return fmt::format("worker '{}' (rank {})", c_.membership_.at(rank).name, rank);
   };
   for (uint32_t rank : blame.out) {
     // Why: a member that complained about it, else the one it complained
@@ -399,11 +465,11 @@ void CoordinatorImpl::judge_exchange_round() {
         break;
       }
     }
-    remove(rank, Removal::kLost, why);
+    c_.remove(rank, Removal::kLost, why);
     // Presumed dead, as a silent member: a live one is asked to say hello
     // again when next heard, and is welcomed afresh, so the next round does
     // not wait for it again.
-    membership_.mark_dead(rank);
+    c_.membership_.mark_dead(rank);
     // A failed round counts towards its release only when its links failed
     // with two or more other members: one member's word (a single failed
     // link, which takes out both ends) never gets another released.
@@ -415,96 +481,98 @@ void CoordinatorImpl::judge_exchange_round() {
     if (counterparts.size() >= 2) {
       strike(rank, why);
     } else {
-      log_->info("worker '{}' (rank {}): not counted as a failed round (one failed link, one "
-                 "member's word)",
-                 membership_.at(rank).name, rank);
+      c_.log_->info(
+          "worker '{}' (rank {}): not counted as a failed round (one failed link, one "
+          "member's word)",
+          c_.membership_.at(rank).name, rank);
     }
   }
 }
 
-bool CoordinatorImpl::exchange_reports_ok() const {
+bool ExchangePlane::exchange_reports_ok() const {
   if (exchange_members_.empty()) return false;
   for (uint32_t rank : exchange_members_) {
-    const Planned& p = planned_.at(rank);
+    const Planned& p = c_.planned_.at(rank);
     if (!p.contribution || !p.contribution->exchange().ok()) return false;
   }
-  return planned_.at(exchange_members_.front()).contribution->exchange().sends_sum();
+  return c_.planned_.at(exchange_members_.front()).contribution->exchange().sends_sum();
 }
 
-bool CoordinatorImpl::exchange_succeeded() const {
+bool ExchangePlane::exchange_succeeded() const {
   // A round in which no member computed a sample has nothing to apply: it
   // succeeds on the reports alone, its sum not needed (the commit says
   // "nothing applied"; the micro-batches are dropped, as on the star).
   return exchange_reports_ok() && (exchange_sum_.has_value() || !exchange_commit().applied());
 }
 
-bool CoordinatorImpl::redo_exchange(double now) {
+bool ExchangePlane::redo_exchange(double now) {
   // A committed round is never redone: its members applied it.
   if (exchange_succeeded() || exchange_sum_unusable() || committed_ahead_) return false;
   return redo_among_the_rest(now, "the exchange failed");
 }
 
-bool CoordinatorImpl::redo_among_the_rest(double now, const std::string& why) {
+bool ExchangePlane::redo_among_the_rest(double now, const std::string& why) {
   std::vector<uint32_t> left;
-  for (const auto& [rank, p] : planned_) {
-    if (p.contribution && !p.out() && membership_.at(rank).live) left.push_back(rank);
+  for (const auto& [rank, p] : c_.planned_) {
+    if (p.contribution && !p.out() && c_.membership_.at(rank).live) left.push_back(rank);
   }
   return plan_next_attempt(now, std::move(left), why);
 }
 
-bool CoordinatorImpl::plan_next_attempt(double now, std::vector<uint32_t> left,
-                                        const std::string& why) {
-  const uint32_t rounds = config_.data_plane().rounds_per_step();
+bool ExchangePlane::plan_next_attempt(double now, std::vector<uint32_t> left,
+                                      const std::string& why) {
+  const uint32_t rounds = c_.config_.data_plane().rounds_per_step();
   if (left.empty() || exchange_attempt_ + 1 >= rounds) return false;
   // A member of the old round left out of the new one (it died after it
   // reported): what it reported is not in the new sum.
   for (uint32_t rank : exchange_members_) {
     if (std::find(left.begin(), left.end(), rank) == left.end()) {
-      remove(rank, Removal::kLost,
-             "it is not in the round that is redone (it died or left after its report)");
+      c_.remove(rank, Removal::kLost,
+                "it is not in the round that is redone (it died or left after its report)");
     }
   }
   // Members still computing the step (a member died while they computed)
   // take the new plan after their compute, within the step's deadline.
   bool computing = false;
-  for (uint32_t rank : left) computing = computing || !planned_.at(rank).contribution;
+  for (uint32_t rank : left) computing = computing || !c_.planned_.at(rank).contribution;
   ++exchange_attempt_;
   silent_after_.reset();
   overdue_at_.reset();
-  v1::RunTotals& t = metrics_.totals();
+  v1::RunTotals& t = c_.metrics_.totals();
   t.set_exchange_rounds_redone(t.exchange_rounds_redone() + 1);
-  log_->warn(
+  c_.log_->warn(
       "step {}: {}; the round is redone among the {} members left (ranks {}) on what they "
       "computed, round {} of at most {}",
-      step_, why, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
+      c_.step_, why, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
   exchange_sum_.reset();
   committed_ahead_.reset();
   refused_sums_.clear();
   sketch_check_.reset();
   sketch_check_passed_ = false;
   exchange_members_ = left;
-  reducer_.begin(left, false);
-  const double tau = threshold_.tau();
+  c_.reducer_.begin(left, false);
+  const double tau = c_.threshold_.tau();
   for (uint32_t rank : left) {
-    planned_.at(rank).contribution.reset();
+    c_.planned_.at(rank).contribution.reset();
     Message m;
-    m.envelope = make_envelope(step_, kCoordinatorName);
+    m.envelope = make_envelope(c_.step_, kCoordinatorName);
     v1::Plan& body = *m.envelope.mutable_plan();
     body.set_tau(tau);
-    body.set_parameter_checksum(start_checksum_);
-    plan_exchange(body, left, exchange_attempt_);
-    send(membership_.at(rank).name, std::move(m));
+    body.set_parameter_checksum(c_.start_checksum_);
+    plan_round(body, left, exchange_attempt_);
+    c_.send(c_.membership_.at(rank).name, std::move(m));
   }
   // The members wait the timeout from the plan's arrival; the liveness
   // checks close the round for one that never reports.
-  const v1::LivenessConfig& live = config_.liveness();
+  const v1::LivenessConfig& live = c_.config_.liveness();
   const double redo_deadline =
-      now + config_.data_plane().timeout_seconds() + 2.0 * live.grace_seconds();
-  deadline_ = computing ? std::max(deadline_, redo_deadline) : redo_deadline;
+      now + c_.config_.data_plane().timeout_seconds() + 2.0 * live.grace_seconds();
+  c_.deadline_ = computing ? std::max(c_.deadline_, redo_deadline) : redo_deadline;
   return true;
 }
 
-GuardedStep CoordinatorImpl::settle_exchange() {
+GuardedStep ExchangePlane::settle() {
+  step_round_deadline_ = round_deadline_.seconds();  // this step's, before it is observed
   GuardedStep out;
   out.discarded = exchange_sum_unusable();
   out.refused_norm = refused_norm_in_step_;
@@ -514,30 +582,30 @@ GuardedStep CoordinatorImpl::settle_exchange() {
   }
   exchange_sum_.reset();
   uint32_t dropped = 0;
-  for (auto& [rank, p] : planned_) {
+  for (auto& [rank, p] : c_.planned_) {
     if (!p.contribution) continue;  // abandoned: already requeued
     p.contribution.reset();
-    ledger_.orphan_worker(rank);
+    c_.ledger_.orphan_worker(rank);
     dropped += static_cast<uint32_t>(p.micro_batches.size());
   }
-  const char* fate = config_.step().requeue() ? "requeued" : "lost";
+  const char* fate = c_.config_.step().requeue() ? "requeued" : "lost";
   if (committed_ahead_ && committed_ahead_->lost) return out;  // said in ask_next_for_sum
   if (!out.discarded) {
-    log_->warn(
+    c_.log_->warn(
         "step {}: the exchange did not succeed on every member; the step is dropped ({} "
         "more micro-batches {})",
-        step_, dropped, fate);
+        c_.step_, dropped, fate);
     return out;
   }
-  v1::RunTotals& t = metrics_.totals();
+  v1::RunTotals& t = c_.metrics_.totals();
   t.set_steps_discarded(t.steps_discarded() + 1);
-  log_->error(
+  c_.log_->error(
       "step {} discarded: the exchanged sum holds NaN, infinite or overflowing values (|x| >= "
       "2^64); nothing is applied on any replica, the step's {} micro-batches are {}, and the run "
       "goes on from the parameters it had (checksum {:016x}); {} bad steps in a row "
       "(guard.max_bad_steps_in_a_row: {})",
-      step_, dropped, fate, start_checksum_, guard_.bad_in_a_row() + 1,
-      config_.guard().max_bad_steps_in_a_row());
+      c_.step_, dropped, fate, c_.start_checksum_, c_.guard_.bad_in_a_row() + 1,
+      c_.config_.guard().max_bad_steps_in_a_row());
   return out;
 }
 
