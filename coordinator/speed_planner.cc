@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "coordinator/step_book.h"
+#include "runtime/step_policy.h"
 
 namespace dctrain {
 
@@ -201,7 +202,7 @@ PolicyPlans plan_for_policy(v1::Policy policy, SpeedPlanner& planner, Ledger& le
                             std::span<const uint32_t> ranks, uint64_t step, uint32_t global_batch,
                             uint32_t micro_batch) {
   PolicyPlans out;
-  if (policy != v1::POLICY_REBALANCE && policy != v1::POLICY_REBALANCE_DROPCOMPUTE) {
+  if (!speed_aware(policy)) {
     out.plans = plan_step(ledger, ranks, step, global_batch, micro_batch);
     return out;
   }

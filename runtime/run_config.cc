@@ -545,17 +545,9 @@ void apply_tau_option(const std::string& text, v1::StepConfig& step) {
     step.set_tau_policy(v1::TAU_POLICY_FIXED);
     step.clear_auto_tau();
   }
-  // --tau on a config whose policy was written for the other kind of tau
-  // (a printed config.cfg names its policy) keeps its planning and takes
-  // the threshold: "sync" <-> "dropcompute", "rebalance" <-> its
-  // "+dropcompute".
-  const bool threshold = text == "auto" || !std::isinf(step.tau());
-  if (step.policy() == v1::POLICY_SYNC && threshold) step.set_policy(v1::POLICY_DROPCOMPUTE);
-  if (step.policy() == v1::POLICY_DROPCOMPUTE && !threshold) step.set_policy(v1::POLICY_SYNC);
-  if (step.policy() == v1::POLICY_REBALANCE && threshold)
-    step.set_policy(v1::POLICY_REBALANCE_DROPCOMPUTE);
-  if (step.policy() == v1::POLICY_REBALANCE_DROPCOMPUTE && !threshold)
-    step.set_policy(v1::POLICY_REBALANCE);
+  // The threshold is --tau's now: an older spelling of the policy that
+  // named one too keeps only its shares.
+  step.set_policy(shares_of(step.policy()));
 }
 
 std::string to_text(const v1::RunConfig& config) {

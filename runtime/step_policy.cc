@@ -18,18 +18,22 @@ std::optional<v1::Policy> parse_policy(const std::string& text) {
 }
 
 bool speed_aware(v1::Policy policy) {
-  return policy == v1::POLICY_REBALANCE || policy == v1::POLICY_REBALANCE_DROPCOMPUTE;
+  return shares_of(policy) == v1::POLICY_REBALANCE;
 }
 
-bool uses_tau(v1::Policy policy) {
-  return policy == v1::POLICY_DROPCOMPUTE || policy == v1::POLICY_REBALANCE_DROPCOMPUTE;
+bool has_threshold(const v1::StepConfig& step) {
+  return step.tau_policy() == v1::TAU_POLICY_AUTO || !std::isinf(step.tau());
+}
+
+v1::Policy shares_of(v1::Policy policy) {
+  if (policy == v1::POLICY_DROPCOMPUTE) return v1::POLICY_SYNC;
+  if (policy == v1::POLICY_REBALANCE_DROPCOMPUTE) return v1::POLICY_REBALANCE;
+  return policy;
 }
 
 void finalize_policy(v1::StepConfig& step) {
-  if (step.policy() == v1::POLICY_UNSET) {
-    const bool threshold = step.tau_policy() == v1::TAU_POLICY_AUTO || !std::isinf(step.tau());
-    step.set_policy(threshold ? v1::POLICY_DROPCOMPUTE : v1::POLICY_SYNC);
-  }
+  if (step.policy() == v1::POLICY_UNSET) step.set_policy(v1::POLICY_SYNC);
+  if (has_threshold(step)) step.set_policy(shares_of(step.policy()));
   if (step.policy() == v1::POLICY_BACKUP && step.backup_workers() == 0) step.set_backup_workers(1);
   if (speed_aware(step.policy())) {
     v1::RebalanceConfig& r = *step.mutable_rebalance();
@@ -42,31 +46,31 @@ void finalize_policy(v1::StepConfig& step) {
 std::vector<std::string> policy_problems(const v1::StepConfig& step, uint32_t workers) {
   std::vector<std::string> problems;
   const v1::Policy policy = step.policy();
-  const bool threshold = step.tau_policy() == v1::TAU_POLICY_AUTO || !std::isinf(step.tau());
+  const bool threshold = has_threshold(step);
   switch (policy) {
-    case v1::POLICY_SYNC:
-    case v1::POLICY_REBALANCE:
     case v1::POLICY_BACKUP:
       if (threshold) {
         problems.push_back(fmt::format(
-            "step.policy '{}' runs at tau = inf, but step.tau is {} (tau_policy '{}'): remove "
-            "tau, or use policy 'dropcompute' or 'rebalance+dropcompute'",
-            word(policy), step.tau(), word(step.tau_policy())));
+            "step.policy 'backup' runs at tau = inf (the step closes without its slowest "
+            "workers instead), but step.tau is {} (tau_policy '{}'): remove tau, or use policy "
+            "'sync' or 'rebalance' with it",
+            step.tau(), word(step.tau_policy())));
       }
       break;
     case v1::POLICY_DROPCOMPUTE:
     case v1::POLICY_REBALANCE_DROPCOMPUTE:
-      if (!threshold) {
-        problems.push_back(fmt::format(
-            "step.policy '{}' needs a threshold: set step.tau (seconds) or tau_policy 'auto' "
-            "(--tau auto), or use policy '{}'",
-            word(policy), policy == v1::POLICY_DROPCOMPUTE ? "sync" : "rebalance"));
-      }
+      // Left by finalize_policy() only without a threshold.
+      problems.push_back(fmt::format(
+          "step.policy '{}' needs a threshold: set step.tau (seconds) or tau_policy 'auto' "
+          "(--tau auto), or use policy '{}' (the policy names the shares; tau the threshold)",
+          word(policy), word(shares_of(policy))));
       break;
+    case v1::POLICY_SYNC:
+    case v1::POLICY_REBALANCE:
     case v1::POLICY_UNSET:
     case v1::Policy_INT_MIN_SENTINEL_DO_NOT_USE_:
     case v1::Policy_INT_MAX_SENTINEL_DO_NOT_USE_:
-      break;  // the enum check names it
+      break;  // the enum check names an unknown one
   }
   if (policy == v1::POLICY_BACKUP) {
     if (step.backup_workers() >= workers) {
@@ -84,10 +88,8 @@ std::vector<std::string> policy_problems(const v1::StepConfig& step, uint32_t wo
     if (!(r.min_gain() >= 0.0))
       problems.push_back(fmt::format("step.rebalance.min_gain is {}; use >= 0", r.min_gain()));
   } else if (step.has_rebalance()) {
-    problems.push_back(
-        fmt::format("step.rebalance is set but step.policy is '{}': use 'rebalance' or "
-                    "'rebalance+dropcompute'",
-                    word(policy)));
+    problems.push_back(fmt::format("step.rebalance is set but step.policy is '{}': use 'rebalance'",
+                                   word(policy)));
   }
   if (step.tau_policy() == v1::TAU_POLICY_AUTO) {
     const double m = step.auto_tau().max_drop_rate();

@@ -11,10 +11,20 @@
 
 namespace dctrain {
 
-// Fills the policy's defaults: an unset policy is "dropcompute" when the
-// step has a finite or automatic tau, else "sync" (what configs written
-// before the field meant); backup_workers 1 and the rebalance settings.
+// Fills the policy's defaults: an unset policy is "sync"; backup_workers 1
+// and the rebalance settings. The older spellings that named the threshold
+// too ("dropcompute", "rebalance+dropcompute") become the policy of their
+// shares when the step has a threshold (without one, policy_problems()
+// names them).
 void finalize_policy(v1::StepConfig& step);
+
+// Whether the step has a compute threshold: a finite tau, or tau_policy
+// "auto".
+bool has_threshold(const v1::StepConfig& step);
+
+// The policy of `policy`'s shares: "sync" for "dropcompute", "rebalance"
+// for "rebalance+dropcompute", any other as it is.
+v1::Policy shares_of(v1::Policy policy);
 
 // What is wrong with the policy's settings against tau and the worker count
 // (finalized `step`); empty when nothing is.
@@ -25,7 +35,5 @@ std::optional<v1::Policy> parse_policy(const std::string& text);
 
 // Whether the policy deals shares by measured speed.
 bool speed_aware(v1::Policy policy);
-// Whether the policy uses a compute threshold tau.
-bool uses_tau(v1::Policy policy);
 
 }  // namespace dctrain

@@ -5,14 +5,18 @@
 // ("rebalance") follow the times and keep the global batch and the ledger
 // exact; backup workers ("backup") close the step after N - b
 // contributions and requeue the rest without ever counting it as a miss.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <functional>
 #include <set>
+#include <utility>
 
 #include "coordinator/coordinator.h"
 #include "metrics/metrics_json.h"
+#include "runtime/run_config.h"
+#include "runtime/text_format.h"
 #include "tests/coordinator/coordinator_fixture.h"
 #include "tests/testing/fake_cluster.h"
 
@@ -174,22 +178,68 @@ TEST_F(PolicyTest, BackupWorkersCloseTheStepAfterNMinusBAndRequeueTheRest) {
   for (const v1::EpochRecord& e : records.epochs) EXPECT_TRUE(e.audit_ok()) << e.ShortDebugString();
 }
 
-TEST_F(PolicyTest, PolicyAndTauMustAgree) {
+TEST_F(PolicyTest, ThePolicyNamesTheSharesAndTauTheThreshold) {
+  // "sync" with a threshold is DropCompute: the policy says how the
+  // micro-batches are shared, tau whether there is a threshold. (Before,
+  // the policy said both, and "sync" with a finite tau was refused.)
   config.mutable_step()->set_policy(v1::POLICY_SYNC);
   config.mutable_step()->set_tau(0.5);
-  try {
-    finalize_run_config(config);
-    FAIL() << "sync with a finite tau was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("step.policy 'sync' runs at tau = inf"), std::string::npos)
-        << e.what();
-  }
+  finalize_run_config(config);
+  EXPECT_EQ(config.step().policy(), v1::POLICY_SYNC);
+  EXPECT_DOUBLE_EQ(config.step().tau(), 0.5);
+
   v1::RunConfig unset = parse_run_config(kConfig, "policy");
   unset.mutable_step()->set_tau(0.5);
   finalize_run_config(unset);
-  EXPECT_EQ(unset.step().policy(), v1::POLICY_DROPCOMPUTE) << "a config without a policy";
+  EXPECT_EQ(unset.step().policy(), v1::POLICY_SYNC) << "a config without a policy";
   apply_tau_option("inf", *unset.mutable_step());
+  finalize_run_config(unset);
   EXPECT_EQ(unset.step().policy(), v1::POLICY_SYNC) << "--tau inf on a printed config";
+
+  // The older spellings that named the threshold too are read as their
+  // shares, and still need a threshold.
+  for (const auto& [old, shares] :
+       {std::pair{v1::POLICY_DROPCOMPUTE, v1::POLICY_SYNC},
+        std::pair{v1::POLICY_REBALANCE_DROPCOMPUTE, v1::POLICY_REBALANCE}}) {
+    v1::RunConfig c = parse_run_config(kConfig, "policy");
+    c.mutable_step()->set_policy(old);
+    c.mutable_step()->set_tau_policy(v1::TAU_POLICY_AUTO);
+    finalize_run_config(c);
+    EXPECT_EQ(c.step().policy(), shares) << word(old);
+    EXPECT_NE(to_text(c).find(fmt::format("policy: \"{}\"", word(shares))), std::string::npos)
+        << to_text(c);
+
+    v1::RunConfig without = parse_run_config(kConfig, "policy");
+    without.mutable_step()->set_policy(old);
+    try {
+      finalize_run_config(without);
+      FAIL() << word(old) << " without a threshold was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(fmt::format("step.policy '{}' needs a threshold", word(old))),
+          std::string::npos)
+          << e.what();
+    }
+    // --tau on a printed config of an older run keeps the shares.
+    v1::RunConfig printed = parse_run_config(kConfig, "policy");
+    printed.mutable_step()->set_policy(old);
+    apply_tau_option("inf", *printed.mutable_step());
+    finalize_run_config(printed);
+    EXPECT_EQ(printed.step().policy(), shares) << word(old);
+  }
+
+  // Backup workers close the step without the slowest: no threshold.
+  v1::RunConfig backup = parse_run_config(kConfig, "policy");
+  backup.mutable_step()->set_policy(v1::POLICY_BACKUP);
+  backup.mutable_step()->set_tau(0.5);
+  try {
+    finalize_run_config(backup);
+    FAIL() << "backup with a finite tau was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("step.policy 'backup' runs at tau = inf"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

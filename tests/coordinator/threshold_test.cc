@@ -270,7 +270,7 @@ TEST(Threshold, ConfigAndTauOption) {
   EXPECT_EQ(c.step().auto_tau().warmup_steps(), 5u);
   EXPECT_EQ(c.step().auto_tau().skip_steps(), 2u);
   EXPECT_DOUBLE_EQ(c.step().auto_tau().max_drop_rate(), 0.1);
-  EXPECT_EQ(c.step().policy(), v1::POLICY_DROPCOMPUTE);
+  EXPECT_EQ(c.step().policy(), v1::POLICY_SYNC) << "the shares; the threshold is tau's";
   EXPECT_EQ(c.step().auto_tau().window_steps(), 50u);
   EXPECT_EQ(c.step().auto_tau().grid_points(), 200u);
   EXPECT_EQ(c.step().auto_tau().reestimate_every_steps(), 10u);

@@ -207,7 +207,11 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
     }
     const v1::Policy policy = *parsed;
     if (policy == v1::POLICY_SYNC) continue;  // the baseline
-    if (!uses_tau(policy)) {
+    // An arm's word names its shares and whether it has a threshold
+    // (sweep.proto): the config takes the shares (step.policy), the taus
+    // axis the threshold.
+    const bool with_threshold = shares_of(policy) != policy;
+    if (!with_threshold) {
       arms.push_back({policy, parse_tau_policy("inf")});
       continue;
     }
