@@ -16,6 +16,8 @@
 //   checkpoint/    the run's checkpoint (as is, and for checksum fix-up)
 //   text_format/   the repository's run configs and the run's, as config.cfg
 //   sweep/         the repository's sweeps
+//   safetensors/   the run's model parameters as a safetensors file, with
+//                  the run's config as metadata
 #include <fmt/format.h>
 
 #include <deque>
@@ -33,6 +35,7 @@
 #include "exchange/sum_sketch.h"
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
+#include "runtime/safetensors.h"
 #include "runtime/setup.h"
 #include "tests/testing/exchange_script.h"
 #include "tests/testing/fake_cluster.h"
@@ -282,6 +285,16 @@ void write_seeds(const fs::path& out) {
   const fs::path experiments = fs::path(DCTRAIN_SOURCE_DIR) / "experiments";
   add_files(corpus, "text_format", experiments, ".cfg");
   add_files(corpus, "sweep", experiments, ".sweep");
+  Replica model(testing::softmax_for(run_config()), run_config().optimizer());
+  const Arena& parameters = model.model().parameters();
+  SafeTensors weights;
+  weights.metadata["config"] = to_text(run_config());
+  for (size_t i = 0; i < parameters.table().size(); ++i) {
+    const std::span<const float> values = parameters.view(i);
+    weights.tensors.push_back({parameters.table()[i].name, parameters.table()[i].shape,
+                               std::vector<float>(values.begin(), values.end())});
+  }
+  corpus.add("safetensors", encode_safetensors(weights));
   fs::remove_all(run_dir);
   std::cout << fmt::format("dctrain-fuzz-seeds: wrote {} seeds under {}\n", corpus.total(),
                            out.string());

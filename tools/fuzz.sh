@@ -9,7 +9,7 @@
 #     --seconds N   fuzzing time per target (default 60)
 #     --jobs J      processes per target (libFuzzer -fork=J; default 1)
 #     --only LIST   these targets only: envelope, text_format, checkpoint,
-#                   metrics_json, sweep, coordinator, session
+#                   metrics_json, sweep, coordinator, session, safetensors
 #     --no-build    use the targets already in build/fuzz
 #
 # The corpus each target grows is kept in build/fuzz/corpus/NAME, so a
@@ -37,7 +37,7 @@ esac
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-targets=(envelope text_format checkpoint metrics_json sweep coordinator session)
+targets=(envelope text_format checkpoint metrics_json sweep coordinator session safetensors)
 if [ -n "$only" ]; then
   IFS=, read -r -a targets <<<"$only"
 fi
@@ -51,7 +51,7 @@ fi
 for t in "${targets[@]}"; do
   if [ ! -x "$out/fuzz/fuzz_$t" ]; then
     echo "fuzz: no target '$t' in $out/fuzz (targets: envelope, text_format, checkpoint," \
-         "metrics_json, sweep, coordinator, session; build with tools/fuzz.sh without --no-build)" >&2
+         "metrics_json, sweep, coordinator, session, safetensors; build with tools/fuzz.sh without --no-build)" >&2
     exit 2
   fi
 done
