@@ -42,14 +42,17 @@ void StarPlane::accept(uint32_t rank, Message message, double) {
 }
 
 void StarPlane::on_sum(uint32_t rank, Message message, double) {
-  c_.log_->debug("dropped a sum of step {} from rank {}: the data plane is the star",
-                 message.envelope.step(), rank);
+  drop_exchange_message("a sum", rank, message);
 }
 
 void StarPlane::on_sketch(uint32_t rank, const Message& message, double) {
-  c_.log_->debug(
-      "dropped a contribution sketch of step {} from rank {}: the data plane is the star",
-      message.envelope.step(), rank);
+  drop_exchange_message("a contribution sketch", rank, message);
+}
+
+void StarPlane::drop_exchange_message(const char* what, uint32_t rank,
+                                      const Message& message) const {
+  c_.log_->debug("dropped {} of step {} from rank {}: the data plane is the star", what,
+                 message.envelope.step(), rank);
 }
 
 GuardedStep StarPlane::settle() {
@@ -91,7 +94,7 @@ GuardedStep StarPlane::settle() {
   }
   size_t micro_batches = 0;
   uint64_t samples = 0;
-  for (auto& [rank, p] : c_.planned_) {
+  for (const auto& [rank, p] : c_.planned_) {
     if (!p.contribution) continue;
     micro_batches += p.micro_batches.size();
     samples += p.samples;
@@ -119,7 +122,8 @@ void StarPlane::cut_backup_workers() {
   const size_t workers = c_.planned_.size();
   const size_t backups = c_.config_.step().backup_workers();
   if (workers <= backups || arrived < workers - backups) return;
-  for (auto& [rank, p] : c_.planned_) {
+  for (const auto& entry : c_.planned_) {
+    const uint32_t rank = entry.first;
     if (!c_.reducer_.expects(rank) || c_.reducer_.has(rank)) continue;
     c_.remove(rank, Removal::kCut,
               fmt::format("it was cut as a backup: {} of {} contributed", arrived, workers));

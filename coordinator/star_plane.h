@@ -42,6 +42,9 @@ class StarPlane final : public DataPlane {
   // Policy "backup": once N - b contributions are in, the others are cut
   // from the step (their micro-batches requeued).
   void cut_backup_workers();
+  // An exchange message (`what`) from a member of a star run: logged and
+  // dropped.
+  void drop_exchange_message(const char* what, uint32_t rank, const Message& message) const;
 
   CoordinatorImpl& c_;
 };
