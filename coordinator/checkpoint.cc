@@ -170,4 +170,28 @@ void load_checkpoint_state(const std::filesystem::path& path, Replica& replica) 
   replica.optimizer().set_steps(p.header.optimizer_steps());
 }
 
+v1::ModelInput model_input_of(const SampleShape& shape) {
+  v1::ModelInput input;
+  input.set_tokens(shape.kind == BatchKind::kTokens);
+  input.set_channels(static_cast<uint32_t>(shape.channels));
+  input.set_height(static_cast<uint32_t>(shape.height));
+  input.set_width(static_cast<uint32_t>(shape.width));
+  input.set_classes(static_cast<uint32_t>(shape.classes));
+  input.set_seq_len(static_cast<uint32_t>(shape.seq_len));
+  input.set_vocab_size(static_cast<uint32_t>(shape.vocab_size));
+  return input;
+}
+
+SampleShape sample_shape_of(const v1::ModelInput& input) {
+  SampleShape shape;
+  shape.kind = input.tokens() ? BatchKind::kTokens : BatchKind::kImage;
+  shape.channels = static_cast<int>(input.channels());
+  shape.height = static_cast<int>(input.height());
+  shape.width = static_cast<int>(input.width());
+  shape.classes = static_cast<int>(input.classes());
+  shape.seq_len = static_cast<int>(input.seq_len());
+  shape.vocab_size = static_cast<int>(input.vocab_size());
+  return shape;
+}
+
 }  // namespace dctrain

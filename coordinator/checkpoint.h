@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/files.h"
+#include "data/dataset.h"
 #include "proto/checkpoint.pb.h"
 #include "runtime/replica.h"
 
@@ -33,5 +34,10 @@ void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader hea
 // naming the file and the problem (missing, truncated, corrupt, other model).
 v1::CheckpointHeader load_checkpoint_header(const std::filesystem::path& path);
 void load_checkpoint_state(const std::filesystem::path& path, Replica& replica);
+
+// The sizes the model took from its data, as a checkpoint keeps them
+// (CheckpointHeader.model_input), and back.
+v1::ModelInput model_input_of(const SampleShape& shape);
+SampleShape sample_shape_of(const v1::ModelInput& input);
 
 }  // namespace dctrain

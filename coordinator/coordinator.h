@@ -51,6 +51,9 @@ struct CoordinatorSetup {
   std::optional<v1::CheckpointHeader> resume;
   // This process's BLAS (common/blas_runtime.h), for summary.json's "blas".
   std::optional<v1::BlasInfo> blas;
+  // The sizes the model took from the data, for the checkpoints (with the
+  // config they rebuild the model: dctrain-export).
+  v1::ModelInput model_input{};
   // Evaluation off the step loop (coordinator/evaluation_thread.h), on a
   // snapshot of the replica; null: evaluations run in the step loop.
   EvaluationThread* evaluation_thread = nullptr;

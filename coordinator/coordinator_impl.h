@@ -136,6 +136,9 @@ class CoordinatorImpl {
   std::optional<PendingFile> write_checkpoint(double now);
   // The records so far made durable, then `checkpoint` put in place.
   void put_checkpoint_in_place(PendingFile& checkpoint);
+  // The trained model as RUN_DIR/model.safetensors (runtime/model_file.h),
+  // at the end of a completed run.
+  void write_model_files();
   // A write to the run folder failed (`what` says which and why): the run
   // stops with kCoordinatorRunFolderFailed, as cleanly as it can.
   void run_folder_failed(const std::string& what, double now);

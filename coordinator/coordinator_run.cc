@@ -1,6 +1,7 @@
 // The run around the steps: evaluation, checkpoints, stop criteria and the
 // end of the run; tick()'s deadlines, liveness, heartbeats and progress.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,8 @@
 #include "comm/validation.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator_impl.h"
+#include "runtime/model_file.h"
+#include "runtime/run_config.h"
 #include "runtime/setup.h"
 #include "runtime/text_format.h"
 
@@ -40,6 +43,7 @@ std::optional<PendingFile> CoordinatorImpl::write_checkpoint(double now) {
   header.set_optimizer_steps(replica_.optimizer_steps());
   *header.mutable_ledger() = ledger_.state();
   *header.mutable_totals() = metrics_.totals();
+  *header.mutable_model_input() = setup_.model_input;
   header.mutable_totals()->set_wall_seconds(wall(now));
   PendingFile written =
       dctrain::write_checkpoint(checkpoint_path(setup_.run_dir), std::move(header), replica_);
@@ -105,6 +109,7 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
         put_checkpoint_in_place(*checkpoint);
       }
     }
+    if (exit_code == kCoordinatorDone && !setup_.run_dir.empty()) write_model_files();
   } catch (const FileWriteError& e) {
     log_->error("{}", e.what());
     reason = fmt::format("{}, but the run folder cannot be written ({})", reason, e.what());
@@ -159,6 +164,15 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
     log_->error("trace.json not finished: {}", e.what());
     if (exit_code_ == kCoordinatorDone) exit_code_ = kCoordinatorRunFolderFailed;
   }
+}
+
+void CoordinatorImpl::write_model_files() {
+  const std::vector<std::filesystem::path> written =
+      write_model_file(setup_.run_dir / "model.safetensors", replica_.model(),
+                       {to_text(config_), config_.run_id(), replica_.optimizer_steps()});
+  std::vector<std::string> names;
+  for (const std::filesystem::path& path : written) names.push_back(path.string());
+  log_->info("the trained model: {}", fmt::join(names, ", "));
 }
 
 void CoordinatorImpl::stop(const std::string& reason, int exit_code, double now) {

@@ -28,6 +28,7 @@
 #include "coordinator/run_metrics.h"
 #include "metrics/run_identity.h"
 #include "runtime/blas_info.h"
+#include "runtime/model_file.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"
 #include "runtime/setup.h"
@@ -253,7 +254,12 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
 
     Replica replica(make_model(model_spec(config, train->shape(), options.threads)),
                     config.optimizer());
-    if (resuming) load_checkpoint_state(checkpoint_path(run_dir), replica);
+    if (resuming) {
+      load_checkpoint_state(checkpoint_path(run_dir), replica);
+    } else if (!config.model().init_from().empty()) {
+      read_model_file(config.model().init_from(), replica.model());
+      log->info("model initialised from {} (not from the seed)", config.model().init_from());
+    }
     log->info("model {}: {} parameters, {} buffer values; optimizer {}", replica.model().name(),
               replica.parameter_count(), replica.buffer_count(), word(config.optimizer().kind()));
     DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(),
@@ -290,7 +296,8 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
 
     const Clock::time_point t0 = Clock::now();
     auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-    CoordinatorSetup setup{config, train_size, run_dir, resume, to_proto(blas)};
+    CoordinatorSetup setup{config, train_size,     run_dir,
+                           resume, to_proto(blas), model_input_of(train->shape())};
     if (evaluation_thread) setup.evaluation_thread = &*evaluation_thread;
     if (metrics_server) {
       setup.publish_metrics = [server = metrics_server.get()](auto snapshot) {

@@ -25,7 +25,9 @@ namespace {
 using google::protobuf::Struct;
 using google::protobuf::Value;
 
-constexpr size_t kFloatBytes = sizeof(float);
+size_t element_bytes(SafeDtype dtype) {
+  return dtype == SafeDtype::kF32 ? 4 : 8;
+}
 // The format's own bound on the header (the reference reader refuses more).
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 // Integers a JSON number holds exactly as a double.
@@ -73,6 +75,7 @@ uint64_t whole_number(const Value& v, const std::string& what, const std::string
 struct Entry {
   std::string name;
   std::vector<int64_t> shape;
+  SafeDtype dtype = SafeDtype::kF32;
   uint64_t begin = 0, end = 0;
 };
 
@@ -91,14 +94,17 @@ Entry read_entry(const std::string& name, const Value& value, const std::string&
   if (dtype.kind_case() != Value::kStringValue) {
     throw std::runtime_error(fmt::format("{}: \"dtype\" is not a string", where));
   }
-  if (dtype.string_value() != "F32") {
-    throw std::runtime_error(fmt::format(
-        "{} is of dtype {}; dctrain reads float32 (F32) tensors only (convert the file first, "
-        "e.g. with PyTorch: tensor.float())",
-        where, dtype.string_value()));
-  }
   Entry e;
   e.name = name;
+  if (dtype.string_value() == "I64") {
+    e.dtype = SafeDtype::kI64;
+  } else if (dtype.string_value() != "F32") {
+    throw std::runtime_error(fmt::format(
+        "{} is of dtype {}; dctrain reads float32 (F32) and int64 (I64) tensors only (convert "
+        "the file first, e.g. with PyTorch: tensor.float())",
+        where, dtype.string_value()));
+  }
+  const size_t bytes = element_bytes(e.dtype);
   const Value& shape = field("shape");
   if (shape.kind_case() != Value::kListValue) {
     throw std::runtime_error(fmt::format("{}: \"shape\" is not a list", where));
@@ -118,18 +124,21 @@ Entry read_entry(const std::string& name, const Value& value, const std::string&
   }
   e.begin = whole_number(offsets.list_value().values(0), where + "'s begin offset", origin);
   e.end = whole_number(offsets.list_value().values(1), where + "'s end offset", origin);
-  if (e.end < e.begin || (e.end - e.begin) / kFloatBytes != count ||
-      (e.end - e.begin) % kFloatBytes != 0) {
+  if (e.end < e.begin || (e.end - e.begin) / bytes != count || (e.end - e.begin) % bytes != 0) {
     throw std::runtime_error(fmt::format(
-        "{}: its data_offsets [{}, {}] hold {} bytes, but its shape [{}] needs {} float32 "
-        "values ({} bytes)",
+        "{}: its data_offsets [{}, {}] hold {} bytes, but its shape [{}] needs {} {} values ({} "
+        "bytes)",
         where, e.begin, e.end, e.end >= e.begin ? e.end - e.begin : 0, fmt::join(e.shape, ", "),
-        count, count * kFloatBytes));
+        count, dtype_word(e.dtype), count * bytes));
   }
   return e;
 }
 
 }  // namespace
+
+const char* dtype_word(SafeDtype dtype) {
+  return dtype == SafeDtype::kF32 ? "F32" : "I64";
+}
 
 const SafeTensor* SafeTensors::find(std::string_view name) const {
   for (const SafeTensor& t : tensors) {
@@ -157,13 +166,14 @@ std::string encode_safetensors(const SafeTensors& file) {
           "tensor name '{}' is {}", t.name, t.name == "__metadata__" ? "reserved" : "used twice"));
     }
     const uint64_t count = element_count(t);
-    if (count != t.values.size()) {
-      throw std::invalid_argument(fmt::format("tensor '{}' has {} values for a shape of {}", t.name,
-                                              t.values.size(), count));
+    const size_t held = t.dtype == SafeDtype::kF32 ? t.values.size() : t.integers.size();
+    if (count != held) {
+      throw std::invalid_argument(
+          fmt::format("tensor '{}' has {} values for a shape of {}", t.name, held, count));
     }
-    const uint64_t end = offset + count * kFloatBytes;
-    header += fmt::format("{}{}:{{\"dtype\":\"F32\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          header.size() > 1 ? "," : "", json_string(t.name),
+    const uint64_t end = offset + count * element_bytes(t.dtype);
+    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
+                          header.size() > 1 ? "," : "", json_string(t.name), dtype_word(t.dtype),
                           fmt::join(t.shape, ","), offset, end);
     offset = end;
   }
@@ -175,7 +185,12 @@ std::string encode_safetensors(const SafeTensors& file) {
   out += header;
   out.reserve(out.size() + offset);
   for (const SafeTensor& t : file.tensors) {
-    out.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * kFloatBytes);
+    if (t.dtype == SafeDtype::kF32) {
+      out.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
+    } else {
+      out.append(reinterpret_cast<const char*>(t.integers.data()),
+                 t.integers.size() * sizeof(int64_t));
+    }
   }
   return out;
 }
@@ -241,8 +256,16 @@ SafeTensors decode_safetensors(std::string_view bytes, const std::string& origin
     SafeTensor t;
     t.name = std::move(e.name);
     t.shape = std::move(e.shape);
-    t.values.resize((e.end - e.begin) / kFloatBytes);
-    std::memcpy(t.values.data(), data.data() + e.begin, e.end - e.begin);
+    t.dtype = e.dtype;
+    void* target = nullptr;
+    if (e.dtype == SafeDtype::kF32) {
+      t.values.resize((e.end - e.begin) / sizeof(float));
+      target = t.values.data();
+    } else {
+      t.integers.resize((e.end - e.begin) / sizeof(int64_t));
+      target = t.integers.data();
+    }
+    if (e.end > e.begin) std::memcpy(target, data.data() + e.begin, e.end - e.begin);
     out.tensors.push_back(std::move(t));
   }
   return out;

@@ -39,9 +39,9 @@ class ExitCodes : public ::testing::Test {
   std::string output_;
 };
 
-const std::vector<std::string> kPrograms = {"dctrain-coordinator", "dctrain-worker",
-                                            "dctrain-launch",      "dctrain-keygen",
-                                            "dctrain-experiment",  "dctrain-report"};
+const std::vector<std::string> kPrograms = {
+    "dctrain-coordinator", "dctrain-worker", "dctrain-launch", "dctrain-keygen",
+    "dctrain-experiment",  "dctrain-report", "dctrain-export"};
 
 TEST_F(ExitCodes, HelpAndVersionAreDoneAndEveryCommandLineErrorIsUsage) {
   for (const std::string& program : kPrograms) {
@@ -55,6 +55,7 @@ TEST_F(ExitCodes, HelpAndVersionAreDoneAndEveryCommandLineErrorIsUsage) {
   }
   // Required flags missing.
   EXPECT_EQ(run("dctrain-report", {}), kExitUsage) << output_;
+  EXPECT_EQ(run("dctrain-export", {"runs/x"}), kExitUsage) << output_;  // no --out
   EXPECT_EQ(run("dctrain-coordinator", {"--config", (dir_ / "missing.cfg").string()}), kExitUsage)
       << output_;
   EXPECT_EQ(run("dctrain-launch", {"--workers", "0"}), kExitUsage) << output_;

@@ -99,6 +99,7 @@ TEST(Safetensors, ARoundTripIsBitExact) {
   file.tensors.push_back({"layer1.0.conv1.weight", {1, 2, 3}, odd});
   file.tensors.push_back({"empty", {0, 4}, {}});
   file.tensors.push_back({"scalar", {}, {42.0f}});
+  file.tensors.push_back(SafeTensor::int64("bn1.num_batches_tracked", {}, {-(int64_t{1} << 62)}));
   const testing::ScratchDir dir("safetensors");
   write_safetensors(dir / "m.safetensors", file);
   const SafeTensors back = read_safetensors(dir / "m.safetensors");
@@ -108,6 +109,8 @@ TEST(Safetensors, ARoundTripIsBitExact) {
     const SafeTensor &a = file.tensors[i], &b = back.tensors[i];
     EXPECT_EQ(b.name, a.name);
     EXPECT_EQ(b.shape, a.shape);
+    EXPECT_EQ(b.dtype, a.dtype) << a.name;
+    EXPECT_EQ(b.integers, a.integers) << a.name;
     ASSERT_EQ(b.values.size(), a.values.size()) << a.name;
     for (size_t k = 0; k < a.values.size(); ++k) {
       EXPECT_TRUE(same_bits(a.values[k], b.values[k])) << a.name << "[" << k << "]";
@@ -186,7 +189,7 @@ TEST(Safetensors, AMalformedFileIsRefusedSayingWhy) {
       {file_bytes("{\"w\": 5}", ""), "tensor 'w' is not a JSON object"},
       {file_bytes("{" + entry("w", "F16", "[2]", "[0,4]") + "}", one),
        "tensor 'w' is of dtype F16"},
-      {file_bytes("{" + entry("w", "F32", "[2]", "[0,4]") + "}", one), "needs 2 float32 values"},
+      {file_bytes("{" + entry("w", "F32", "[2]", "[0,4]") + "}", one), "needs 2 F32 values"},
       {file_bytes("{" + entry("w", "F32", "[-1]", "[0,4]") + "}", one), "not a whole number"},
       {file_bytes("{" + entry("w", "F32", "[1.5]", "[0,4]") + "}", one), "not a whole number"},
       {file_bytes("{" + entry("w", "F32", "[1]", "[4,0]") + "}", one), "data_offsets [4, 0]"},
