@@ -1,4 +1,5 @@
-// resnet20 and mnist-cnn against PyTorch (tests/fixtures/make_fixtures.py):
+// resnet20, ResNet-8 at width 8 and mnist-cnn against PyTorch
+// (tests/fixtures/make_fixtures.py):
 // the same weights and images give the same logits, loss, every parameter's
 // gradient, running statistics and a 10-step SGD loss trajectory.
 #include <gtest/gtest.h>
@@ -52,7 +53,9 @@ void fill_formula(std::span<float> out, uint64_t index, const std::string& name,
 }
 
 struct Case {
+  const char* label;
   const char* model;
+  int depth, width;  // model "resnet"
   const char* file;
   double gain;
   int channels, size;
@@ -70,6 +73,8 @@ class ClassifierFixture : public ::testing::TestWithParam<Case> {
     fixture_ =
         std::make_unique<Fixture>(std::string(DCTRAIN_SOURCE_DIR) + "/tests/fixtures/" + c.file);
     spec_.name = c.model;
+    spec_.depth = c.depth;
+    spec_.width = c.width;
     spec_.image_channels = c.channels;
     spec_.image_height = spec_.image_width = c.size;
     model_ = make_model(spec_);
@@ -180,13 +185,16 @@ TEST_P(ClassifierFixture, TenStepSgdTrajectoryMatches) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, ClassifierFixture,
-    ::testing::Values(Case{"resnet20", "resnet20.bin", std::sqrt(2.0), 3, 32, 1e-3},
-                      Case{"mnist-cnn", "mnist_cnn.bin", 1.0 / std::sqrt(3.0), 1, 28, 3e-6}),
-    [](const auto& p) {
-      return std::string(p.param.model) == "resnet20" ? "resnet20" : "mnist_cnn";
-    });
+INSTANTIATE_TEST_SUITE_P(Models, ClassifierFixture,
+                         ::testing::Values(Case{"resnet20", "resnet20", 20, 16, "resnet20.bin",
+                                                std::sqrt(2.0), 3, 32, 1e-3},
+                                           // Another size of the ResNet family in depth and width
+                                           // (one block a stage, 8 channels at first).
+                                           Case{"resnet8_w8", "resnet", 8, 8, "resnet8_w8.bin",
+                                                std::sqrt(2.0), 3, 32, 1e-3},
+                                           Case{"mnist_cnn", "mnist-cnn", 0, 0, "mnist_cnn.bin",
+                                                1.0 / std::sqrt(3.0), 1, 28, 3e-6}),
+                         [](const auto& p) { return std::string(p.param.label); });
 
 }  // namespace
 }  // namespace dctrain

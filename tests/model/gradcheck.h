@@ -1,4 +1,5 @@
-// Central finite differences in double precision, for layer gradient tests.
+// Central finite differences in double precision, for layer gradient tests;
+// and, for whole models (float32 only), directional derivatives.
 //
 // A layer test builds a scalar loss L = sum(r * y) with fixed random weights r
 // over the layer's output y, runs the layer's backward with dy = r, and hands
@@ -10,11 +11,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "common/batch.h"
 #include "common/random.h"
+#include "model/model.h"
 
 namespace dctrain::testing {
 
@@ -73,6 +78,58 @@ inline void expect_gradient_matches(const std::string& name, const std::function
   // A check that skipped everything proved nothing.
   EXPECT_GT(checked, skipped) << name << ": " << skipped << " of " << checked + skipped
                               << " coordinates sat on kinks";
+}
+
+// A whole model's gradient on `batch`, checked along directions: its own
+// (d = g / |g|), and `tilted` more, each g / |g| plus a random unit vector
+// (normalised), so that the random part moves every parameter while g . d
+// stays well above the loss's float32 rounding. Each g . d is compared with
+// the central difference (L(p + h d) - L(p - h d)) / 2h of the training
+// loss sum, within `tolerance` of |g . d|.
+inline void expect_directional_derivatives(Model& model, const Batch& batch, int tilted, double h,
+                                           double tolerance) {
+  model.gradients().zero();
+  model.train_micro_batch(batch);
+  const std::vector<float> gradient(model.gradients().flat().begin(),
+                                    model.gradients().flat().end());
+  const std::vector<float> start(model.parameters().flat().begin(),
+                                 model.parameters().flat().end());
+  double norm = 0.0;
+  for (const float g : gradient) norm += static_cast<double>(g) * g;
+  norm = std::sqrt(norm);
+  ASSERT_GT(norm, 0.0);
+  const auto loss_at = [&](const std::vector<double>& d, double t) {
+    std::span<float> p = model.parameters().flat();
+    for (size_t i = 0; i < p.size(); ++i) p[i] = static_cast<float>(start[i] + t * d[i]);
+    model.gradients().zero();
+    return model.train_micro_batch(batch).loss_sum;
+  };
+  for (int k = 0; k <= tilted; ++k) {
+    std::vector<double> d(gradient.size()), r(gradient.size(), 0.0);
+    if (k > 0) {
+      Rng rng(1000 + static_cast<uint64_t>(k));
+      double length = 0.0;
+      for (double& x : r) {
+        x = rng.normal();
+        length += x * x;
+      }
+      for (double& x : r) x /= std::sqrt(length);
+    }
+    double length = 0.0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      d[i] = gradient[i] / norm + r[i];
+      length += d[i] * d[i];
+    }
+    for (double& x : d) x /= std::sqrt(length);
+    double analytic = 0.0;
+    for (size_t i = 0; i < d.size(); ++i) analytic += gradient[i] * d[i];
+    const double numeric = (loss_at(d, h) - loss_at(d, -h)) / (2.0 * h);
+    EXPECT_LE(std::abs(numeric - analytic), tolerance * std::abs(analytic))
+        << "direction " << k << ": analytic " << analytic << ", numeric " << numeric;
+    std::printf("direction %d: g.d %.7g, finite difference %.7g (relative error %.2g)\n", k,
+                analytic, numeric, std::abs(numeric - analytic) / std::abs(analytic));
+  }
+  std::copy(start.begin(), start.end(), model.parameters().flat().begin());
 }
 
 }  // namespace dctrain::testing

@@ -11,6 +11,7 @@
 
 #include "common/random.h"
 #include "model/model.h"
+#include "tests/model/gradcheck.h"
 
 namespace dctrain {
 namespace {
@@ -115,6 +116,17 @@ TEST(ImageClassifier, TheResNetFamilyHasThePublishedSizesAtEveryDepth) {
     for (size_t i = 0; i < p.size(); ++i) p[i] -= 0.05f * g[i] / 8.0f;
   }
   EXPECT_LT(last, 0.8 * first) << "first " << first << ", last " << last;
+}
+
+// The gradient of a size other than resnet20's (ResNet-32 at width 8; the
+// layers' own finite-difference tests are in double): the loss along the
+// gradient and along random directions changes as the gradient says.
+TEST(ImageClassifier, ANewSizesGradientMatchesFiniteDifferences) {
+  ModelSpec spec = spec_for("resnet");
+  spec.depth = 32;
+  spec.width = 8;
+  const auto model = make_model(spec);
+  testing::expect_directional_derivatives(*model, random_batch(spec, 6, 21), 3, 1e-3, 2e-3);
 }
 
 TEST(ImageClassifier, UnknownModelNamesTheKnownOnes) {
