@@ -3,7 +3,14 @@
 // threads. GFLOP/s counts 6.25 MFLOP per training token and is quoted as a
 // fraction of cblas_sgemm (2048^3) measured in the same run.
 // bench/bert_vs_pytorch.sh runs this beside PyTorch and prints the ratios.
+//
+//   bench_engine_bert_tiny [STEPS] [LAYERS HIDDEN HEADS INTERMEDIATE]
+//
+// Four sizes after the steps bench another member of the BERT family (e.g.
+// 4 256 4 1024, BERT-mini; bench/sizes_vs_pytorch.sh); GFLOP/s is then not
+// printed (the 6.25 MFLOP are bert-tiny's).
 #include <cblas.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,9 +62,9 @@ Batch make_batch() {
   return b;
 }
 
-double tokens_per_second(int threads, int steps, const Batch& batch) {
-  dctrain::BertTiny model(
-      {.name = "bert-tiny", .seed = 1, .threads = threads, .vocab_size = kVocab});
+double tokens_per_second(dctrain::ModelSpec spec, int threads, int steps, const Batch& batch) {
+  spec.threads = threads;
+  dctrain::BertTiny model(spec);
   auto adamw = dctrain::make_optimizer({.name = "adamw", .weight_decay = 0.01}, model.table());
   auto step = [&] {
     model.gradients().zero();
@@ -82,17 +89,38 @@ double tokens_per_second(int threads, int steps, const Batch& batch) {
 int main(int argc, char** argv) {
   dctrain::bench::settle_and_print_blas(argv);
   const int steps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 5;
+  dctrain::ModelSpec spec{.name = "bert-tiny", .seed = 1, .vocab_size = kVocab};
+  if (argc == 6) {
+    spec.name = "bert";
+    spec.layers = std::atoi(argv[2]);
+    spec.hidden = std::atoi(argv[3]);
+    spec.heads = std::atoi(argv[4]);
+    spec.intermediate = std::atoi(argv[5]);
+  } else if (argc > 2) {
+    std::fprintf(stderr,
+                 "usage: bench_engine_bert_tiny [STEPS] [LAYERS HIDDEN HEADS INTERMEDIATE]\n");
+    return 2;
+  }
+  const bool tiny = spec.name == "bert-tiny";
   const Batch batch = make_batch();
   std::printf(
-      "bert-tiny MLM training, %d x %d tokens, vocab %d, %d masked per sequence, dropout "
+      "%s MLM training, %d x %d tokens, vocab %d, %d masked per sequence, dropout "
       "0.1, AdamW; best of %d steps (machine shared: figures are noisy)\n",
-      kBatch, kSeq, kVocab, kMasked, steps);
+      dctrain::BertTiny(spec).name().c_str(), kBatch, kSeq, kVocab, kMasked, steps);
   for (int threads : {1, 2}) {
     const double peak = dctrain::bench::sgemm_gflops(2048, threads, 3);
-    const double tps = tokens_per_second(threads, steps, batch);
+    const double tps = tokens_per_second(spec, threads, steps, batch);
     const double gflops = tps * kFlopPerToken * 1e-9;
-    std::printf("threads %d: %8.0f tok/s  %6.1f GFLOP/s  = %4.1f%% of sgemm peak (%.1f GFLOP/s)\n",
-                threads, tps, gflops, 100.0 * gflops / peak, peak);
+    if (tiny) {
+      std::printf(
+          "threads %d: %8.0f tok/s  %6.1f GFLOP/s  = %4.1f%% of sgemm peak (%.1f GFLOP/s)\n",
+          threads, tps, gflops, 100.0 * gflops / peak, peak);
+    } else {
+      std::printf("threads %d: %8.0f tok/s\n", threads, tps);
+    }
   }
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("peak resident memory: %.1f MiB\n", static_cast<double>(usage.ru_maxrss) / 1024.0);
   return 0;
 }

@@ -59,7 +59,7 @@ int parse_int(const char* flag, const char* value) {
 int main(int argc, char** argv) {
   dctrain::bench::settle_and_print_blas(argv);
   std::vector<int> thread_counts;
-  int batch_size = 128, steps = 4;
+  int batch_size = 128, steps = 4, depth = 20, width = 16;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -72,23 +72,35 @@ int main(int argc, char** argv) {
     } else if (arg == "--steps") {
       steps = parse_int("--steps", value);
       ++i;
+    } else if (arg == "--depth") {
+      depth = parse_int("--depth", value);
+      ++i;
+    } else if (arg == "--width") {
+      width = parse_int("--width", value);
+      ++i;
     } else {
       std::fprintf(stderr,
-                   "usage: bench_engine_resnet20 [--threads N]... [--batch B] [--steps S]\n");
+                   "usage: bench_engine_resnet20 [--threads N]... [--batch B] [--steps S] "
+                   "[--depth D] [--width W]\n");
       return 2;
     }
   }
   if (thread_counts.empty()) thread_counts = {1, 2};
 
+  // Another size of the family: no GFLOP/s (the MFLOP per image are
+  // resnet20's).
+  const bool resnet20 = depth == 20 && width == 16;
   std::printf(
-      "resnet20 training step, batch %d, %d timed steps after 1 warm-up "
+      "resnet%d%s training step, batch %d, %d timed steps after 1 warm-up "
       "(machine shared: figures are noisy)\n",
-      batch_size, steps);
+      depth, width == 16 ? "" : ("-w" + std::to_string(width)).c_str(), batch_size, steps);
   const Batch batch = random_batch(batch_size);
   for (int threads : thread_counts) {
     const double peak = dctrain::bench::sgemm_gflops(1024, threads, 5);
     dctrain::ModelSpec spec;
-    spec.name = "resnet20";
+    spec.name = "resnet";
+    spec.depth = depth;
+    spec.width = width;
     spec.threads = threads;
     auto model = dctrain::make_model(spec);  // sets OpenBLAS back to 1 thread
     model->train_micro_batch(batch);         // warm-up: workspace, page faults
@@ -102,8 +114,13 @@ int main(int argc, char** argv) {
     const double seconds = dctrain::bench::seconds_since(t0);
     const double images_per_second = batch_size * steps / seconds;
     const double gflops = images_per_second * kTrainMflopPerImage * 1e-3;
-    std::printf("threads %d: %.1f img/s, %.1f GFLOP/s = %.0f%% of cblas_sgemm peak %.1f GFLOP/s\n",
-                threads, images_per_second, gflops, 100.0 * gflops / peak, peak);
+    if (resnet20) {
+      std::printf(
+          "threads %d: %.1f img/s, %.1f GFLOP/s = %.0f%% of cblas_sgemm peak %.1f GFLOP/s\n",
+          threads, images_per_second, gflops, 100.0 * gflops / peak, peak);
+    } else {
+      std::printf("threads %d: %.1f img/s\n", threads, images_per_second);
+    }
     std::printf("RESULT threads=%d img_per_s=%.2f\n", threads, images_per_second);
 
     // Where the time goes, per kind of operation (timed steps only).

@@ -4,9 +4,16 @@
 32 x 128 tokens, vocabulary 30,522, 19 masked per sequence, dropout 0.1, head
 on the masked positions only, AdamW; float32. Run with OPENBLAS_NUM_THREADS=1
 (bench/bert_vs_pytorch.sh does) so PyTorch's threads and BLAS's never nest.
-Prints one line per thread count: "threads N: X tok/s".
+Prints one line per thread count: "threads N: X tok/s", and the peak
+resident memory.
+
+    pytorch_bert_tiny.py [STEPS] [LAYERS HIDDEN HEADS INTERMEDIATE]
+
+Four sizes after the steps: another member of the family (4 256 4 1024:
+BERT-mini).
 """
 import os
+import resource
 import sys
 import time
 
@@ -14,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures"))
-from make_bert_fixture import BertTiny  # noqa: E402
+from make_bert_fixture import TINY, BertTiny, Sizes  # noqa: E402
 
 BATCH, SEQ, VOCAB, MASKED = 32, 128, 30522, 19
 
@@ -32,10 +39,10 @@ def make_batch(gen):
     return tokens, types, attention, labels
 
 
-def tokens_per_second(threads, steps):
+def tokens_per_second(threads, steps, sizes):
     torch.set_num_threads(threads)
     torch.manual_seed(1)
-    model = BertTiny(VOCAB, SEQ, dropout=0.1)
+    model = BertTiny(VOCAB, SEQ, dropout=0.1, s=sizes)
     for name, p in model.named_parameters():  # BERT's initialisation
         with torch.no_grad():
             if p.dim() == 2:
@@ -65,10 +72,16 @@ def tokens_per_second(threads, steps):
 
 def main():
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    print(f"PyTorch {torch.__version__} bert-tiny MLM training, {BATCH} x {SEQ}, vocab {VOCAB}, "
+    sizes = Sizes(*(int(a) for a in sys.argv[2:6])) if len(sys.argv) == 6 else TINY
+    name = "bert-tiny" if sizes is TINY else \
+        f"bert-L{sizes.layers}-H{sizes.hidden}-A{sizes.heads}"
+    print(f"PyTorch {torch.__version__} {name} MLM training, {BATCH} x {SEQ}, vocab {VOCAB}, "
           f"{MASKED} masked per sequence, dropout 0.1, AdamW; best of {steps} steps")
     for threads in (1, 2):
-        print(f"threads {threads}: {tokens_per_second(threads, steps):8.0f} tok/s", flush=True)
+        print(f"threads {threads}: {tokens_per_second(threads, steps, sizes):8.0f} tok/s",
+              flush=True)
+    print("peak resident memory: %.1f MiB" %
+          (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0))
 
 
 if __name__ == "__main__":
