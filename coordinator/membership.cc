@@ -40,8 +40,10 @@ std::optional<uint32_t> Membership::admit(const std::string& name, uint32_t thre
     m.failed_rounds_in_a_row = 0;
     m.identity.clear();
   }
+  if (m.live) live_by_name_.erase(m.name);  // a dead holder's slot (not marked yet)
   m.name = name;
   m.live = true;
+  live_by_name_[name] = *chosen;
   m.last_heard = now;
   m.threads = threads;
   m.ready = false;
@@ -50,10 +52,8 @@ std::optional<uint32_t> Membership::admit(const std::string& name, uint32_t thre
 }
 
 Member* Membership::live_member(const std::string& name) {
-  for (Member& m : slots_) {
-    if (m.live && m.name == name) return &m;
-  }
-  return nullptr;
+  const auto it = live_by_name_.find(name);
+  return it == live_by_name_.end() ? nullptr : &slots_[it->second];
 }
 
 void Membership::identify(uint32_t rank, const std::string& identity) {
@@ -67,6 +67,7 @@ void Membership::identify(uint32_t rank, const std::string& identity) {
 
 void Membership::mark_dead(uint32_t rank) {
   Member& m = slots_[rank];
+  if (m.live) live_by_name_.erase(m.name);
   m.live = false;
   if (m.failed_rounds_in_a_row > 0 && !m.identity.empty()) {
     uint32_t& left = failed_rounds_left_[m.identity];

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace dctrain {
@@ -46,7 +47,7 @@ class Membership {
   // whose holder is dead. Nothing when every slot is held by a live worker.
   std::optional<uint32_t> admit(const std::string& name, uint32_t threads, double now);
 
-  // The live member with this name, or nullptr.
+  // The live member with this name, or nullptr. O(1): every message asks.
   Member* live_member(const std::string& name);
   const Member& at(uint32_t rank) const { return slots_[rank]; }
   Member& at(uint32_t rank) { return slots_[rank]; }
@@ -71,8 +72,11 @@ class Membership {
   uint32_t slots() const { return static_cast<uint32_t>(slots_.size()); }
 
  private:
+  // Members' name, rank and live are set here only (at() hands out the
+  // rest), so this index of the live ones stays true.
   std::vector<Member> slots_;
   std::vector<bool> used_;
+  std::unordered_map<std::string, uint32_t> live_by_name_;
   std::map<std::string, uint32_t> failed_rounds_left_;  // identity -> departed members' count
 };
 

@@ -177,7 +177,10 @@ void Timeline::write_worker_events(uint32_t rank, WorkerTrack& track, const v1::
                       (report.sent_seconds() - report.built_seconds()) * 1e6, {{"step", s}});
     track.sent = std::make_pair(step, report.sent_seconds());
   }
-  flush();
+  // No flush here: the events go to the file with the coordinator's next
+  // span (each traced step closes with several) or at close(). A flush per
+  // contribution rewrote every worker's clock entry, O(workers) each time,
+  // O(workers^2) a step (bench_coordinator_scale).
 }
 
 std::optional<ClockEstimate> Timeline::clock(uint32_t rank) const {

@@ -74,7 +74,8 @@ class Timeline {
   void span(std::string_view name, double begin, double end);
 
   // A contribution from worker `name` at `rank` arrived at `received`: its
-  // round trip feeds the worker's clock estimate, its events are written.
+  // round trip feeds the worker's clock estimate, its events are written (to the
+  // file with the next span's flush, or at close()).
   // A report that does not hold together is logged and left out.
   void contribution(uint32_t rank, const std::string& name, const v1::Envelope& envelope,
                     double received);
