@@ -67,6 +67,9 @@ struct CoordinatorSetup {
   // Unix microseconds (heartbeats' stamps, the exchange's run id). Unset:
   // the system's.
   WallClock wall_clock{};
+  // A completed run writes its model (RUN_DIR/model.safetensors); not a
+  // simulated one, whose model is a stand-in.
+  bool write_model = true;
 };
 
 class Coordinator {

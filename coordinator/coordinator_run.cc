@@ -109,7 +109,9 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
         put_checkpoint_in_place(*checkpoint);
       }
     }
-    if (exit_code == kCoordinatorDone && !setup_.run_dir.empty()) write_model_files();
+    if (exit_code == kCoordinatorDone && !setup_.run_dir.empty() && setup_.write_model) {
+      write_model_files();
+    }
   } catch (const FileWriteError& e) {
     log_->error("{}", e.what());
     reason = fmt::format("{}, but the run folder cannot be written ({})", reason, e.what());

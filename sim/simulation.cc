@@ -1,0 +1,291 @@
+#include "sim/simulation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "comm/framing.h"
+#include "common/files.h"
+#include "coordinator/coordinator.h"
+#include "data/dataset.h"
+#include "metrics/run_identity.h"
+#include "runtime/replica.h"
+#include "runtime/run_config.h"
+#include "runtime/setup.h"
+#include "worker/session.h"
+#include "worker/trainer.h"
+#include "worker/worker_clock.h"
+
+namespace dctrain {
+namespace {
+
+// A worker's clock: moves only when its compute loop computes or sleeps.
+class VirtualClock final : public WorkerClock {
+ public:
+  double now() const override { return time; }
+  void sleep(double seconds) override { time += seconds; }
+  double time = 0.0;
+};
+
+// One parameter; a micro-batch costs `sample_seconds` per sample on the
+// worker's clock. Loss 1 per sample (no learning is simulated).
+class StandInModel final : public Model {
+ public:
+  StandInModel(VirtualClock* clock, double sample_seconds)
+      : clock_(clock), sample_seconds_(sample_seconds) {
+    table_.add("stand_in", {1});
+    allocate_arenas();
+  }
+  std::string name() const override { return "stand-in"; }
+  MicroBatchResult train_micro_batch(const Batch& batch) override {
+    if (clock_ != nullptr) clock_->sleep(sample_seconds_ * batch.size);
+    return result(batch);
+  }
+  MicroBatchResult evaluate(const Batch& batch) override { return result(batch); }
+  void apply_statistics(std::span<const float>) override {}
+
+ private:
+  static MicroBatchResult result(const Batch& batch) {
+    return {static_cast<double>(batch.size), batch.size, batch.size, 0};
+  }
+  VirtualClock* clock_;
+  double sample_seconds_;
+};
+
+// The run's training set, opened once, seen by every worker.
+class SharedView final : public Dataset {
+ public:
+  explicit SharedView(const Dataset& data) : data_(data) {}
+  std::string describe() const override { return data_.describe(); }
+  uint64_t size() const override { return data_.size(); }
+  SampleShape shape() const override { return data_.shape(); }
+  void fill(std::span<const uint64_t> ids, const SampleContext& context,
+            Batch& out) const override {
+    data_.fill(ids, context, out);
+  }
+
+ private:
+  const Dataset& data_;
+};
+
+// The coordinator's outbox: what it sends, to be scheduled.
+class QueueOutbox final : public Outbox {
+ public:
+  void send(const std::string& peer, Message message) override {
+    sent.emplace_back(peer, std::move(message));
+  }
+  std::vector<std::pair<std::string, Message>> sent;
+};
+
+// A worker's link to the coordinator: what it sends, to be scheduled.
+class QueueLink final : public Link {
+ public:
+  void send(Message message) override { sent.push_back(std::move(message)); }
+  bool try_receive(std::vector<zmq::message_t>&) override { return false; }
+  std::optional<ConnectionEvent> try_event() override { return std::nullopt; }
+  void add_poll_items(std::vector<zmq::pollitem_t>&) override {}
+  std::vector<Message> sent;
+};
+
+class JobQueue final : public ComputeQueue {
+ public:
+  void push(ComputeJob job) override { jobs.push_back(std::move(job)); }
+  std::deque<ComputeJob> jobs;
+};
+
+// The real worker session and trainer on a virtual clock.
+class SimulatedWorker {
+ public:
+  SimulatedWorker(const std::string& name, const Dataset& train, double sample_seconds,
+                  std::shared_ptr<spdlog::logger> log)
+      : trainer_(options_for(name), parts_for(train, sample_seconds), clock_, log),
+        session_(options_for(name), v1::BlasInfo(), link_, jobs_, log, 0.0) {}
+
+  Message hello() const { return session_.hello(); }
+
+  // `message` reaches the worker at `arrival`; it handles it when it is
+  // free (its clock), computes what it is asked, and returns what it sends,
+  // each sent at the time its clock then shows.
+  std::vector<std::pair<double, Message>> deliver(Message message, double arrival) {
+    clock_.time = std::max(clock_.time, arrival);
+    session_.handle(encode(std::move(message)), clock_.now());
+    std::vector<std::pair<double, Message>> out;
+    take_sent(out);
+    while (!jobs_.jobs.empty()) {
+      ComputeJob job = std::move(jobs_.jobs.front());
+      jobs_.jobs.pop_front();
+      for (ComputeOutput& output : trainer_.handle(std::move(job))) {
+        session_.on_compute(std::move(output), clock_.now());
+        take_sent(out);
+      }
+    }
+    return out;
+  }
+
+ private:
+  static WorkerOptions options_for(const std::string& name) {
+    WorkerOptions options;
+    options.name = name;
+    options.connect = "sim://coordinator";  // never dialled
+    options.connect_timeout = 0.0;
+    return options;
+  }
+  TrainerParts parts_for(const Dataset& train, double sample_seconds) {
+    TrainerParts parts;
+    parts.open_train = [&train](const v1::RunConfig&) -> std::unique_ptr<Dataset> {
+      return std::make_unique<SharedView>(train);
+    };
+    parts.make_model = [this, sample_seconds](const v1::RunConfig&, const Dataset&) {
+      return std::make_unique<StandInModel>(&clock_, sample_seconds);
+    };
+    return parts;
+  }
+  void take_sent(std::vector<std::pair<double, Message>>& out) {
+    for (Message& m : link_.sent) out.emplace_back(clock_.now(), std::move(m));
+    link_.sent.clear();
+  }
+
+  VirtualClock clock_;
+  QueueLink link_;
+  JobQueue jobs_;
+  Trainer trainer_;
+  WorkerSession session_;
+};
+
+struct Event {
+  double time = 0.0;
+  uint64_t order = 0;  // ties: first scheduled, first delivered
+  std::string worker;  // the worker it goes to or comes from
+  bool to_coordinator = false;
+  Message message;
+};
+// A min-heap of events by (time, order), kept with std::push_heap and
+// std::pop_heap so that an event's message can be moved out.
+struct Later {
+  bool operator()(const Event& a, const Event& b) const {
+    return a.time != b.time ? a.time > b.time : a.order > b.order;
+  }
+};
+
+// The bytes a message stands for: the real model's gradient (or state) for
+// the bodies that carry one, the envelope alone otherwise.
+double message_bytes(const Message& m, uint64_t model_parameters) {
+  const double envelope = static_cast<double>(m.envelope.ByteSizeLong());
+  switch (m.envelope.body_case()) {
+    case v1::Envelope::kContribution:
+    case v1::Envelope::kUpdate:
+    case v1::Envelope::kWelcome:
+      return envelope + 4.0 * static_cast<double>(model_parameters);
+    default:
+      return envelope;
+  }
+}
+
+void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& config,
+                           uint64_t model_parameters) {
+  write_file_atomically(
+      o.run_dir / "simulation.json",
+      fmt::format(
+          "{{\n  \"simulated\": true,\n  \"workers\": {},\n  \"sample_seconds\": {},\n"
+          "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
+          "  \"model_parameters\": {},\n  \"data_plane\": \"star\",\n"
+          "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
+          "not the model's), the exchange data plane, heartbeats, worker failures\"\n}}\n",
+          config.workers(), o.sample_seconds, o.latency_seconds, o.bandwidth_bytes,
+          model_parameters));
+}
+
+}  // namespace
+
+SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> log) {
+  v1::RunConfig& config = o.config;
+  if (config.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
+    log->warn("the exchange data plane is not simulated: the star stands in for it");
+  }
+  config.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
+  finalize_run_config(config);
+  if (config.run_id().empty()) config.set_run_id(new_run_id());
+  const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, o.data_root);
+  resolve_step_budget(config, train_samples(config, *train));
+  const uint64_t model_parameters =
+      make_model(model_spec(config, train->shape(), 1))->table().total();
+
+  std::filesystem::create_directories(o.run_dir);
+  write_file_atomically(o.run_dir / "config.cfg", to_text(config));
+  write_simulation_json(o, config, model_parameters);
+
+  Replica replica(std::make_unique<StandInModel>(nullptr, 0.0), config.optimizer());
+  QueueOutbox outbox;
+  double now = 0.0;
+  CoordinatorSetup setup{config, train_samples(config, *train), o.run_dir, std::nullopt,
+                         std::nullopt};
+  setup.write_model = false;
+  Coordinator coordinator(setup, replica, nullptr, outbox, log, [&] { return now; });
+
+  auto quiet = std::make_shared<spdlog::logger>("worker");  // workers' logs: none
+  std::map<std::string, std::unique_ptr<SimulatedWorker>> workers;
+  std::vector<Event> queue;  // a heap (Later)
+  uint64_t order = 0;
+  const auto schedule = [&](double time, const std::string& worker, bool to_coordinator,
+                            Message message) {
+    const double cost =
+        o.latency_seconds + message_bytes(message, model_parameters) / o.bandwidth_bytes;
+    queue.push_back(Event{time + cost, order++, worker, to_coordinator, std::move(message)});
+    std::push_heap(queue.begin(), queue.end(), Later{});
+  };
+  for (uint32_t i = 0; i < config.workers(); ++i) {
+    const std::string name = fmt::format("sim-{}", i);
+    workers[name] = std::make_unique<SimulatedWorker>(name, *train, o.sample_seconds, quiet);
+    schedule(0.0, name, true, workers[name]->hello());
+  }
+
+  SimulationResult result;
+  result.model_parameters = model_parameters;
+  const auto wall0 = std::chrono::steady_clock::now();
+  auto last_progress = wall0;
+  double next_tick = 0.0;
+  while (!coordinator.finished()) {
+    if (queue.empty() || queue.front().time > next_tick) {
+      now = next_tick;  // nothing arrives before the coordinator's next tick
+      coordinator.tick(now);
+      next_tick += o.tick_seconds;
+    } else {
+      std::pop_heap(queue.begin(), queue.end(), Later{});
+      Event e = std::move(queue.back());
+      queue.pop_back();
+      now = e.time;
+      ++result.events;
+      if (e.to_coordinator) {
+        coordinator.handle(Received{e.worker, encode(std::move(e.message))}, now);
+      } else {
+        for (auto& [sent, message] : workers.at(e.worker)->deliver(std::move(e.message), now)) {
+          schedule(sent, e.worker, true, std::move(message));
+        }
+      }
+    }
+    for (auto& [peer, message] : outbox.sent) schedule(now, peer, false, std::move(message));
+    outbox.sent.clear();
+    if (o.progress_seconds > 0.0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count() >
+            o.progress_seconds) {
+      last_progress = std::chrono::steady_clock::now();
+      log->info("simulated step {} of {}: {:.1f} s on the virtual clock, {} messages",
+                coordinator.totals().steps(), config.stop().max_steps(), now, result.events);
+    }
+  }
+  result.exit_code = coordinator.exit_code();
+  result.steps = coordinator.totals().steps();
+  result.virtual_seconds = now;
+  result.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return result;
+}
+
+}  // namespace dctrain

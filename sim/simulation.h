@@ -1,0 +1,52 @@
+// dctrain-simulate's engine: a run of the coordinator's own code (the
+// Coordinator: membership, planner, ledger, threshold policy, step
+// policies, records, run folder) against simulated workers, on a virtual
+// clock driven by an event queue.
+//
+// Each simulated worker is the real worker session and trainer (the
+// compute loop under tau, the injected delays of the run config's delay
+// model, drops, requeues) on a clock of its own that moves only when the
+// trainer computes or sleeps a delay. The model is a stand-in of one
+// parameter whose micro-batch takes `sample_seconds` per sample on that
+// clock: no gradient is computed, everything else runs as in a real run.
+// Messages take latency + bytes / bandwidth, the bytes those of the real
+// model's gradient for contributions, updates and welcomes. The data plane
+// is the star (the exchange among workers is not simulated).
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "proto/config.pb.h"
+
+namespace dctrain {
+
+struct SimulationOptions {
+  v1::RunConfig config;             // as read; finalized here (workers, tau already applied)
+  std::filesystem::path run_dir;    // written like a real run's, plus simulation.json
+  std::filesystem::path data_root;  // for a dataset with files: its size only
+  double sample_seconds = 0.002;    // a worker's compute per sample, before delays
+  double latency_seconds = 50e-6;   // per message
+  double bandwidth_bytes = 1.25e9;  // per second, per link (10 Gbit/s)
+  double tick_seconds = 0.005;      // the coordinator's clock work, as its loop's poll
+  double progress_seconds = 2.0;    // wall seconds between progress lines (0: none)
+};
+
+struct SimulationResult {
+  int exit_code = 0;  // the coordinator's (0: the run completed)
+  uint64_t steps = 0;
+  double virtual_seconds = 0.0;   // the run's length on the virtual clock
+  double wall_seconds = 0.0;      // what simulating it took
+  uint64_t events = 0;            // messages delivered
+  uint64_t model_parameters = 0;  // of the real model, for message sizes
+};
+
+// Runs the simulation to its end. Throws std::runtime_error for a config it
+// cannot simulate (named in the message).
+SimulationResult simulate(SimulationOptions options, std::shared_ptr<spdlog::logger> log);
+
+}  // namespace dctrain
