@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -100,34 +101,42 @@ class JobQueue final : public ComputeQueue {
   std::deque<ComputeJob> jobs;
 };
 
-// The real worker session and trainer on a virtual clock.
+// The real worker session and trainer. The session runs on the event
+// queue's time (messages, compute results, its heartbeat ticks); the
+// compute side on a clock of its own that moves only when it computes or
+// sleeps a delay, as the compute thread does beside the session.
 class SimulatedWorker {
  public:
   SimulatedWorker(const std::string& name, const Dataset& train, double sample_seconds,
                   std::shared_ptr<spdlog::logger> log)
-      : trainer_(options_for(name), parts_for(train, sample_seconds), clock_, log),
+      : trainer_(options_for(name), parts_for(train, sample_seconds), compute_clock_, log),
         session_(options_for(name), v1::BlasInfo(), link_, jobs_, log, 0.0) {}
 
   Message hello() const { return session_.hello(); }
 
-  // `message` reaches the worker at `arrival`; it handles it when it is
-  // free (its clock), computes what it is asked, and returns what it sends,
-  // each sent at the time its clock then shows.
-  std::vector<std::pair<double, Message>> deliver(Message message, double arrival) {
-    clock_.time = std::max(clock_.time, arrival);
-    session_.handle(encode(std::move(message)), clock_.now());
-    std::vector<std::pair<double, Message>> out;
-    take_sent(out);
-    while (!jobs_.jobs.empty()) {
-      ComputeJob job = std::move(jobs_.jobs.front());
-      jobs_.jobs.pop_front();
-      for (ComputeOutput& output : trainer_.handle(std::move(job))) {
-        session_.on_compute(std::move(output), clock_.now());
-        take_sent(out);
-      }
-    }
-    return out;
+  // What the worker does at `now`: the messages it sends then, and the
+  // compute results it will have at later times.
+  struct Outcome {
+    std::vector<Message> sent;
+    std::vector<std::pair<double, ComputeOutput>> computed;
+  };
+
+  // A message from the coordinator arrives.
+  Outcome deliver(Message message, double now) {
+    session_.handle(encode(std::move(message)), now);
+    return outcome(now);
   }
+  // A compute result reaches the session.
+  Outcome computed(ComputeOutput output, double now) {
+    session_.on_compute(std::move(output), now);
+    return outcome(now);
+  }
+  // The session's clock work (heartbeats).
+  Outcome tick(double now) {
+    session_.tick(now);
+    return outcome(now);
+  }
+  bool done() const { return session_.done(); }
 
  private:
   static WorkerOptions options_for(const std::string& name) {
@@ -143,29 +152,46 @@ class SimulatedWorker {
       return std::make_unique<SharedView>(train);
     };
     parts.make_model = [this, sample_seconds](const v1::RunConfig&, const Dataset&) {
-      return std::make_unique<StandInModel>(&clock_, sample_seconds);
+      return std::make_unique<StandInModel>(&compute_clock_, sample_seconds);
     };
     return parts;
   }
-  void take_sent(std::vector<std::pair<double, Message>>& out) {
-    for (Message& m : link_.sent) out.emplace_back(clock_.now(), std::move(m));
+  // The jobs the session queued run now on the compute clock (which waits
+  // for them to arrive: it is idle or still busy with earlier ones).
+  Outcome outcome(double now) {
+    Outcome out;
+    out.sent = std::move(link_.sent);
     link_.sent.clear();
+    while (!jobs_.jobs.empty()) {
+      ComputeJob job = std::move(jobs_.jobs.front());
+      jobs_.jobs.pop_front();
+      compute_clock_.time = std::max(compute_clock_.time, now);
+      for (ComputeOutput& output : trainer_.handle(std::move(job))) {
+        out.computed.emplace_back(compute_clock_.time, std::move(output));
+      }
+    }
+    return out;
   }
 
-  VirtualClock clock_;
+  VirtualClock compute_clock_;
   QueueLink link_;
   JobQueue jobs_;
   Trainer trainer_;
   WorkerSession session_;
 };
 
+// What happens at a time: a message reaches the coordinator or a worker, a
+// worker's compute result reaches its session, or a worker's session ticks.
 struct Event {
+  enum class Kind { kToCoordinator, kToWorker, kComputed, kWorkerTick };
   double time = 0.0;
   uint64_t order = 0;  // ties: first scheduled, first delivered
+  Kind kind = Kind::kToWorker;
   std::string worker;  // the worker it goes to or comes from
-  bool to_coordinator = false;
-  Message message;
+  std::optional<Message> message;
+  std::optional<ComputeOutput> output;
 };
+
 // A min-heap of events by (time, order), kept with std::push_heap and
 // std::pop_heap so that an event's message can be moved out.
 struct Later {
@@ -233,17 +259,31 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   std::map<std::string, std::unique_ptr<SimulatedWorker>> workers;
   std::vector<Event> queue;  // a heap (Later)
   uint64_t order = 0;
-  const auto schedule = [&](double time, const std::string& worker, bool to_coordinator,
-                            Message message) {
-    const double cost =
-        o.latency_seconds + message_bytes(message, model_parameters) / o.bandwidth_bytes;
-    queue.push_back(Event{time + cost, order++, worker, to_coordinator, std::move(message)});
+  const auto push = [&](Event event) {
+    event.order = order++;
+    queue.push_back(std::move(event));
     std::push_heap(queue.begin(), queue.end(), Later{});
   };
+  const auto send = [&](double time, const std::string& worker, Event::Kind kind, Message message) {
+    const double cost =
+        o.latency_seconds + message_bytes(message, model_parameters) / o.bandwidth_bytes;
+    push(Event{time + cost, 0, kind, worker, std::move(message), std::nullopt});
+  };
+  const auto schedule = [&](const std::string& worker, double now_,
+                            SimulatedWorker::Outcome outcome) {
+    for (Message& m : outcome.sent) send(now_, worker, Event::Kind::kToCoordinator, std::move(m));
+    for (auto& [time, output] : outcome.computed) {
+      push(Event{time, 0, Event::Kind::kComputed, worker, std::nullopt, std::move(output)});
+    }
+  };
+  const double heartbeat = config.liveness().heartbeat_seconds();
   for (uint32_t i = 0; i < config.workers(); ++i) {
     const std::string name = fmt::format("sim-{}", i);
     workers[name] = std::make_unique<SimulatedWorker>(name, *train, o.sample_seconds, quiet);
-    schedule(0.0, name, true, workers[name]->hello());
+    send(0.0, name, Event::Kind::kToCoordinator, workers[name]->hello());
+    // Ticks spread over the period, as processes started apart would.
+    push(Event{heartbeat * (i + 1) / config.workers(), 0, Event::Kind::kWorkerTick, name,
+               std::nullopt, std::nullopt});
   }
 
   SimulationResult result;
@@ -253,7 +293,7 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   double next_tick = 0.0;
   while (!coordinator.finished()) {
     if (queue.empty() || queue.front().time > next_tick) {
-      now = next_tick;  // nothing arrives before the coordinator's next tick
+      now = next_tick;  // nothing happens before the coordinator's next tick
       coordinator.tick(now);
       next_tick += o.tick_seconds;
     } else {
@@ -261,16 +301,31 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
       Event e = std::move(queue.back());
       queue.pop_back();
       now = e.time;
-      ++result.events;
-      if (e.to_coordinator) {
-        coordinator.handle(Received{e.worker, encode(std::move(e.message))}, now);
-      } else {
-        for (auto& [sent, message] : workers.at(e.worker)->deliver(std::move(e.message), now)) {
-          schedule(sent, e.worker, true, std::move(message));
-        }
+      SimulatedWorker& worker = *workers.at(e.worker);
+      switch (e.kind) {
+        case Event::Kind::kToCoordinator:
+          ++result.events;
+          coordinator.handle(Received{e.worker, encode(std::move(*e.message))}, now);
+          break;
+        case Event::Kind::kToWorker:
+          ++result.events;
+          schedule(e.worker, now, worker.deliver(std::move(*e.message), now));
+          break;
+        case Event::Kind::kComputed:
+          schedule(e.worker, now, worker.computed(std::move(*e.output), now));
+          break;
+        case Event::Kind::kWorkerTick:
+          schedule(e.worker, now, worker.tick(now));
+          if (!worker.done()) {
+            push(Event{now + heartbeat, 0, Event::Kind::kWorkerTick, e.worker, std::nullopt,
+                       std::nullopt});
+          }
+          break;
       }
     }
-    for (auto& [peer, message] : outbox.sent) schedule(now, peer, false, std::move(message));
+    for (auto& [peer, message] : outbox.sent) {
+      send(now, peer, Event::Kind::kToWorker, std::move(message));
+    }
     outbox.sent.clear();
     if (o.progress_seconds > 0.0 &&
         std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count() >

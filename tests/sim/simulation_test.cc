@@ -108,6 +108,25 @@ TEST(Simulation, TauStopsMicroBatchesWhereTheComputeLoopDoesAndTheLedgerLosesNot
   }
 }
 
+TEST(Simulation, WorkersHeartbeatWhileTheyComputeStepsLongerThanTheSilenceLimit) {
+  // 32 s of compute a step, the coordinator's silence limit 10 s: the
+  // workers' sessions keep sending heartbeats beside the compute, as the
+  // processes do, and nobody is presumed dead.
+  std::string text = kConfig;
+  text.replace(text.find("max_steps: 20"), 13, "max_steps: 3");
+  text += "liveness { heartbeat_seconds: 1 silence_seconds: 10 }\n";
+  const testing::ScratchDir dir("sim-long");
+  const SimulatedRun run = simulate_text(text, dir, 2.0);
+  EXPECT_EQ(run.result.exit_code, 0);
+  EXPECT_EQ(run.summary.steps(), 3u);
+  EXPECT_EQ(run.summary.workers_released(), 0u);
+  EXPECT_EQ(run.summary.microbatches_dropped(), 0u);
+  EXPECT_NEAR(run.summary.mean_max_compute_seconds(), 32.0, 1e-9);
+  for (const v1::StepRecord& r : run.records.steps) {
+    for (const auto& w : r.workers()) EXPECT_TRUE(w.contributed()) << "step " << r.step();
+  }
+}
+
 TEST(Simulation, RebalanceMovesWorkOffAPersistentStragglerAsThePlannerDecides) {
   std::string text = kConfig;
   text += "delay { kind: \"none\" slow_workers: 1 slowdown: 2 }\n";
