@@ -226,7 +226,7 @@ void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& conf
           "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
           "  \"model_parameters\": {},\n  \"data_plane\": \"star\",\n"
           "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
-          "not the model's), the exchange data plane, heartbeats, worker failures\"\n}}\n",
+          "not the model's), the exchange data plane, worker failures and restarts\"\n}}\n",
           config.workers(), o.sample_seconds, o.latency_seconds, o.bandwidth_bytes,
           model_parameters));
 }

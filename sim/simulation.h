@@ -5,10 +5,12 @@
 //
 // Each simulated worker is the real worker session and trainer (the
 // compute loop under tau, the injected delays of the run config's delay
-// model, drops, requeues) on a clock of its own that moves only when the
-// trainer computes or sleeps a delay. The model is a stand-in of one
-// parameter whose micro-batch takes `sample_seconds` per sample on that
-// clock: no gradient is computed, everything else runs as in a real run.
+// model, drops, requeues, heartbeats). Its compute side runs on a clock of
+// its own that moves only when the trainer computes or sleeps a delay; the
+// session takes the results at those times, and ticks every heartbeat.
+// The model is a stand-in of one parameter whose micro-batch takes
+// `sample_seconds` per sample on that clock: no gradient is computed,
+// everything else runs as in a real run.
 // Messages take latency + bytes / bandwidth, the bytes those of the real
 // model's gradient for contributions, updates and welcomes. The data plane
 // is the star (the exchange among workers is not simulated).
