@@ -47,6 +47,15 @@ int main(int argc, char** argv) try {
                  "Bytes per second per link (gradients count at the real model's size)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--mttf", o.mttf_seconds,
+                 "Mean seconds (virtual) between failures of each worker process: it dies, "
+                 "its connection closes, and a new one under its name starts --restart-seconds "
+                 "later (0: no failures)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--restart-seconds", o.restart_seconds, "Seconds from a death to its restart")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   dctrain::add_examples(app, {"dctrain-simulate --config experiments/synthetic-mlp.cfg --workers "
                               "1024 --steps 100 --tau auto --out runs/sim-1024"});
   if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
@@ -68,9 +77,10 @@ int main(int argc, char** argv) try {
   const dctrain::SimulationResult r = dctrain::simulate(o, spdlog::default_logger());
   std::printf(
       "simulated %u workers, %llu steps: %.2f s on the virtual clock in %.2f s of wall time "
-      "(%llu messages); run folder %s (exit status %d)\n",
+      "(%llu messages, %llu worker failures); run folder %s (exit status %d)\n",
       o.config.workers(), static_cast<unsigned long long>(r.steps), r.virtual_seconds,
-      r.wall_seconds, static_cast<unsigned long long>(r.events), out.c_str(), r.exit_code);
+      r.wall_seconds, static_cast<unsigned long long>(r.events),
+      static_cast<unsigned long long>(r.failures), out.c_str(), r.exit_code);
   return r.exit_code;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "dctrain-simulate: %s\n", e.what());

@@ -4,16 +4,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "comm/framing.h"
 #include "common/files.h"
+#include "common/random.h"
 #include "coordinator/coordinator.h"
 #include "data/dataset.h"
 #include "metrics/run_identity.h"
@@ -186,13 +189,22 @@ class SimulatedWorker {
 // What happens at a time: a message reaches the coordinator or a worker, a
 // worker's compute result reaches its session, or a worker's session ticks.
 struct Event {
-  enum class Kind { kToCoordinator, kToWorker, kComputed, kWorkerTick };
+  enum class Kind {
+    kToCoordinator,
+    kToWorker,
+    kComputed,
+    kWorkerTick,
+    kDeath,         // the process dies
+    kDisconnected,  // the coordinator sees its connection close
+    kRestart,       // a new process under its name starts
+  };
   double time = 0.0;
   uint64_t order = 0;  // ties: first scheduled, first delivered
   Kind kind = Kind::kToWorker;
   std::string worker;  // the worker it goes to or comes from
   std::optional<Message> message;
   std::optional<ComputeOutput> output;
+  uint64_t life = 0;  // the worker process it belongs to (a dead one's events are void)
 };
 
 // A min-heap of events by (time, order), kept with std::push_heap and
@@ -226,9 +238,10 @@ void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& conf
           "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
           "  \"model_parameters\": {},\n  \"data_plane\": \"star\",\n"
           "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
-          "not the model's), the exchange data plane, worker failures and restarts\"\n}}\n",
+          "not the model's), the exchange data plane\",\n  \"mttf_seconds\": {},\n  "
+          "\"restart_seconds\": {}\n}}\n",
           config.workers(), o.sample_seconds, o.latency_seconds, o.bandwidth_bytes,
-          model_parameters));
+          model_parameters, o.mttf_seconds, o.restart_seconds));
 }
 
 }  // namespace
@@ -260,6 +273,9 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
 
   auto quiet = std::make_shared<spdlog::logger>("worker");  // workers' logs: none
   std::map<std::string, std::unique_ptr<SimulatedWorker>> workers;
+  std::map<std::string, uint64_t> lives;  // each worker's current process; 0: none now
+  uint64_t next_life = 1;
+  Rng failures({config.seed(), 0x6661696cULL});
   std::vector<Event> queue;  // a heap (Later)
   uint64_t order = 0;
   const auto push = [&](Event event) {
@@ -270,23 +286,34 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   const auto send = [&](double time, const std::string& worker, Event::Kind kind, Message message) {
     const double cost =
         o.latency_seconds + message_bytes(message, model_parameters) / o.bandwidth_bytes;
-    push(Event{time + cost, 0, kind, worker, std::move(message), std::nullopt});
+    push(Event{time + cost, 0, kind, worker, std::move(message), std::nullopt, lives[worker]});
   };
   const auto schedule = [&](const std::string& worker, double now_,
                             SimulatedWorker::Outcome outcome) {
     for (Message& m : outcome.sent) send(now_, worker, Event::Kind::kToCoordinator, std::move(m));
     for (auto& [time, output] : outcome.computed) {
-      push(Event{time, 0, Event::Kind::kComputed, worker, std::nullopt, std::move(output)});
+      push(Event{time, 0, Event::Kind::kComputed, worker, std::nullopt, std::move(output),
+                 lives[worker]});
     }
   };
   const double heartbeat = config.liveness().heartbeat_seconds();
-  for (uint32_t i = 0; i < config.workers(); ++i) {
-    const std::string name = fmt::format("sim-{}", i);
+  std::set<uint64_t> closed;  // the lives whose connection the coordinator saw close
+  // A worker process starts: it says hello, ticks, and (with failures) has
+  // its death drawn.
+  const auto start_worker = [&](const std::string& name, double at, double first_tick) {
     workers[name] = std::make_unique<SimulatedWorker>(name, *train, o.sample_seconds, quiet);
-    send(0.0, name, Event::Kind::kToCoordinator, workers[name]->hello());
+    lives[name] = next_life++;
+    send(at, name, Event::Kind::kToCoordinator, workers[name]->hello());
+    push(Event{first_tick, 0, Event::Kind::kWorkerTick, name, std::nullopt, std::nullopt,
+               lives[name]});
+    if (o.mttf_seconds > 0.0) {
+      const double life = -o.mttf_seconds * std::log(1.0 - failures.uniform_double());
+      push(Event{at + life, 0, Event::Kind::kDeath, name, std::nullopt, std::nullopt, lives[name]});
+    }
+  };
+  for (uint32_t i = 0; i < config.workers(); ++i) {
     // Ticks spread over the period, as processes started apart would.
-    push(Event{heartbeat * (i + 1) / config.workers(), 0, Event::Kind::kWorkerTick, name,
-               std::nullopt, std::nullopt});
+    start_worker(fmt::format("sim-{}", i), 0.0, heartbeat * (i + 1) / config.workers());
   }
 
   SimulationResult result;
@@ -304,6 +331,21 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
       Event e = std::move(queue.back());
       queue.pop_back();
       now = e.time;
+      if (e.kind == Event::Kind::kRestart) {
+        start_worker(e.worker, now, now + heartbeat);
+        continue;
+      }
+      if (e.kind == Event::Kind::kDisconnected) {
+        closed.insert(e.life);
+        coordinator.on_disconnected(e.worker, now);
+        continue;
+      }
+      // A dead process neither receives, computes nor ticks. What it sent
+      // before it died arrives, unless its connection was seen to close
+      // first (a process's socket is drained before its close is taken).
+      const bool stale = e.kind == Event::Kind::kToCoordinator ? closed.contains(e.life)
+                                                               : e.life != lives[e.worker];
+      if (stale) continue;
       SimulatedWorker& worker = *workers.at(e.worker);
       switch (e.kind) {
         case Event::Kind::kToCoordinator:
@@ -321,9 +363,20 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
           schedule(e.worker, now, worker.tick(now));
           if (!worker.done()) {
             push(Event{now + heartbeat, 0, Event::Kind::kWorkerTick, e.worker, std::nullopt,
-                       std::nullopt});
+                       std::nullopt, e.life});
           }
           break;
+        case Event::Kind::kDeath:
+          ++result.failures;
+          lives[e.worker] = 0;
+          push(Event{now + o.latency_seconds, 0, Event::Kind::kDisconnected, e.worker, std::nullopt,
+                     std::nullopt, e.life});
+          push(Event{now + o.restart_seconds, 0, Event::Kind::kRestart, e.worker, std::nullopt,
+                     std::nullopt, 0});
+          break;
+        case Event::Kind::kDisconnected:
+        case Event::Kind::kRestart:
+          break;  // taken above
       }
     }
     for (auto& [peer, message] : outbox.sent) {

@@ -12,8 +12,10 @@
 // `sample_seconds` per sample on that clock: no gradient is computed,
 // everything else runs as in a real run.
 // Messages take latency + bytes / bandwidth, the bytes those of the real
-// model's gradient for contributions, updates and welcomes. The data plane
-// is the star (the exchange among workers is not simulated).
+// model's gradient for contributions, updates and welcomes. Worker
+// processes may die at a mean time between failures and restart under
+// their names. The data plane is the star (the exchange among workers is
+// not simulated).
 #pragma once
 
 #include <spdlog/logger.h>
@@ -35,6 +37,11 @@ struct SimulationOptions {
   double latency_seconds = 50e-6;   // per message
   double bandwidth_bytes = 1.25e9;  // per second, per link (10 Gbit/s)
   double tick_seconds = 0.005;      // the coordinator's clock work, as its loop's poll
+  // Failures: each worker process dies after an exponential time of this
+  // mean (its connection closes, as a killed process's does) and a new one
+  // under its name says hello `restart_seconds` later. 0: none.
+  double mttf_seconds = 0.0;
+  double restart_seconds = 5.0;
   double progress_seconds = 2.0;    // wall seconds between progress lines (0: none)
 };
 
@@ -45,6 +52,7 @@ struct SimulationResult {
   double wall_seconds = 0.0;      // what simulating it took
   uint64_t events = 0;            // messages delivered
   uint64_t model_parameters = 0;  // of the real model, for message sizes
+  uint64_t failures = 0;          // worker deaths (each followed by a restart)
 };
 
 // Runs the simulation to its end. Throws std::runtime_error for a config it
