@@ -30,19 +30,11 @@
 namespace dctrain {
 namespace {
 
-// A worker's clock: moves only when its compute loop computes or sleeps.
-class VirtualClock final : public WorkerClock {
- public:
-  double now() const override { return time; }
-  void sleep(double seconds) override { time += seconds; }
-  double time = 0.0;
-};
-
 // One parameter; a micro-batch costs `sample_seconds` per sample on the
 // worker's clock. Loss 1 per sample (no learning is simulated).
 class StandInModel final : public Model {
  public:
-  StandInModel(VirtualClock* clock, double sample_seconds)
+  StandInModel(ManualClock* clock, double sample_seconds)
       : clock_(clock), sample_seconds_(sample_seconds) {
     table_.add("stand_in", {1});
     allocate_arenas();
@@ -59,7 +51,7 @@ class StandInModel final : public Model {
   static MicroBatchResult result(const Batch& batch) {
     return {static_cast<double>(batch.size), batch.size, batch.size, 0};
   }
-  VirtualClock* clock_;
+  ManualClock* clock_;
   double sample_seconds_;
 };
 
@@ -179,7 +171,7 @@ class SimulatedWorker {
     return out;
   }
 
-  VirtualClock compute_clock_;
+  ManualClock compute_clock_;
   QueueLink link_;
   JobQueue jobs_;
   Trainer trainer_;

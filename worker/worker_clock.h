@@ -28,4 +28,13 @@ class SteadyClock final : public WorkerClock {
   }
 };
 
+// A clock whose time moves only when it is set or slept on: the tests'
+// workers, and the simulator's (sim/), whose compute takes virtual time.
+class ManualClock : public WorkerClock {
+ public:
+  double now() const override { return time; }
+  void sleep(double seconds) override { time += seconds; }
+  double time = 0.0;
+};
+
 }  // namespace dctrain

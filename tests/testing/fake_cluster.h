@@ -76,14 +76,9 @@ inline Message copy_of(const Message& message) {
   return out;
 }
 
-// A manual worker clock: time moves only when the test sets it or the
-// compute loop sleeps an injected delay on it.
-class ManualClock : public WorkerClock {
- public:
-  double now() const override { return time; }
-  void sleep(double seconds) override { time += seconds; }
-  double time = 0.0;
-};
+// A manual worker clock (worker/worker_clock.h): time moves only when the
+// test sets it or the compute loop sleeps an injected delay on it.
+using dctrain::ManualClock;
 
 // The coordinator's end of a worker's link, for a test that calls the
 // session itself: it records what the worker sends and has nothing to poll.
