@@ -1,48 +1,53 @@
 #!/usr/bin/env bash
 # dctrain-simulate against real runs, same configs and seeds, side by side:
-# the MLP of experiments/synthetic-mlp.cfg at 4 workers with the demo's
-# delays (20 ms slept per micro-batch stands for the compute), 16
-# micro-batches of 8 a step.
+# the MLP of experiments/synthetic-mlp.cfg at 4 workers (or each count
+# given) with the demo's delays (20 ms slept per micro-batch stands for the
+# compute), 4 micro-batches of 8 per worker a step (16 at 4 workers).
 #   dropcompute  the paper's log-normal delays: tau = inf against auto tau
 #                (speedup and drop rate over the whole run, the warm-up at
 #                inf included: auto tau re-estimates every 10 steps, so the
 #                steps at its final tau can be a handful);
 #   straggler    worker 0 twice as slow: sync against rebalance (speedup).
-# Real runs go through dctrain-launch (4 processes on this host's cores);
+# Real runs go through dctrain-launch (one process per worker on this
+# host's cores);
 # their twins through dctrain-simulate with --sample-seconds for the MLP's
 # own compute (measured here as 1 ms a micro-batch of 8, beside the 20 ms
 # slept). Prints each figure real and simulated and their ratio.
 #
-#   bash bench/sim_vs_real.sh [build dir, default build/release] [steps, default 60] [seeds, default "1 2"]
+#   bash bench/sim_vs_real.sh [build dir, default build/release] [steps, default 60] \
+#        [seeds, default "1 2"] [workers, default "4"]
+# The build dir holds bin/dctrain-launch, dctrain-coordinator, dctrain-worker
+# and dctrain-simulate.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${1:-$here/../build/release}"
 steps="${2:-60}"
 seeds="${3:-1 2}"
+worker_counts="${4:-4}"
 for program in dctrain-launch dctrain-simulate; do
   [[ -x "$build/bin/$program" ]] || { echo "sim_vs_real: $build/bin/$program not found; build first" >&2; exit 1; }
 done
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
-echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores shared by 4 workers and the coordinator"
+echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores shared by the workers ($worker_counts) and the coordinator"
 
-config() {  # NAME SEED DELAY STEP
+config() {  # NAME SEED DELAY STEP WORKERS
   cat >"$scratch/$1.cfg" <<EOF
 name: "$1"
 seed: $2
-workers: 4
+workers: $5
 model { name: "mlp" }
 dataset { kind: "synthetic" synthetic_samples: 10000 }
 optimizer { kind: "sgd" lr: 0.05 momentum: 0.9 }
-step { global_batch: 128 micro_batch: 8 $4 }
+step { global_batch: $((32 * $5)) micro_batch: 8 $4 }
 delay { $3 }
 eval { every_steps: 1000 batch: 500 }
 stop { max_steps: $steps }
 data_plane { kind: "star" }
 EOF
 }
-field() {  # RUN_DIR KEY
-  python3 -c "import json,sys; print(json.load(open(sys.argv[1] + '/summary.json'))[sys.argv[2]])" "$1" "$2"
+field() {  # RUN_DIR KEY: a number of summary.json (no python needed)
+  tr ',{}' '\n\n\n' <"$1/summary.json" | sed -n "s/^[[:space:]]*\"$2\":[[:space:]]*\([-+0-9.eE]*\).*/\1/p" | head -n 1
 }
 run_both() {  # NAME
   "$build/bin/dctrain-launch" --config "$scratch/$1.cfg" --out "$scratch/real-$1" >/dev/null 2>&1 ||
@@ -51,15 +56,19 @@ run_both() {  # NAME
     --sample-seconds 0.000125 --log-level warn >/dev/null
 }
 
-printf '%-12s %-5s %-26s %10s %10s %8s\n' case seed figure real simulated ratio
+printf '%-8s %-12s %-5s %-26s %10s %10s %8s\n' workers case seed figure real simulated ratio
+for workers in $worker_counts; do
 for seed in $seeds; do
   lognormal='kind: "dropcompute" factor: 1 seconds: 0.02'
   straggler='kind: "constant" seconds: 0.02 slow_workers: [0] slowdown: 2'
-  config "dc-inf-$seed" "$seed" "$lognormal" "tau: inf"
-  config "dc-auto-$seed" "$seed" "$lognormal" "tau: inf tau_policy: \"auto\""
-  config "st-sync-$seed" "$seed" "$straggler" "tau: inf"
-  config "st-rebalance-$seed" "$seed" "$straggler" "tau: inf policy: \"rebalance\""
-  for name in "dc-inf-$seed" "dc-auto-$seed" "st-sync-$seed" "st-rebalance-$seed"; do run_both "$name"; done
+  config "dc-inf-$seed" "$seed" "$lognormal" "tau: inf" "$workers"
+  config "dc-auto-$seed" "$seed" "$lognormal" "tau: inf tau_policy: \"auto\"" "$workers"
+  config "st-sync-$seed" "$seed" "$straggler" "tau: inf" "$workers"
+  config "st-rebalance-$seed" "$seed" "$straggler" "tau: inf policy: \"rebalance\"" "$workers"
+  for name in "dc-inf-$seed" "dc-auto-$seed" "st-sync-$seed" "st-rebalance-$seed"; do
+    rm -rf "$scratch/real-$name" "$scratch/sim-$name"
+    run_both "$name"
+  done
   for side in real sim; do
     inf="$(field "$scratch/$side-dc-inf-$seed" mean_step_seconds)"
     auto="$(field "$scratch/$side-dc-auto-$seed" mean_step_seconds)"
@@ -71,7 +80,9 @@ for seed in $seeds; do
     declare "${side}_st=$(awk -v a="$sync" -v b="$rebalance" 'BEGIN { printf "%.3f", a / b }')"
   done
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b / a }'; }
-  printf '%-12s %-5s %-26s %10s %10s %8s\n' dropcompute "$seed" "auto tau over inf" "${real_dc}x" "${sim_dc}x" "$(ratio "$real_dc" "$sim_dc")"
-  printf '%-12s %-5s %-26s %10s %10s %8s\n' dropcompute "$seed" "drop rate, auto tau" "${real_drop}%" "${sim_drop}%" "$(awk -v a="$real_drop" -v b="$sim_drop" 'BEGIN { printf "%+.1f pt", b - a }')"
-  printf '%-12s %-5s %-26s %10s %10s %8s\n' straggler "$seed" "rebalance over sync" "${real_st}x" "${sim_st}x" "$(ratio "$real_st" "$sim_st")"
+  row() { printf '%-8s %-12s %-5s %-26s %10s %10s %8s\n' "$workers" "$@"; }
+  row dropcompute "$seed" "auto tau over inf" "${real_dc}x" "${sim_dc}x" "$(ratio "$real_dc" "$sim_dc")"
+  row dropcompute "$seed" "drop rate, auto tau" "${real_drop}%" "${sim_drop}%" "$(awk -v a="$real_drop" -v b="$sim_drop" 'BEGIN { printf "%+.1f pt", b - a }')"
+  row straggler "$seed" "rebalance over sync" "${real_st}x" "${sim_st}x" "$(ratio "$real_st" "$sim_st")"
+done
 done

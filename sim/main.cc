@@ -40,6 +40,12 @@ int main(int argc, char** argv) try {
                  "A worker's compute per sample before the config's delays")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--trace", o.trace,
+                 "A real run's metrics.jsonl (best a tau = inf run): each simulated worker's "
+                 "micro-batch times are drawn from its recorded ones (worker i from rank i mod "
+                 "its ranks), delays included, in place of --sample-seconds and the config's "
+                 "delays")
+      ->check(CLI::ExistingFile);
   app.add_option("--latency", o.latency_seconds, "Seconds per message")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -19,10 +20,13 @@
 #include "common/random.h"
 #include "coordinator/coordinator.h"
 #include "data/dataset.h"
+#include "data/dataset_factory.h"
+#include "data/synthetic.h"
 #include "metrics/run_identity.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"
 #include "runtime/setup.h"
+#include "sim/compute_trace.h"
 #include "worker/session.h"
 #include "worker/trainer.h"
 #include "worker/worker_clock.h"
@@ -30,18 +34,20 @@
 namespace dctrain {
 namespace {
 
-// One parameter; a micro-batch costs `sample_seconds` per sample on the
-// worker's clock. Loss 1 per sample (no learning is simulated).
+// A micro-batch's compute on the worker's clock, by its sample count.
+using ComputeCost = std::function<double(int samples)>;
+
+// One parameter; a micro-batch costs what `cost` says on the worker's
+// clock. Loss 1 per sample (no learning is simulated).
 class StandInModel final : public Model {
  public:
-  StandInModel(ManualClock* clock, double sample_seconds)
-      : clock_(clock), sample_seconds_(sample_seconds) {
+  StandInModel(ManualClock* clock, ComputeCost cost) : clock_(clock), cost_(std::move(cost)) {
     table_.add("stand_in", {1});
     allocate_arenas();
   }
   std::string name() const override { return "stand-in"; }
   MicroBatchResult train_micro_batch(const Batch& batch) override {
-    if (clock_ != nullptr) clock_->sleep(sample_seconds_ * batch.size);
+    if (clock_ != nullptr) clock_->sleep(cost_(batch.size));
     return result(batch);
   }
   MicroBatchResult evaluate(const Batch& batch) override { return result(batch); }
@@ -52,27 +58,52 @@ class StandInModel final : public Model {
     return {static_cast<double>(batch.size), batch.size, batch.size, 0};
   }
   ManualClock* clock_;
-  double sample_seconds_;
+  ComputeCost cost_;
 };
 
-// The run's training set, opened once, seen by every worker: its size and
-// shape. Its samples are not read: the stand-in model does not look at
-// them (a batch holds its size and labels only).
-class SharedView final : public Dataset {
+// The run's training set as the simulation sees it: its size and shape.
+// Its samples are never read: the stand-in model does not look at them (a
+// batch holds its size and labels only).
+class SizeAndShape final : public Dataset {
  public:
-  explicit SharedView(const Dataset& data) : data_(data) {}
-  std::string describe() const override { return data_.describe(); }
-  uint64_t size() const override { return data_.size(); }
-  SampleShape shape() const override { return data_.shape(); }
+  SizeAndShape(std::string description, uint64_t size, SampleShape shape)
+      : description_(std::move(description)), size_(size), shape_(shape) {}
+  std::string describe() const override { return description_; }
+  uint64_t size() const override { return size_; }
+  SampleShape shape() const override { return shape_; }
   void fill(std::span<const uint64_t> ids, const SampleContext&, Batch& out) const override {
-    out.kind = data_.shape().kind;
+    out.kind = shape_.kind;
     out.size = static_cast<int>(ids.size());
     out.labels.assign(ids.size(), 0);
   }
 
  private:
-  const Dataset& data_;
+  std::string description_;
+  uint64_t size_;
+  SampleShape shape_;
 };
+
+// The training set's size and shape. Generated images are not generated
+// (their pixels would go unread, and a set sized for 1,024 workers takes
+// gigabytes); a dataset of files is opened and checked as a run would.
+SizeAndShape training_set(const v1::RunConfig& config, const std::filesystem::path& data_root) {
+  const DatasetSpec spec = dataset_spec(config, Split::kTrain);
+  if (spec.kind == "synthetic-images") {
+    const SyntheticImageOptions defaults;
+    SampleShape shape;
+    shape.kind = BatchKind::kImage;
+    shape.channels = spec.channels;
+    shape.height = spec.height;
+    shape.width = spec.width;
+    shape.classes = defaults.classes;
+    const uint64_t samples = spec.samples != 0 ? spec.samples : defaults.samples;
+    return SizeAndShape(fmt::format("synthetic-images train (seed {}), {} samples, not generated",
+                                    spec.seed, samples),
+                        samples, shape);
+  }
+  const std::unique_ptr<Dataset> data = open_dataset(config, Split::kTrain, data_root);
+  return SizeAndShape(data->describe(), data->size(), data->shape());
+}
 
 // The coordinator's outbox: what it sends, to be scheduled.
 class QueueOutbox final : public Outbox {
@@ -105,9 +136,9 @@ class JobQueue final : public ComputeQueue {
 // sleeps a delay, as the compute thread does beside the session.
 class SimulatedWorker {
  public:
-  SimulatedWorker(const std::string& name, const Dataset& train, double sample_seconds,
+  SimulatedWorker(const std::string& name, const SizeAndShape& train, ComputeCost cost,
                   std::shared_ptr<spdlog::logger> log)
-      : trainer_(options_for(name), parts_for(train, sample_seconds), compute_clock_, log),
+      : trainer_(options_for(name), parts_for(train, std::move(cost)), compute_clock_, log),
         session_(options_for(name), v1::BlasInfo(), link_, jobs_, log, 0.0) {}
 
   Message hello() const { return session_.hello(); }
@@ -144,13 +175,13 @@ class SimulatedWorker {
     options.connect_timeout = 0.0;
     return options;
   }
-  TrainerParts parts_for(const Dataset& train, double sample_seconds) {
+  TrainerParts parts_for(const SizeAndShape& train, ComputeCost cost) {
     TrainerParts parts;
     parts.open_train = [&train](const v1::RunConfig&) -> std::unique_ptr<Dataset> {
-      return std::make_unique<SharedView>(train);
+      return std::make_unique<SizeAndShape>(train);
     };
-    parts.make_model = [this, sample_seconds](const v1::RunConfig&, const Dataset&) {
-      return std::make_unique<StandInModel>(&compute_clock_, sample_seconds);
+    parts.make_model = [this, cost = std::move(cost)](const v1::RunConfig&, const Dataset&) {
+      return std::make_unique<StandInModel>(&compute_clock_, cost);
     };
     return parts;
   }
@@ -221,19 +252,38 @@ double message_bytes(const Message& m, uint64_t model_parameters) {
   }
 }
 
+// A JSON string's contents: `text` with quotes, backslashes and control
+// characters escaped.
+std::string json_escaped(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& config,
-                           uint64_t model_parameters) {
+                           uint64_t model_parameters, const std::string& compute) {
   write_file_atomically(
       o.run_dir / "simulation.json",
       fmt::format(
-          "{{\n  \"simulated\": true,\n  \"workers\": {},\n  \"sample_seconds\": {},\n"
+          "{{\n  \"simulated\": true,\n  \"workers\": {},\n  \"compute\": \"{}\",\n"
+          "  \"sample_seconds\": {},\n  \"trace\": \"{}\",\n"
           "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
           "  \"model_parameters\": {},\n  \"data_plane\": \"star\",\n"
           "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
           "not the model's), the exchange data plane\",\n  \"mttf_seconds\": {},\n  "
           "\"restart_seconds\": {}\n}}\n",
-          config.workers(), o.sample_seconds, o.latency_seconds, o.bandwidth_bytes,
-          model_parameters, o.mttf_seconds, o.restart_seconds));
+          config.workers(), json_escaped(compute), o.sample_seconds, json_escaped(o.trace.string()),
+          o.latency_seconds, o.bandwidth_bytes, model_parameters, o.mttf_seconds,
+          o.restart_seconds));
 }
 
 }  // namespace
@@ -244,21 +294,29 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
     log->warn("the exchange data plane is not simulated: the star stands in for it");
   }
   config.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
+  std::optional<ComputeTrace> trace;
+  std::string compute = fmt::format("{} s per sample, then the config's delays", o.sample_seconds);
+  if (!o.trace.empty()) {
+    trace = ComputeTrace::load(o.trace);
+    compute = "resampled from " + trace->describe() + " (delays included; the config's are off)";
+    log->info("compute times: {}", compute);
+    config.clear_delay();  // the trace's times hold the run's delays
+  }
   finalize_run_config(config);
   if (config.run_id().empty()) config.set_run_id(new_run_id());
-  const std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, o.data_root);
-  resolve_step_budget(config, train_samples(config, *train));
+  const SizeAndShape train = training_set(config, o.data_root);
+  resolve_step_budget(config, train_samples(config, train));
   const uint64_t model_parameters =
-      make_model(model_spec(config, train->shape(), 1))->table().total();
+      make_model(model_spec(config, train.shape(), 1))->table().total();
 
   std::filesystem::create_directories(o.run_dir);
   write_file_atomically(o.run_dir / "config.cfg", to_text(config));
-  write_simulation_json(o, config, model_parameters);
+  write_simulation_json(o, config, model_parameters, compute);
 
-  Replica replica(std::make_unique<StandInModel>(nullptr, 0.0), config.optimizer());
+  Replica replica(std::make_unique<StandInModel>(nullptr, nullptr), config.optimizer());
   QueueOutbox outbox;
   double now = 0.0;
-  CoordinatorSetup setup{config, train_samples(config, *train), o.run_dir, std::nullopt,
+  CoordinatorSetup setup{config, train_samples(config, train), o.run_dir, std::nullopt,
                          std::nullopt};
   setup.write_model = false;
   Coordinator coordinator(setup, replica, nullptr, outbox, log, [&] { return now; });
@@ -292,8 +350,18 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   std::set<uint64_t> closed;  // the lives whose connection the coordinator saw close
   // A worker process starts: it says hello, ticks, and (with failures) has
   // its death drawn.
+  // A worker's compute: the stand-in's per sample, or draws from the trace
+  // (its own stream of the run seed, the same in every life).
+  const auto cost_for = [&](uint32_t index) -> ComputeCost {
+    if (!trace) {
+      return [seconds = o.sample_seconds](int samples) { return seconds * samples; };
+    }
+    auto rng = std::make_shared<Rng>(Rng({config.seed(), 0x7472616365ULL, index}));
+    return [&trace, rng, index](int samples) { return trace->draw(index, *rng) * samples; };
+  };
+  std::map<std::string, uint32_t> index_of;
   const auto start_worker = [&](const std::string& name, double at, double first_tick) {
-    workers[name] = std::make_unique<SimulatedWorker>(name, *train, o.sample_seconds, quiet);
+    workers[name] = std::make_unique<SimulatedWorker>(name, train, cost_for(index_of[name]), quiet);
     lives[name] = next_life++;
     send(at, name, Event::Kind::kToCoordinator, workers[name]->hello());
     push(Event{first_tick, 0, Event::Kind::kWorkerTick, name, std::nullopt, std::nullopt,
@@ -305,7 +373,9 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   };
   for (uint32_t i = 0; i < config.workers(); ++i) {
     // Ticks spread over the period, as processes started apart would.
-    start_worker(fmt::format("sim-{}", i), 0.0, heartbeat * (i + 1) / config.workers());
+    const std::string name = fmt::format("sim-{}", i);
+    index_of[name] = i;
+    start_worker(name, 0.0, heartbeat * (i + 1) / config.workers());
   }
 
   SimulationResult result;

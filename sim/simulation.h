@@ -9,8 +9,9 @@
 // its own that moves only when the trainer computes or sleeps a delay; the
 // session takes the results at those times, and ticks every heartbeat.
 // The model is a stand-in of one parameter whose micro-batch takes
-// `sample_seconds` per sample on that clock: no gradient is computed,
-// everything else runs as in a real run.
+// `sample_seconds` per sample on that clock, or a time resampled from a
+// real run's trace: no gradient is computed, everything else runs as in a
+// real run.
 // Messages take latency + bytes / bandwidth, the bytes those of the real
 // model's gradient for contributions, updates and welcomes. Worker
 // processes may die at a mean time between failures and restart under
@@ -34,6 +35,9 @@ struct SimulationOptions {
   std::filesystem::path run_dir;    // written like a real run's, plus simulation.json
   std::filesystem::path data_root;  // for a dataset with files: its size only
   double sample_seconds = 0.002;    // a worker's compute per sample, before delays
+  // A real run's metrics.jsonl: micro-batch times resampled from it
+  // (sim/compute_trace.h) in place of sample_seconds and the config's delays.
+  std::filesystem::path trace;
   double latency_seconds = 50e-6;   // per message
   double bandwidth_bytes = 1.25e9;  // per second, per link (10 Gbit/s)
   double tick_seconds = 0.005;      // the coordinator's clock work, as its loop's poll

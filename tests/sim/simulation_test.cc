@@ -9,10 +9,13 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/null_sink.h>
 
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "metrics/metrics_json.h"
 #include "runtime/run_config.h"
+#include "sim/compute_trace.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/process.h"
 
@@ -40,8 +43,10 @@ struct SimulatedRun {
 // `mttf`: mean seconds between a worker's failures (0: none); restarts
 // take 0.5 s.
 SimulatedRun simulate_text(const std::string& text, const testing::ScratchDir& dir,
-                           double sample_seconds, double mttf = 0.0) {
+                           double sample_seconds, double mttf = 0.0,
+                           const std::filesystem::path& trace = {}) {
   SimulationOptions o;
+  o.trace = trace;
   o.mttf_seconds = mttf;
   o.restart_seconds = 0.5;
   o.config = parse_run_config(text, "sim.cfg");
@@ -181,6 +186,70 @@ TEST(Simulation, RebalanceMovesWorkOffAPersistentStragglerAsThePlannerDecides) {
       "the other three %llu\n",
       sync.summary.mean_step_seconds(), rebalance.summary.mean_step_seconds(),
       static_cast<unsigned long long>(straggler), static_cast<unsigned long long>(other));
+}
+
+// A step record in which each rank completed micro-batches of `samples`
+// samples in the given times.
+v1::StepRecord trace_step(const std::vector<std::vector<double>>& times, uint32_t samples) {
+  v1::StepRecord step;
+  step.set_type("step");
+  for (uint32_t rank = 0; rank < times.size(); ++rank) {
+    v1::WorkerStep& w = *step.add_workers();
+    w.set_rank(rank);
+    w.set_contributed(true);
+    w.set_completed(static_cast<uint32_t>(times[rank].size()));
+    w.set_samples(samples * w.completed());
+    for (double t : times[rank]) w.add_micro_batch_seconds(t);
+  }
+  return step;
+}
+
+TEST(ComputeTrace, PoolsEachRanksMicroBatchesPerSampleAfterTheWarmUpStep) {
+  const testing::ScratchDir dir("sim-trace-read");
+  std::string jsonl = metrics_line(trace_step({{9.0}, {9.0}}, 4));  // warm-up: left out
+  for (int s = 0; s < 5; ++s) jsonl += metrics_line(trace_step({{0.04, 0.08}, {0.02}}, 4));
+  std::ofstream(dir / "metrics.jsonl") << jsonl;
+  const ComputeTrace trace = ComputeTrace::load(dir / "metrics.jsonl");
+  EXPECT_EQ(trace.ranks(), 2u);
+  EXPECT_EQ(trace.micro_batches(), 15u);
+  EXPECT_DOUBLE_EQ(trace.mean(0), 0.015) << "0.04 and 0.08 s over 4 samples";
+  EXPECT_DOUBLE_EQ(trace.mean(3), 0.005) << "worker 3 draws from rank 3 mod 2";
+  // Draws are the recorded values, both of them, in about equal numbers.
+  Rng rng(11);
+  int high = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const double t = trace.draw(2, rng);
+    ASSERT_TRUE(t == 0.01 || t == 0.02) << t;
+    high += t == 0.02 ? 1 : 0;
+  }
+  EXPECT_GT(high, 400);
+  EXPECT_LT(high, 600);
+
+  std::ofstream(dir / "empty.jsonl") << metrics_line(trace_step({{}}, 4));
+  try {
+    ComputeTrace::load(dir / "empty.jsonl");
+    ADD_FAILURE() << "a trace without a micro-batch was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no completed micro-batch"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Simulation, ATraceSetsEachWorkersComputeInPlaceOfTheDelays) {
+  const testing::ScratchDir dir("sim-trace");
+  // Rank 0 of the trace takes 80 ms a micro-batch of 4, rank 1 40 ms.
+  std::ofstream(dir / "trace.jsonl") << metrics_line(trace_step({{0.08}, {0.04}}, 4));
+  std::string text = kConfig;
+  text += "delay { kind: \"constant\" seconds: 1 }\n";  // left out: the trace holds the delays
+  const SimulatedRun run = simulate_text(text, dir, 0.01, 0.0, dir / "trace.jsonl");
+  ASSERT_EQ(run.result.exit_code, 0);
+  // Workers 0 and 2 draw rank 0's time: 4 micro-batches of 80 ms.
+  EXPECT_NEAR(run.summary.mean_max_compute_seconds(), 0.32, 1e-9);
+  for (const v1::WorkerStep& w : run.records.steps.back().workers()) {
+    EXPECT_NEAR(w.compute_seconds(), w.rank() % 2 == 0 ? 0.32 : 0.16, 1e-9) << w.rank();
+  }
+  const std::string sim = testing::read_text(dir / "run" / "simulation.json");
+  EXPECT_NE(sim.find("resampled from"), std::string::npos) << sim;
 }
 
 }  // namespace

@@ -238,6 +238,77 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
             std::string::npos);
 }
 
+TEST_F(ExperimentReport, ASimulatedSweepRunsThroughTheSimulatorAndStandsBesideItsRealTwin) {
+  write("tiny.cfg", kConfig);
+  const std::string axes = R"(
+name: "twin"
+configs: "tiny.cfg"
+taus: ["inf", "0.03"]
+requeue: [true]
+)";
+  write("real.sweep", axes);
+  write("sim.sweep",
+        axes + "seeds: [5, 6]\nsimulate: true\nsimulation { sample_seconds: 0.0005 }\n");
+  const fs::path real = dir_ / "real", sim = dir_ / "sim";
+  ASSERT_EQ(run("dctrain-experiment", {(dir_ / "real.sweep").string(), "--out", real.string()},
+                "real.log"),
+            0)
+      << last_output_;
+  ASSERT_EQ(
+      run("dctrain-experiment", {(dir_ / "sim.sweep").string(), "--out", sim.string()}, "sim.log"),
+      0)
+      << last_output_;
+  EXPECT_NE(last_output_.find("estimate: simulated"), std::string::npos) << last_output_;
+  const fs::path sim_case = sim / "tiny-mlp_w2_dropcompute_tau-0.03s_requeue_s6";
+  ASSERT_TRUE(fs::exists(sim_case / "summary.json")) << last_output_;
+  EXPECT_TRUE(fs::exists(sim_case / "simulation.json")) << "run by dctrain-simulate";
+  EXPECT_NE(read_text(sim_case / "simulation.json").find("\"sample_seconds\": 0.0005"),
+            std::string::npos)
+      << "the sweep's simulation model reached the simulator";
+  EXPECT_NE(read_text(sim_case / "case.txt").find("simulated: true"), std::string::npos);
+  EXPECT_EQ(read_summary(sim_case).steps(), 12u);
+
+  const fs::path report = dir_ / "twin-report";
+  ASSERT_EQ(
+      run("dctrain-report", {real.string(), sim.string(), "--out", report.string()}, "report.log"),
+      0)
+      << last_output_;
+  const std::string markdown = read_text(report / "report.md");
+  EXPECT_NE(markdown.find("## tiny-mlp: 2 workers, dropcompute delays\n"), std::string::npos);
+  EXPECT_NE(markdown.find("## tiny-mlp: 2 workers, dropcompute delays (simulated)"),
+            std::string::npos)
+      << markdown;
+  EXPECT_NE(markdown.find("### Simulated against real"), std::string::npos) << markdown;
+  // The tau = 0.03 s row: the real speedup is the real runs' samples/s
+  // ratio, the simulated one the mean of the two simulated seeds' over
+  // their baselines'.
+  const std::vector<std::string> row =
+      table_row(markdown, "tiny-mlp: 2 workers, dropcompute delays | tau = 0.03 s, requeue");
+  ASSERT_EQ(row.size(), 11u) << markdown;
+  EXPECT_EQ(row[2], "1 / 2");
+  const v1::RunSummary base = read_summary(real / "tiny-mlp_w2_dropcompute_tau-inf_s5");
+  const v1::RunSummary drop = read_summary(real / "tiny-mlp_w2_dropcompute_tau-0.03s_requeue_s5");
+  EXPECT_EQ(row[3], fmt::format("{:.3f}x", drop.samples_per_second() / base.samples_per_second()));
+  double sim_base = 0.0, sim_drop = 0.0;
+  for (const char* seed : {"s5", "s6"}) {
+    sim_base += read_summary(sim / fmt::format("tiny-mlp_w2_dropcompute_tau-inf_{}", seed))
+                    .samples_per_second() /
+                2;
+    sim_drop +=
+        read_summary(sim / fmt::format("tiny-mlp_w2_dropcompute_tau-0.03s_requeue_{}", seed))
+            .samples_per_second() /
+        2;
+  }
+  EXPECT_EQ(row[4], fmt::format("{:.3f}x", sim_drop / sim_base));
+  // The simulated family has its own speedup plot, with the seeds' interval.
+  const fs::path plot = report / "plots" / "speedup_tiny-mlp_dropcompute_sim.png";
+  ASSERT_TRUE(fs::exists(plot)) << last_output_;
+  EXPECT_GT(fs::file_size(plot), 1000u);
+  EXPECT_NE(read_text(report / "plots" / "speedup_tiny-mlp_dropcompute_sim.dat")
+                .find("interval_low interval_high (95%, over seeds)"),
+            std::string::npos);
+}
+
 TEST_F(ExperimentReport, AnInterruptedCaseIsResumedFromItsCheckpointNotCountedAsFinished) {
   // The first case's coordinator is killed at its second checkpoint (the
   // file layer's fault injection, inherited through the launcher): the

@@ -88,6 +88,50 @@ startup_seconds: 2
   EXPECT_EQ(plan.cases[28].config.workers(), 4u);
 }
 
+TEST(Sweep, ASimulatedSweepTakesThousandsOfWorkersAndPassesItsModelToTheSimulator) {
+  const testing::ScratchDir dir("sweep-sim");
+  std::ofstream(dir / "m.cfg") << R"(name: "m" seed: 1 workers: 2 model { name: "mlp" }
+dataset { kind: "synthetic" synthetic_samples: 1000 }
+optimizer { lr: 0.1 } step { global_batch: 64 micro_batch: 8 } stop { max_steps: 100 })";
+  std::ofstream(dir / "trace.jsonl") << "";
+  const std::string axes = R"(
+configs: "m.cfg"
+workers: [4, 1024]
+policies: ["sync", "rebalance"]
+)";
+  // Real runs are one process each: 1,024 is refused, and a simulation
+  // model without `simulate` is a mistake.
+  try {
+    plan_sweep(parse_sweep(axes + "simulation { sample_seconds: 0.001 }", "t.sweep"), dir, "t");
+    ADD_FAILURE() << "a real sweep of 1,024 workers was planned";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("workers: 1024 is not in 1..256"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("simulation: set, but simulate is not"), std::string::npos)
+        << e.what();
+  }
+  const SweepPlan plan = plan_sweep(parse_sweep(axes + R"(simulate: true
+simulation { sample_seconds: 0.001 latency_seconds: 0 mttf_seconds: 600 trace: "trace.jsonl" }
+worker_batch: 32)",
+                                                "t.sweep"),
+                                    dir, "t");
+  ASSERT_EQ(plan.cases.size(), 4u);
+  for (const SweepCase& c : plan.cases) EXPECT_TRUE(c.info.simulated()) << c.info.case_name();
+  EXPECT_EQ(plan.cases[2].config.workers(), 1024u);
+  EXPECT_EQ(plan.cases[0].config.step().global_batch(), 4u * 32) << "worker_batch x workers";
+  EXPECT_EQ(plan.cases[2].config.step().global_batch(), 1024u * 32);
+  // 100 steps x 1,024 workers at the simulator's measured pace.
+  EXPECT_NEAR(plan.cases[2].expected_seconds, 0.5 + 100 * 1024 * 9e-5, 1e-9);
+  ASSERT_TRUE(plan.simulation.has_value());
+  const std::vector<std::string> args = simulation_arguments(*plan.simulation);
+  const std::vector<std::string> expected = {
+      "--sample-seconds", "0.001",
+      "--latency",        "0",
+      "--mttf",           "600",
+      "--trace",          std::filesystem::absolute(dir / "trace.jsonl").string()};
+  EXPECT_EQ(args, expected) << "an unset field is left to the simulator's default; a 0 is passed";
+}
+
 TEST(Sweep, ClearSetsAFieldToZeroWhereAnOverrideCannot) {
   // An override of 0 merges as nothing (proto3); `clear` resets the field
   // first, and the overrides then set what they set.

@@ -41,16 +41,16 @@ int main(int argc, char** argv) {
 
   options.out_dir = out_dir;
   options.bin_dir = std::filesystem::canonical("/proc/self/exe").parent_path();
-  if (!options.dry_run && !std::filesystem::exists(options.bin_dir / "dctrain-launch")) {
-    std::fprintf(
-        stderr,
-        "dctrain-experiment: %s/dctrain-launch not found: build it (tools/setup.sh) beside "
-        "this program\n",
-        options.bin_dir.c_str());
-    return dctrain::kExitUsage;
-  }
   try {
     const dctrain::SweepPlan plan = dctrain::load_sweep(sweep_file);
+    const char* program = plan.simulation ? "dctrain-simulate" : "dctrain-launch";
+    if (!options.dry_run && !std::filesystem::exists(options.bin_dir / program)) {
+      std::fprintf(stderr,
+                   "dctrain-experiment: %s/%s not found: build it (tools/setup.sh) beside this "
+                   "program\n",
+                   options.bin_dir.c_str(), program);
+      return dctrain::kExitUsage;
+    }
     return dctrain::run_sweep(plan, options, stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dctrain-experiment: %s\n", e.what());

@@ -192,7 +192,9 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     const SweepCase& c = plan.cases[selected[k]];
     const std::string& name = c.info.case_name();
     const fs::path dir = options.out_dir / name;
-    const CaseFolder folder = inspect_case(dir);
+    CaseFolder folder = inspect_case(dir);
+    // A simulation has no checkpoint to go on from: it runs again (seconds).
+    if (plan.simulation && folder.state == CaseFolder::kResume) folder.state = CaseFolder::kRerun;
     if (folder.state == CaseFolder::kFinished) {
       std::fprintf(out, "[%zu/%zu] %s: finished before, skipped\n", k + 1, n, name.c_str());
       continue;
@@ -248,14 +250,23 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     std::fflush(out);
 
     std::vector<std::string> argv = {(options.bin_dir / "dctrain-launch").string()};
-    if (resume) {
+    if (plan.simulation) {
+      argv = {(options.bin_dir / "dctrain-simulate").string(),
+              "--workers",
+              std::to_string(config.workers()),
+              "--config",
+              (dir / "input.cfg").string(),
+              "--out",
+              dir.string()};
+      for (std::string& a : simulation_arguments(*plan.simulation)) argv.push_back(std::move(a));
+    } else if (resume) {
       // The launcher takes the workers from the run's config.cfg.
       argv.insert(argv.end(), {"--resume", dir.string()});
     } else {
       argv.insert(argv.end(), {"--workers", std::to_string(config.workers()), "--config",
                                (dir / "input.cfg").string(), "--out", dir.string()});
     }
-    argv.insert(argv.end(), {"--threads", std::to_string(options.threads)});
+    if (!plan.simulation) argv.insert(argv.end(), {"--threads", std::to_string(options.threads)});
     if (!options.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", options.data_dir});
     const auto start = Clock::now();
     const LaunchResult result = run_logged(argv, dir / "launch.log", signals);
@@ -270,10 +281,10 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     }
     const double eta_scale = actual_done / expected_done;
     if (result.status != 0 || !run_finished(dir)) {
-      std::fprintf(
-          out, "[%zu/%zu] %s: FAILED (dctrain-launch status %d) after %s; last lines of %s:\n%s",
-          k + 1, n, name.c_str(), result.status, format_duration(seconds).c_str(),
-          (dir / "launch.log").c_str(), last_lines(dir / "launch.log", 15).c_str());
+      std::fprintf(out, "[%zu/%zu] %s: FAILED (%s status %d) after %s; last lines of %s:\n%s",
+                   k + 1, n, name.c_str(), fs::path(argv.front()).filename().c_str(), result.status,
+                   format_duration(seconds).c_str(), (dir / "launch.log").c_str(),
+                   last_lines(dir / "launch.log", 15).c_str());
       failed.push_back(name);
     } else {
       const v1::RunSummary s =

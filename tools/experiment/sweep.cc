@@ -24,6 +24,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr uint32_t kMaxLaunchedWorkers = 256;
+constexpr uint32_t kMaxSimulatedWorkers = 4096;
+// A simulated case's wall time: start-up, and per step per worker (1,024
+// workers x 100 steps took 9 s on a 2-core machine).
+constexpr double kSimulationStartSeconds = 0.5;
+constexpr double kSimulatedWorkerStepSeconds = 9e-5;
+
 // Letters, digits, '.', '-': safe in folder names and gnuplot titles.
 bool name_safe(const std::string& name) {
   if (name.empty()) return false;
@@ -221,8 +228,25 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
     }
     for (const TauPolicy& t : finite) arms.push_back({policy, t});
   }
+  // Real runs are one process per worker; a simulation is one process.
+  const uint32_t max_workers = sweep.simulate() ? kMaxSimulatedWorkers : kMaxLaunchedWorkers;
   for (uint32_t w : sweep.workers()) {
-    if (w < 1 || w > 256) problems.push_back(fmt::format("workers: {} is not in 1..256", w));
+    if (w < 1 || w > max_workers) {
+      problems.push_back(fmt::format("workers: {} is not in 1..{}{}", w, max_workers,
+                                     sweep.simulate() ? " (simulated)" : ""));
+    }
+  }
+  if (sweep.simulate()) {
+    plan.simulation = sweep.simulation();
+    if (!sweep.simulation().trace().empty()) {
+      const fs::path trace = sweep_dir / sweep.simulation().trace();
+      if (!fs::exists(trace)) {
+        problems.push_back(fmt::format("simulation.trace: {} does not exist", trace.string()));
+      }
+      plan.simulation->set_trace(fs::absolute(trace).string());
+    }
+  } else if (sweep.has_simulation()) {
+    problems.push_back("simulation: set, but simulate is not: add simulate: true");
   }
   std::set<std::string> delay_names;
   for (const v1::DelayCase& d : sweep.delays()) {
@@ -299,6 +323,9 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
               c.tau = tau;
               c.config = base;
               c.config.set_workers(w);
+              if (sweep.worker_batch() > 0) {
+                c.config.mutable_step()->set_global_batch(sweep.worker_batch() * w);
+              }
               *c.config.mutable_delay() = delay.delay();
               c.config.set_seed(seed);
               c.config.mutable_step()->set_requeue(requeue);
@@ -335,6 +362,7 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
               c.info.set_requeue(requeue);
               c.info.set_seed(seed);
               if (policy != v1::POLICY_UNSET) c.info.set_policy(word(policy));
+              c.info.set_simulated(sweep.simulate());
               if (arm > 0) {
                 c.baseline = baseline;
                 c.info.set_baseline(plan.cases[*baseline].info.case_name());
@@ -347,7 +375,11 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
               }
               c.expected_steps = expected_steps(check);
               if (c.expected_steps == 0) unknown_steps = true;
-              c.expected_seconds = startup + static_cast<double>(c.expected_steps) * step_seconds;
+              c.expected_seconds =
+                  sweep.simulate()
+                      ? kSimulationStartSeconds +
+                            static_cast<double>(c.expected_steps) * w * kSimulatedWorkerStepSeconds
+                      : startup + static_cast<double>(c.expected_steps) * step_seconds;
               if (check.stop().max_wall_seconds() > 0) {
                 c.expected_seconds =
                     std::min(c.expected_seconds, startup + check.stop().max_wall_seconds());
@@ -378,6 +410,12 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
   for (const auto& [model, seconds] : sweep.step_seconds()) {
     per_model += fmt::format("{}{} {} s", per_model.empty() ? "" : ", ", model, seconds);
   }
+  if (sweep.simulate()) {
+    plan.estimate_basis = fmt::format(
+        "simulated: per case {} s + steps x workers x {} s (measured on a 2-core machine)",
+        kSimulationStartSeconds, kSimulatedWorkerStepSeconds);
+    return plan;
+  }
   plan.estimate_basis = fmt::format(
       "per case {} s start-up + steps x seconds per step ({}{}default {} s; set in the sweep file, "
       "measured "
@@ -386,6 +424,20 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
       unknown_steps ? "; cases without stop.max_steps and a known training-set size count no steps"
                     : "");
   return plan;
+}
+
+std::vector<std::string> simulation_arguments(const v1::SimulationModel& model) {
+  std::vector<std::string> args;
+  const auto add = [&](bool has, const char* flag, double value) {
+    if (has) args.insert(args.end(), {flag, fmt::format("{}", value)});
+  };
+  add(model.has_sample_seconds(), "--sample-seconds", model.sample_seconds());
+  add(model.has_latency_seconds(), "--latency", model.latency_seconds());
+  add(model.has_bandwidth_bytes(), "--bandwidth", model.bandwidth_bytes());
+  add(model.has_mttf_seconds(), "--mttf", model.mttf_seconds());
+  add(model.has_restart_seconds(), "--restart-seconds", model.restart_seconds());
+  if (!model.trace().empty()) args.insert(args.end(), {"--trace", model.trace()});
+  return args;
 }
 
 SweepPlan load_sweep(const fs::path& path) {

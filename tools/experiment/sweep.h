@@ -39,7 +39,14 @@ struct SweepPlan {
   std::string name;
   std::vector<SweepCase> cases;  // every baseline before the cases that need it
   std::string estimate_basis;    // how expected_seconds was made, in words
+  // The sweep's `simulate`: every case runs through dctrain-simulate with
+  // this model (its trace made absolute).
+  std::optional<v1::SimulationModel> simulation;
 };
+
+// The dctrain-simulate options of `model` ("--sample-seconds", "0.002", ...):
+// the fields it sets.
+std::vector<std::string> simulation_arguments(const v1::SimulationModel& model);
 
 // Parses sweep text (Protobuf text format); throws std::runtime_error with
 // `origin`, line and column.

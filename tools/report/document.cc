@@ -140,6 +140,8 @@ std::string report_markdown(const Report& report, const std::vector<Plot>& plots
     out += fmt::format("![{}]({})\n\n", p.title, p.image.string());
   }
   if (across) out += std::string(kPredictionNote) + "\n\n";
+  const std::string twins = twin_table(report);
+  if (!twins.empty()) out += twins + "\n";
   out += table_notes(report);
   return out;
 }
@@ -203,6 +205,8 @@ std::string report_html(const Report& report, const std::vector<Plot>& plots,
     out += image(p);
   }
   if (across) out += "<p>" + html_escape(kPredictionNote) + "</p>\n";
+  const std::string twins = twin_table(report);
+  if (!twins.empty()) out += "<pre>" + html_escape(twins) + "</pre>\n";
   out += "<p>" + html_escape(table_notes(report)) + "</p>\n</body></html>\n";
   return out;
 }

@@ -233,8 +233,11 @@ constexpr const char* kPolicyColors[] = {"#1b9e77", "#d95f02", "#7570b3", "#e729
 // worker counts that ran, the measured speedup beside the replay of that
 // count's baseline under the case's tau.
 void speedup_plots(const Report& report, PlotWriter& writer) {
-  std::map<std::pair<std::string, std::string>, std::vector<const Experiment*>> families;
-  for (const Experiment& e : report.experiments) families[{e.model, e.delay}].push_back(&e);
+  // Simulated experiments are a family of their own, beside the real one.
+  std::map<std::tuple<std::string, std::string, bool>, std::vector<const Experiment*>> families;
+  for (const Experiment& e : report.experiments) {
+    families[{e.model, e.delay, e.simulated}].push_back(&e);
+  }
   for (const auto& [key, experiments] : families) {
     std::map<std::string, size_t> colors;  // tau policy -> index into kPolicyColors
     auto color = [&](const std::string& policy) {
@@ -290,22 +293,39 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
       ++experiment_index;
     }
 
-    // Measured at the worker counts that ran, beside the replay.
-    // policy -> (workers, measured, replayed)
-    std::map<std::string, std::vector<std::tuple<uint32_t, double, double>>> series;
+    // Measured at the worker counts that ran, beside the replay, with the
+    // 95% interval over seeds when the speedup is on the samples/s basis.
+    struct Measured {
+      uint32_t workers = 0;
+      double measured = 0.0, replayed = 0.0, low = 0.0, high = 0.0;
+      bool operator<(const Measured& o) const { return workers < o.workers; }
+    };
+    std::map<std::string, std::vector<Measured>> series;  // by policy_key
     std::map<std::string, const CaseRow*> series_row;
     for (const Experiment* e : experiments) {
       if (!e->baseline_row) continue;
-      const RunFolder& baseline = e->runs[e->rows[*e->baseline_row].runs.front()];
+      const CaseRow& base_row = e->rows[*e->baseline_row];
+      const RunFolder& baseline = e->runs[base_row.runs.front()];
       for (const CaseRow& row : e->rows) {
-        if (row.tau_policy == "inf" || !row.speedup) continue;
-        const auto predicted = predict_speedup(baseline, row.tau_seconds.mean);
+        if (&row == &base_row || !row.speedup) continue;
+        // The replay models a threshold on even shares only.
+        const auto predicted = row.tau_policy == "inf"
+                                   ? std::nullopt
+                                   : predict_speedup(baseline, row.tau_seconds.mean);
         // The measured figure is always throughput here, whatever the
         // table's basis, to stand beside the throughput prediction.
-        const double base_sps = e->rows[*e->baseline_row].samples_per_second.mean;
-        const double measured = base_sps > 0 ? row.samples_per_second.mean / base_sps : 0.0;
-        series[policy_key(row)].emplace_back(e->workers, measured,
-                                             predicted ? predicted->speedup : std::nan(""));
+        Measured m;
+        m.workers = e->workers;
+        const double base_sps = base_row.samples_per_second.mean;
+        m.measured = base_sps > 0 ? row.samples_per_second.mean / base_sps : 0.0;
+        m.low = m.high = m.measured;
+        if (row.speedup_basis.starts_with("samples/s") && row.speedup_interval) {
+          m.measured = *row.speedup;
+          m.low = row.speedup_interval->low;
+          m.high = row.speedup_interval->high;
+        }
+        m.replayed = predicted ? predicted->speedup : std::nan("");
+        series[policy_key(row)].push_back(m);
         series_row.emplace(policy_key(row), &row);
       }
     }
@@ -313,17 +333,26 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
     for (auto& [policy, points] : series) {
       const CaseRow& row = *series_row.at(policy);
       std::sort(points.begin(), points.end());
-      data += fmt::format("# {}\n# workers measured_speedup predicted_speedup\n", policy);
-      for (const auto& [w, measured, replayed] : points) {
-        data += fmt::format("{} {} {}\n", w, measured, replayed);
-        widen(measured);
-        widen(replayed);
-        worker_counts.insert(w);
+      data += fmt::format(
+          "# {}\n# workers measured_speedup predicted_speedup interval_low interval_high "
+          "(95%, over seeds)\n",
+          policy);
+      for (const Measured& m : points) {
+        data += fmt::format("{} {} {} {} {}\n", m.workers, m.measured, m.replayed, m.low, m.high);
+        widen(m.low);
+        widen(m.high);
+        widen(m.replayed);
+        worker_counts.insert(m.workers);
       }
       data += "\n\n";
-      const std::string line_color = color(row.tau_policy);
-      add(blocks, fmt::format("using 1:2 with points pt {} ps 1.6 {} title {}", row.requeue ? 7 : 5,
-                              line_color, gp_string(policy + ": measured")));
+      // The colour of the predicted curve of its tau, when the row's shares are even.
+      const bool even = row.policy.empty() || row.policy == "dropcompute" || row.policy == "sync";
+      const std::string line_color =
+          color(even ? row.tau_policy : row.policy + " " + row.tau_policy);
+      add(blocks, fmt::format("using 1:2:4:5 with yerrorbars pt {} ps 1.6 {} title {}",
+                              row.requeue ? 7 : 5, line_color,
+                              gp_string(policy + (experiments.front()->simulated ? ": simulated"
+                                                                                 : ": measured"))));
       add(blocks++,
           fmt::format("using 1:3 with points pt {} ps 1.6 lw 2 {} title {}", row.requeue ? 6 : 4,
                       line_color, gp_string(policy + ": baseline replayed")));
@@ -340,10 +369,12 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
         "set key default\nset key outside below center horizontal spacing 1.2\n"
         "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
         *worker_counts.rbegin() * 1.25, tics, y_lo - pad, y_hi + pad, plot);
-    writer.draw("", fmt::format("speedup_{}_{}", key.first, key.second),
-                fmt::format("{}, {} delays: speedup against worker count, measured and predicted",
-                            key.first, key.second),
-                data, body);
+    const auto& [model, delay, simulated] = key;
+    writer.draw(
+        "", fmt::format("speedup_{}_{}{}", model, delay, simulated ? "_sim" : ""),
+        fmt::format("{}, {} delays{}: speedup against worker count, {} and predicted", model, delay,
+                    simulated ? " (simulated)" : "", simulated ? "simulated" : "measured"),
+        data, body);
   }
 }
 

@@ -259,16 +259,18 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       if (auto t = optional_number(r.summary.target_accuracy())) report.target = t;
     }
   }
-  std::map<std::tuple<std::string, uint32_t, std::string>, size_t> index;
+  std::map<std::tuple<std::string, uint32_t, std::string, bool>, size_t> index;
   for (RunFolder& run : runs) {
-    const auto key = std::make_tuple(run.info.model(), run.info.workers(), run.info.delay());
+    const auto key = std::make_tuple(run.info.model(), run.info.workers(), run.info.delay(),
+                                     run.info.simulated());
     auto it = index.find(key);
     if (it == index.end()) {
       Experiment e;
       e.model = run.info.model();
       e.workers = run.info.workers();
       e.delay = run.info.delay();
-      e.slug = fmt::format("{}_w{}_{}", e.model, e.workers, e.delay);
+      e.simulated = run.info.simulated();
+      e.slug = fmt::format("{}_w{}_{}{}", e.model, e.workers, e.delay, e.simulated ? "_sim" : "");
       it = index.emplace(key, report.experiments.size()).first;
       report.experiments.push_back(std::move(e));
     }
@@ -276,7 +278,8 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
   }
   std::sort(report.experiments.begin(), report.experiments.end(),
             [](const Experiment& a, const Experiment& b) {
-              return std::tie(a.model, a.delay, a.workers) < std::tie(b.model, b.delay, b.workers);
+              return std::tie(a.model, a.delay, a.simulated, a.workers) <
+                     std::tie(b.model, b.delay, b.simulated, b.workers);
             });
 
   for (Experiment& e : report.experiments) {
@@ -464,7 +467,8 @@ std::string markdown_table(const Experiment& e) {
 }
 
 std::string experiment_title(const Experiment& e) {
-  return fmt::format("{}: {} workers, {} delays", e.model, e.workers, e.delay);
+  return fmt::format("{}: {} workers, {} delays{}", e.model, e.workers, e.delay,
+                     e.simulated ? " (simulated)" : "");
 }
 
 std::string table_notes(const Report& report) {
@@ -657,7 +661,72 @@ std::string markdown_tables(const Report& report) {
     const std::string predicted = predicted_line(e);
     if (!predicted.empty()) out += predicted + "\n";
   }
+  const std::string twins = twin_table(report);
+  if (!twins.empty()) out += twins + "\n";
   return out + table_notes(report);
+}
+
+std::vector<TwinRow> twin_rows(const Report& report) {
+  // A row's samples/s over its experiment's baseline row's.
+  const auto speedup = [](const Experiment& e, const CaseRow& row) {
+    const double base = e.rows[*e.baseline_row].samples_per_second.mean;
+    return base > 0.0 ? row.samples_per_second.mean / base : 0.0;
+  };
+  const auto row_key = [](const CaseRow& row) {
+    return std::make_tuple(row.policy, row.tau_policy, row.requeue);
+  };
+  std::vector<TwinRow> out;
+  for (const Experiment& real : report.experiments) {
+    if (real.simulated || !real.baseline_row) continue;
+    for (const Experiment& sim : report.experiments) {
+      if (!sim.simulated || !sim.baseline_row || sim.model != real.model ||
+          sim.workers != real.workers || sim.delay != real.delay)
+        continue;
+      for (const CaseRow& r : real.rows) {
+        for (const CaseRow& s : sim.rows) {
+          if (row_key(r) != row_key(s)) continue;
+          TwinRow t;
+          t.experiment = experiment_title(real);
+          t.label = r.label;
+          t.real_speedup = speedup(real, r);
+          t.simulated_speedup = speedup(sim, s);
+          t.real_drop_rate = r.drop_rate.mean;
+          t.simulated_drop_rate = s.drop_rate.mean;
+          t.real_samples_per_second = r.samples_per_second.mean;
+          t.simulated_samples_per_second = s.samples_per_second.mean;
+          t.real_seeds = r.runs.size();
+          t.simulated_seeds = s.runs.size();
+          out.push_back(std::move(t));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string twin_table(const Report& report) {
+  const std::vector<TwinRow> rows = twin_rows(report);
+  if (rows.empty()) return "";
+  std::string out =
+      "### Simulated against real\n\n"
+      "Each case that ran both for real and through dctrain-simulate (same model, workers, "
+      "delays, policy and seeds' configs): speedup over each side's own tau = inf baseline on "
+      "the samples/s basis (whole runs), drop rate and samples/s, means over each side's "
+      "seeds.\n\n"
+      "| experiment | case | seeds (real / sim) | speedup real | speedup sim | sim / real | "
+      "drop real | drop sim | difference | samples/s real | samples/s sim |\n"
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const TwinRow& t : rows) {
+    out += fmt::format(
+        "| {} | {} | {} / {} | {:.3f}x | {:.3f}x | {:.3f} | {:.1f}% | {:.1f}% | {:+.1f} pt | "
+        "{:.0f} "
+        "| {:.0f} |\n",
+        t.experiment, t.label, t.real_seeds, t.simulated_seeds, t.real_speedup, t.simulated_speedup,
+        t.real_speedup > 0 ? t.simulated_speedup / t.real_speedup : 0.0, 100 * t.real_drop_rate,
+        100 * t.simulated_drop_rate, 100 * (t.simulated_drop_rate - t.real_drop_rate),
+        t.real_samples_per_second, t.simulated_samples_per_second);
+  }
+  return out;
 }
 
 namespace {

@@ -57,7 +57,10 @@ struct CaseRow {
 struct Experiment {
   std::string model, delay;
   uint32_t workers = 0;
-  std::string slug;  // "mnist-cnn_w4_dropcompute", for file names
+  // Its runs were simulated (dctrain-simulate): an experiment of its own,
+  // beside the real one of the same model, workers and delay (its twin).
+  bool simulated = false;
+  std::string slug;  // "mnist-cnn_w4_dropcompute", "..._sim" when simulated, for file names
   std::vector<RunFolder> runs;
   std::vector<CaseRow> rows;  // tau = inf first
   std::optional<size_t> baseline_row;
@@ -127,6 +130,22 @@ std::string predicted_line(const Experiment& e);
 // interval excludes 1), which cannot be told from it, and what the table
 // cannot say (one-seed rows, accuracy, the prediction's reach).
 std::string reading_line(const Experiment& e);
+
+// A case that ran for real and simulated (the same model, workers, delay,
+// policy, tau policy and requeue): its figures side by side, means over
+// each side's seeds. The speedup is on the samples/s basis for both (a
+// simulation has no accuracy), against each side's own baseline.
+struct TwinRow {
+  std::string experiment;  // the real experiment's title
+  std::string label;       // the real row's label
+  double real_speedup = 0.0, simulated_speedup = 0.0;
+  double real_drop_rate = 0.0, simulated_drop_rate = 0.0;
+  double real_samples_per_second = 0.0, simulated_samples_per_second = 0.0;
+  size_t real_seeds = 0, simulated_seeds = 0;
+};
+std::vector<TwinRow> twin_rows(const Report& report);
+// twin_rows as a Markdown table under a heading; "" when no case has a twin.
+std::string twin_table(const Report& report);
 
 // The worker counts predicted_line and report.json give.
 std::vector<uint32_t> reported_worker_counts();

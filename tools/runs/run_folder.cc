@@ -123,6 +123,8 @@ RunFolder read_run_folder(const fs::path& dir) {
   } else {
     run.info = case_info_from_config(run.config, folder_name);
   }
+  // dctrain-simulate marks its run folders.
+  if (fs::exists(dir / "simulation.json")) run.info.set_simulated(true);
   return run;
 }
 
