@@ -60,34 +60,57 @@ Truncation truncate_at(const std::vector<double>& micro_batch_seconds, double ta
   return out;
 }
 
-ThresholdCandidate evaluate_threshold(const std::vector<RecordedStep>& steps,
-                                      double overhead_seconds, double tau) {
+namespace {
+
+// The mean over the steps of the slowest worker's compute with no
+// threshold: T_inf, the same for every candidate tau.
+double mean_full_compute(const std::vector<RecordedStep>& steps) {
+  double sum = 0.0;
+  for (const RecordedStep& step : steps) {
+    double slowest = 0.0;
+    for (const std::vector<double>& w : step.workers) {
+      slowest = std::max(slowest, truncate_at(w, kInf).seconds);
+    }
+    sum += slowest;
+  }
+  return sum / static_cast<double>(steps.size());
+}
+
+// evaluate_threshold with T_inf computed once for all the candidates.
+ThresholdCandidate evaluate_against(const std::vector<RecordedStep>& steps, double t_inf,
+                                    double overhead_seconds, double tau) {
   ThresholdCandidate c;
   c.tau = tau;
-  if (steps.empty()) return c;
   uint64_t planned = 0, dropped = 0;
-  double full_sum = 0.0, truncated_sum = 0.0;
+  double truncated_sum = 0.0;
   for (const RecordedStep& step : steps) {
-    double full_max = 0.0, truncated_max = 0.0;
+    double truncated_max = 0.0;
     for (const std::vector<double>& w : step.workers) {
-      const Truncation full = truncate_at(w, kInf);
       const Truncation truncated = truncate_at(w, tau);
-      full_max = std::max(full_max, full.seconds);
       truncated_max = std::max(truncated_max, truncated.seconds);
       planned += w.size();
       dropped += w.size() - truncated.started;
     }
-    full_sum += full_max;
     truncated_sum += truncated_max;
   }
-  const double count = static_cast<double>(steps.size());
-  const double t_inf = full_sum / count;
-  c.compute_seconds = truncated_sum / count;
+  c.compute_seconds = truncated_sum / static_cast<double>(steps.size());
   c.drop_rate = planned == 0 ? 0.0 : static_cast<double>(dropped) / static_cast<double>(planned);
   const double baseline = t_inf + overhead_seconds;
   c.time_saved = baseline > 0.0 ? (t_inf - c.compute_seconds) / baseline : 0.0;
   c.speedup = effective_speedup(c.drop_rate, c.time_saved);
   return c;
+}
+
+}  // namespace
+
+ThresholdCandidate evaluate_threshold(const std::vector<RecordedStep>& steps,
+                                      double overhead_seconds, double tau) {
+  if (steps.empty()) {
+    ThresholdCandidate c;
+    c.tau = tau;
+    return c;
+  }
+  return evaluate_against(steps, mean_full_compute(steps), overhead_seconds, tau);
 }
 
 ThresholdEstimate estimate_threshold(const std::vector<RecordedStep>& steps,
@@ -108,8 +131,9 @@ ThresholdEstimate estimate_threshold(const std::vector<RecordedStep>& steps,
   e.grid.reserve(static_cast<size_t>(grid_points));
   std::vector<double> speedups;
   speedups.reserve(static_cast<size_t>(grid_points));
+  const double t_inf = mean_full_compute(steps);
   for (double tau : tau_grid(span, grid_points)) {
-    e.grid.push_back(evaluate_threshold(steps, overhead_seconds, tau));
+    e.grid.push_back(evaluate_against(steps, t_inf, overhead_seconds, tau));
     // A candidate over the bound is out of the running: it cannot be the
     // best (best_candidate takes positive speedups only).
     const bool allowed = e.grid.back().drop_rate <= max_drop_rate;

@@ -29,6 +29,9 @@ inline constexpr char kTauRecordType[] = "tau";
 // One metrics.jsonl line of `record` (a StepRecord, EvalRecord, EpochRecord
 // or TauRecord with its type set), with its newline.
 std::string metrics_line(const google::protobuf::Message& record);
+// The same line through protobuf's own JSON printer, which metrics_line
+// matches byte for byte (its tests compare the two).
+std::string printer_metrics_line(const google::protobuf::Message& record);
 
 // summary.json's text.
 std::string summary_text(const v1::RunSummary& summary);

@@ -11,6 +11,9 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
+
+#include "common/random.h"
 
 namespace dctrain {
 namespace {
@@ -255,6 +258,119 @@ TEST(MetricsJson, WhatIsWrittenReadsBackUnchanged) {
     v->set_null_value(google::protobuf::NULL_VALUE);
   }
   EXPECT_TRUE(MessageDifferencer::Equals(parse_summary(text, "summary.json"), expected)) << text;
+}
+
+// Fills every field of `m` (and of the messages it repeats) with values
+// drawn from `rng`: the awkward doubles, strings with every character the
+// printer escapes, every kind of Value or none, lists of 0 to 3.
+void scramble(google::protobuf::Message& m, Rng& rng, int depth = 0) {
+  using google::protobuf::FieldDescriptor;
+  const auto* type = m.GetDescriptor();
+  const auto* r = m.GetReflection();
+  const double doubles[] = {0.0,
+                            -0.0,
+                            1.0,
+                            0.1,
+                            1e-5,
+                            1e20,
+                            0.30000000000000004,
+                            5e-324,
+                            123456789.123456789,
+                            std::numeric_limits<double>::quiet_NaN(),
+                            std::numeric_limits<double>::infinity(),
+                            -std::numeric_limits<double>::infinity()};
+  const auto a_double = [&] {
+    return rng.below(3) == 0 ? doubles[rng.below(std::size(doubles))]
+                             : (rng.uniform_double() - 0.3) * std::pow(10.0, rng.below(12) - 6.0);
+  };
+  const auto a_string = [&] {
+    const std::string alphabet = std::string("ab Z09_-.:/<>&'\"\\\b\f\n\r\t\x01\x1f\x7f", 28);
+    std::string text;
+    for (uint64_t i = rng.below(8); i > 0; --i) text += alphabet[rng.below(alphabet.size())];
+    return text;
+  };
+  for (int i = 0; i < type->field_count(); ++i) {
+    const FieldDescriptor* f = type->field(i);
+    const int n = f->is_repeated() ? static_cast<int>(rng.below(4)) : 1;
+    for (int k = 0; k < n; ++k) {
+      const bool rep = f->is_repeated();
+      switch (f->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_DOUBLE:
+          rep ? r->AddDouble(&m, f, a_double()) : r->SetDouble(&m, f, a_double());
+          break;
+        case FieldDescriptor::CPPTYPE_UINT32: {
+          const auto v = static_cast<uint32_t>(rng.below(2) ? rng.below(100) : rng.next_u64());
+          rep ? r->AddUInt32(&m, f, v) : r->SetUInt32(&m, f, v);
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_INT32: {
+          const auto v = static_cast<int32_t>(rng.next_u64());
+          rep ? r->AddInt32(&m, f, v) : r->SetInt32(&m, f, v);
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_BOOL:
+          rep ? r->AddBool(&m, f, rng.below(2)) : r->SetBool(&m, f, rng.below(2));
+          break;
+        case FieldDescriptor::CPPTYPE_STRING:
+          rep ? r->AddString(&m, f, a_string()) : r->SetString(&m, f, a_string());
+          break;
+        case FieldDescriptor::CPPTYPE_ENUM: {
+          const auto* e =
+              f->enum_type()->value(static_cast<int>(rng.below(f->enum_type()->value_count())));
+          rep ? r->AddEnum(&m, f, e) : r->SetEnum(&m, f, e);
+          break;
+        }
+        case FieldDescriptor::CPPTYPE_MESSAGE:
+          if (f->message_type() == google::protobuf::Value::descriptor() && !rep) {
+            google::protobuf::Value v;
+            switch (rng.below(5)) {
+              case 0:
+                continue;  // unset: null
+              case 1:
+                v.set_null_value(google::protobuf::NULL_VALUE);
+                break;
+              case 2:
+                v.set_number_value((rng.uniform_double() - 0.5) * 1e3);
+                break;
+              case 3:
+                v.set_string_value(a_string());
+                break;
+              default:
+                v.set_bool_value(rng.below(2));
+                break;
+            }
+            r->MutableMessage(&m, f)->CopyFrom(v);
+          } else if (depth < 3) {
+            scramble(rep ? *r->AddMessage(&m, f) : *r->MutableMessage(&m, f), rng, depth + 1);
+          }
+          break;
+        default:
+          break;
+      }
+    }
+  }
+}
+
+TEST(MetricsJson, TheLineIsProtobufsOwnPrintByteForByte) {
+  // metrics_line writes records straight from their fields; protobuf's
+  // printer is the reference for every key, order, number and escape.
+  Rng rng(2026);
+  for (int i = 0; i < 300; ++i) {
+    v1::StepRecord step;
+    v1::EvalRecord eval;
+    v1::EpochRecord epoch;
+    v1::TauRecord tau;
+    for (google::protobuf::Message* m :
+         std::initializer_list<google::protobuf::Message*>{&step, &eval, &epoch, &tau}) {
+      scramble(*m, rng);
+      ASSERT_EQ(metrics_line(*m), printer_metrics_line(*m)) << m->ShortDebugString();
+    }
+  }
+  // A record the fast path leaves to the printer (a name beyond ASCII).
+  v1::StepRecord step;
+  step.add_workers()->set_name("w\xc3\xa9");
+  EXPECT_EQ(metrics_line(step), printer_metrics_line(step));
+  EXPECT_NE(metrics_line(step).find("\"name\":\"w\xc3\xa9\""), std::string::npos);
 }
 
 }  // namespace

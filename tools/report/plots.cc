@@ -104,10 +104,10 @@ std::string run_title(const Experiment& e, const CaseRow& row, size_t run) {
 // "tau = p90, requeue": a row's policy without its resolved value, the same
 // across worker counts.
 std::string policy_key(const CaseRow& row) {
+  const bool seconds =
+      row.tau_policy != "auto" && row.tau_policy != "inf" && row.tau_policy[0] != 'p';
   return fmt::format("{}tau = {}{}, {}", row.policy.empty() ? "" : row.policy + ", ",
-                     row.tau_policy,
-                     row.tau_policy == "auto" || row.tau_policy[0] == 'p' ? "" : " s",
-                     row.requeue ? "requeue" : "no requeue");
+                     row.tau_policy, seconds ? " s" : "", row.requeue ? "requeue" : "no requeue");
 }
 
 void accuracy_plots(const Experiment& e, PlotWriter& writer) {
@@ -239,6 +239,11 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
     families[{e.model, e.delay, e.simulated}].push_back(&e);
   }
   for (const auto& [key, experiments] : families) {
+    // A simulated family shows its cases alone, each policy a line through
+    // its worker counts with the seeds' interval: the replayed baselines
+    // stand in for worker counts a real sweep could not run, which a
+    // simulation runs.
+    const bool simulated = std::get<2>(key);
     std::map<std::string, size_t> colors;  // tau policy -> index into kPolicyColors
     auto color = [&](const std::string& policy) {
       if (policy == "best") return std::string("lc rgb '#000000'");
@@ -262,10 +267,10 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
 
     // The curves first, so the measured points are drawn over them.
     size_t with_curves = 0;
-    for (const Experiment* e : experiments) with_curves += e->predicted ? 1 : 0;
+    for (const Experiment* e : experiments) with_curves += e->predicted && !simulated ? 1 : 0;
     size_t experiment_index = 0;
     for (const Experiment* e : experiments) {
-      if (!e->predicted) continue;
+      if (!e->predicted || simulated) continue;
       const PredictedCurves& p = *e->predicted;
       const std::string source =
           with_curves > 1 ? fmt::format(", from the {}-worker baseline", e->workers) : "";
@@ -349,10 +354,14 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
       const bool even = row.policy.empty() || row.policy == "dropcompute" || row.policy == "sync";
       const std::string line_color =
           color(even ? row.tau_policy : row.policy + " " + row.tau_policy);
+      if (simulated) {
+        add(blocks++, fmt::format("using 1:2:4:5 with yerrorlines pt {} ps 1.2 lw 2 {} title {}",
+                                  row.requeue ? 7 : 5, line_color,
+                                  gp_string(policy + ": simulated, 95% interval")));
+        continue;
+      }
       add(blocks, fmt::format("using 1:2:4:5 with yerrorbars pt {} ps 1.6 {} title {}",
-                              row.requeue ? 7 : 5, line_color,
-                              gp_string(policy + (experiments.front()->simulated ? ": simulated"
-                                                                                 : ": measured"))));
+                              row.requeue ? 7 : 5, line_color, gp_string(policy + ": measured")));
       add(blocks++,
           fmt::format("using 1:3 with points pt {} ps 1.6 lw 2 {} title {}", row.requeue ? 6 : 4,
                       line_color, gp_string(policy + ": baseline replayed")));
@@ -369,12 +378,16 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
         "set key default\nset key outside below center horizontal spacing 1.2\n"
         "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
         *worker_counts.rbegin() * 1.25, tics, y_lo - pad, y_hi + pad, plot);
-    const auto& [model, delay, simulated] = key;
-    writer.draw(
-        "", fmt::format("speedup_{}_{}{}", model, delay, simulated ? "_sim" : ""),
-        fmt::format("{}, {} delays{}: speedup against worker count, {} and predicted", model, delay,
-                    simulated ? " (simulated)" : "", simulated ? "simulated" : "measured"),
-        data, body);
+    const std::string& model = std::get<0>(key);
+    const std::string& delay = std::get<1>(key);
+    writer.draw("", fmt::format("speedup_{}_{}{}", model, delay, simulated ? "_sim" : ""),
+                simulated ? fmt::format("{}, {} delays (simulated): speedup against worker count, "
+                                        "each policy, 95% intervals over seeds",
+                                        model, delay)
+                          : fmt::format("{}, {} delays: speedup against worker count, measured "
+                                        "and predicted",
+                                        model, delay),
+                data, body);
   }
 }
 
