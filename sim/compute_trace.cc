@@ -18,8 +18,13 @@ ComputeTrace ComputeTrace::load(const std::filesystem::path& metrics_jsonl) {
   // The first step allocates and first touches everything: not a step's compute.
   const size_t skip = records.steps.size() >= 5 ? 1 : 0;
   std::vector<std::vector<double>> per_rank;
+  std::vector<double> transit;  // plan out and contribution back, per worker step
   for (size_t s = skip; s < records.steps.size(); ++s) {
     for (const v1::WorkerStep& w : records.steps[s].workers()) {
+      if (w.contributed() && w.arrival_seconds().has_number_value()) {
+        transit.push_back(std::max(
+            0.0, w.arrival_seconds().number_value() - w.compute_seconds() - w.overhead_seconds()));
+      }
       if (!w.contributed() || w.completed() == 0 || w.micro_batch_seconds().empty()) continue;
       const double samples_each = static_cast<double>(w.samples()) / w.completed();
       if (samples_each <= 0.0) continue;
@@ -37,7 +42,12 @@ ComputeTrace ComputeTrace::load(const std::filesystem::path& metrics_jsonl) {
         "metrics.jsonl (take one from a tau = inf run)",
         origin, records.steps.size()));
   }
-  return ComputeTrace(std::move(per_rank), origin);
+  ComputeTrace trace(std::move(per_rank), origin);
+  if (!transit.empty()) {
+    std::nth_element(transit.begin(), transit.begin() + transit.size() / 2, transit.end());
+    trace.message_seconds_ = transit[transit.size() / 2] / 2;
+  }
+  return trace;
 }
 
 ComputeTrace::ComputeTrace(std::vector<std::vector<double>> per_rank, std::string origin)
@@ -70,9 +80,11 @@ std::string ComputeTrace::describe() const {
     lo = std::min(lo, mean(r));
     hi = std::max(hi, mean(r));
   }
-  return fmt::format("{}: {} ranks, {} micro-batches, mean {:.4g}-{:.4g} ms per sample by rank",
-                     origin_.empty() ? "trace" : origin_, per_rank_.size(), micro_batches(),
-                     1e3 * lo, 1e3 * hi);
+  return fmt::format(
+      "{}: {} ranks, {} micro-batches, mean {:.4g}-{:.4g} ms per sample by rank{}",
+      origin_.empty() ? "trace" : origin_, per_rank_.size(), micro_batches(), 1e3 * lo, 1e3 * hi,
+      message_seconds_ ? fmt::format(", {:.4g} ms per message", 1e3 * *message_seconds_)
+                       : std::string());
 }
 
 }  // namespace dctrain

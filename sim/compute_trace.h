@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,19 @@ class ComputeTrace {
   double draw(uint32_t worker, Rng& rng) const;
   // Mean seconds per sample of that rank.
   double mean(uint32_t worker) const;
+  // The network's time per message in the traced run: the median over its
+  // worker steps of the time from a plan's sending to its contribution's
+  // arrival, less the worker's compute and its own overhead, split evenly
+  // between the two messages (plan and contribution); nothing when the
+  // trace records no arrival.
+  std::optional<double> message_seconds() const { return message_seconds_; }
   // "metrics.jsonl of run X: 4 ranks, 3,200 micro-batches, 0.45-0.91 ms per sample".
   std::string describe() const;
 
  private:
   std::vector<std::vector<double>> per_rank_;
   std::string origin_;
+  std::optional<double> message_seconds_;
 };
 
 }  // namespace dctrain

@@ -46,6 +46,10 @@ int main(int argc, char** argv) try {
                  "its ranks), delays included, in place of --sample-seconds and the config's "
                  "delays")
       ->check(CLI::ExistingFile);
+  app.add_flag("--fit-network", o.fit_network,
+               "With --trace: every message takes the traced run's measured time per message "
+               "(plan-to-arrival less compute and overhead, median, split between plan and "
+               "contribution) in place of --latency and --bandwidth");
   app.add_option("--latency", o.latency_seconds, "Seconds per message")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -269,21 +270,28 @@ std::string json_escaped(const std::string& text) {
   return out;
 }
 
+// A JSON number, or null for a value that is not finite (an unbounded
+// bandwidth).
+std::string json_number(double x) {
+  return std::isfinite(x) ? fmt::format("{}", x) : "null";
+}
+
 void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& config,
-                           uint64_t model_parameters, const std::string& compute) {
+                           uint64_t model_parameters, const std::string& compute,
+                           const std::string& network) {
   write_file_atomically(
       o.run_dir / "simulation.json",
       fmt::format(
           "{{\n  \"simulated\": true,\n  \"workers\": {},\n  \"compute\": \"{}\",\n"
-          "  \"sample_seconds\": {},\n  \"trace\": \"{}\",\n"
+          "  \"sample_seconds\": {},\n  \"trace\": \"{}\",\n  \"network\": \"{}\",\n"
           "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
           "  \"model_parameters\": {},\n  \"data_plane\": \"star\",\n"
           "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
           "not the model's), the exchange data plane\",\n  \"mttf_seconds\": {},\n  "
           "\"restart_seconds\": {}\n}}\n",
           config.workers(), json_escaped(compute), o.sample_seconds, json_escaped(o.trace.string()),
-          o.latency_seconds, o.bandwidth_bytes, model_parameters, o.mttf_seconds,
-          o.restart_seconds));
+          json_escaped(network), json_number(o.latency_seconds), json_number(o.bandwidth_bytes),
+          model_parameters, o.mttf_seconds, o.restart_seconds));
 }
 
 }  // namespace
@@ -302,6 +310,23 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
     log->info("compute times: {}", compute);
     config.clear_delay();  // the trace's times hold the run's delays
   }
+  std::string network = fmt::format("{} s latency + bytes / {} bytes per second per message",
+                                    o.latency_seconds, o.bandwidth_bytes);
+  if (o.fit_network) {
+    if (!trace || !trace->message_seconds()) {
+      throw std::runtime_error(
+          "--fit-network needs a --trace whose step records have arrival times (a run's "
+          "metrics.jsonl)");
+    }
+    o.latency_seconds = *trace->message_seconds();
+    o.bandwidth_bytes = std::numeric_limits<double>::infinity();
+    network = fmt::format(
+        "fitted from the trace: {:.4g} s per message (the traced run's plan-to-arrival time less "
+        "compute and the worker's overhead, median, split between plan and contribution), "
+        "whatever its bytes",
+        o.latency_seconds);
+    log->info("network: {}", network);
+  }
   finalize_run_config(config);
   if (config.run_id().empty()) config.set_run_id(new_run_id());
   const SizeAndShape train = training_set(config, o.data_root);
@@ -311,7 +336,7 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
 
   std::filesystem::create_directories(o.run_dir);
   write_file_atomically(o.run_dir / "config.cfg", to_text(config));
-  write_simulation_json(o, config, model_parameters, compute);
+  write_simulation_json(o, config, model_parameters, compute, network);
 
   Replica replica(std::make_unique<StandInModel>(nullptr, nullptr), config.optimizer());
   QueueOutbox outbox;

@@ -38,6 +38,9 @@ struct SimulationOptions {
   // A real run's metrics.jsonl: micro-batch times resampled from it
   // (sim/compute_trace.h) in place of sample_seconds and the config's delays.
   std::filesystem::path trace;
+  // With a trace: every message costs the traced run's time per message
+  // (ComputeTrace::message_seconds) in place of latency + bytes / bandwidth.
+  bool fit_network = false;
   double latency_seconds = 50e-6;   // per message
   double bandwidth_bytes = 1.25e9;  // per second, per link (10 Gbit/s)
   double tick_seconds = 0.005;      // the coordinator's clock work, as its loop's poll

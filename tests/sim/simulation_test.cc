@@ -44,9 +44,10 @@ struct SimulatedRun {
 // take 0.5 s.
 SimulatedRun simulate_text(const std::string& text, const testing::ScratchDir& dir,
                            double sample_seconds, double mttf = 0.0,
-                           const std::filesystem::path& trace = {}) {
+                           const std::filesystem::path& trace = {}, bool fit_network = false) {
   SimulationOptions o;
   o.trace = trace;
+  o.fit_network = fit_network;
   o.mttf_seconds = mttf;
   o.restart_seconds = 0.5;
   o.config = parse_run_config(text, "sim.cfg");
@@ -250,6 +251,31 @@ TEST(Simulation, ATraceSetsEachWorkersComputeInPlaceOfTheDelays) {
   }
   const std::string sim = testing::read_text(dir / "run" / "simulation.json");
   EXPECT_NE(sim.find("resampled from"), std::string::npos) << sim;
+}
+
+TEST(Simulation, TheNetworkFittedFromATraceCostsEachMessageTheTracedTime) {
+  const testing::ScratchDir dir("sim-fit");
+  // A plan's sending to its contribution's arrival took 100 ms, of which
+  // 80 ms compute and 4 ms the worker's own: 8 ms a message each way.
+  v1::StepRecord step = trace_step({{0.08}}, 4);
+  v1::WorkerStep& w = *step.mutable_workers(0);
+  w.set_compute_seconds(0.08);
+  w.set_overhead_seconds(0.004);
+  w.mutable_arrival_seconds()->set_number_value(0.1);
+  std::ofstream(dir / "trace.jsonl") << metrics_line(step);
+  const ComputeTrace trace = ComputeTrace::load(dir / "trace.jsonl");
+  ASSERT_TRUE(trace.message_seconds().has_value());
+  EXPECT_DOUBLE_EQ(*trace.message_seconds(), 0.008);
+
+  const SimulatedRun run = simulate_text(kConfig, dir, 0.01, 0.0, dir / "trace.jsonl", true);
+  ASSERT_EQ(run.result.exit_code, 0);
+  // Each step: the plan out (8 ms), 4 micro-batches of 80 ms, the
+  // contribution back (8 ms).
+  EXPECT_NEAR(run.summary.mean_max_compute_seconds(), 0.32, 1e-9);
+  EXPECT_NEAR(run.summary.mean_step_seconds(), 0.336, 1e-6);
+  const std::string sim = testing::read_text(dir / "run" / "simulation.json");
+  EXPECT_NE(sim.find("fitted from the trace: 0.008 s per message"), std::string::npos) << sim;
+  EXPECT_NE(sim.find("\"bandwidth_bytes_per_second\": null"), std::string::npos) << sim;
 }
 
 }  // namespace

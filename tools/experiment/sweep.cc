@@ -238,6 +238,9 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
   }
   if (sweep.simulate()) {
     plan.simulation = sweep.simulation();
+    if (sweep.simulation().fit_network() && sweep.simulation().trace().empty()) {
+      problems.push_back("simulation.fit_network: the network is fitted from a trace: set trace");
+    }
     if (!sweep.simulation().trace().empty()) {
       const fs::path trace = sweep_dir / sweep.simulation().trace();
       if (!fs::exists(trace)) {
@@ -437,6 +440,7 @@ std::vector<std::string> simulation_arguments(const v1::SimulationModel& model) 
   add(model.has_mttf_seconds(), "--mttf", model.mttf_seconds());
   add(model.has_restart_seconds(), "--restart-seconds", model.restart_seconds());
   if (!model.trace().empty()) args.insert(args.end(), {"--trace", model.trace()});
+  if (model.fit_network()) args.push_back("--fit-network");
   return args;
 }
 
