@@ -28,6 +28,7 @@
 #include "runtime/run_config.h"
 #include "runtime/setup.h"
 #include "sim/compute_trace.h"
+#include "trace/trace_writer.h"
 #include "worker/session.h"
 #include "worker/trainer.h"
 #include "worker/worker_clock.h"
@@ -253,23 +254,6 @@ double message_bytes(const Message& m, uint64_t model_parameters) {
   }
 }
 
-// A JSON string's contents: `text` with quotes, backslashes and control
-// characters escaped.
-std::string json_escaped(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // A JSON number, or null for a value that is not finite (an unbounded
 // bandwidth).
 std::string json_number(double x) {
@@ -282,15 +266,15 @@ void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& conf
   write_file_atomically(
       o.run_dir / "simulation.json",
       fmt::format(
-          "{{\n  \"simulated\": true,\n  \"workers\": {},\n  \"compute\": \"{}\",\n"
-          "  \"sample_seconds\": {},\n  \"trace\": \"{}\",\n  \"network\": \"{}\",\n"
+          "{{\n  \"simulated\": true,\n  \"workers\": {},\n  \"compute\": {},\n"
+          "  \"sample_seconds\": {},\n  \"trace\": {},\n  \"network\": {},\n"
           "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
           "  \"model_parameters\": {},\n  \"data_plane\": \"star\",\n"
           "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
           "not the model's), the exchange data plane\",\n  \"mttf_seconds\": {},\n  "
           "\"restart_seconds\": {}\n}}\n",
-          config.workers(), json_escaped(compute), o.sample_seconds, json_escaped(o.trace.string()),
-          json_escaped(network), json_number(o.latency_seconds), json_number(o.bandwidth_bytes),
+          config.workers(), json_string(compute), o.sample_seconds, json_string(o.trace.string()),
+          json_string(network), json_number(o.latency_seconds), json_number(o.bandwidth_bytes),
           model_parameters, o.mttf_seconds, o.restart_seconds));
 }
 
