@@ -254,12 +254,6 @@ double message_bytes(const Message& m, uint64_t model_parameters) {
   }
 }
 
-// A JSON number, or null for a value that is not finite (an unbounded
-// bandwidth).
-std::string json_number(double x) {
-  return std::isfinite(x) ? fmt::format("{}", x) : "null";
-}
-
 void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& config,
                            uint64_t model_parameters, const std::string& compute,
                            const std::string& network) {
