@@ -14,8 +14,11 @@
 # own compute (measured here as 1 ms a micro-batch of 8, beside the 20 ms
 # slept). Prints each figure real and simulated and their ratio.
 #
+# The mean step at tau = inf, real and simulated, checks the network model
+# of the data plane (sim/network.h) beside the compute.
+#
 #   bash bench/sim_vs_real.sh [build dir, default build/release] [steps, default 60] \
-#        [seeds, default "1 2"] [workers, default "4"]
+#        [seeds, default "1 2"] [workers, default "4"] [data planes, default "star"]
 # The build dir holds bin/dctrain-launch, dctrain-coordinator, dctrain-worker
 # and dctrain-simulate.
 set -euo pipefail
@@ -24,6 +27,7 @@ build="${1:-$here/../build/release}"
 steps="${2:-60}"
 seeds="${3:-1 2}"
 worker_counts="${4:-4}"
+planes="${5:-star}"
 for program in dctrain-launch dctrain-simulate; do
   [[ -x "$build/bin/$program" ]] || { echo "sim_vs_real: $build/bin/$program not found; build first" >&2; exit 1; }
 done
@@ -31,7 +35,7 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores shared by the workers ($worker_counts) and the coordinator"
 
-config() {  # NAME SEED DELAY STEP WORKERS
+config() {  # NAME SEED DELAY STEP WORKERS PLANE
   cat >"$scratch/$1.cfg" <<EOF
 name: "$1"
 seed: $2
@@ -43,7 +47,7 @@ step { global_batch: $((32 * $5)) micro_batch: 8 $4 }
 delay { $3 }
 eval { every_steps: 1000 batch: 500 }
 stop { max_steps: $steps }
-data_plane { kind: "star" }
+data_plane { kind: "$6" }
 EOF
 }
 field() {  # RUN_DIR KEY: a number of summary.json (no python needed)
@@ -56,15 +60,16 @@ run_both() {  # NAME
     --sample-seconds 0.000125 --log-level warn >/dev/null
 }
 
-printf '%-8s %-12s %-5s %-26s %10s %10s %8s\n' workers case seed figure real simulated ratio
+printf '%-9s %-8s %-12s %-5s %-26s %10s %10s %8s\n' plane workers case seed figure real simulated ratio
+for plane in $planes; do
 for workers in $worker_counts; do
 for seed in $seeds; do
   lognormal='kind: "dropcompute" factor: 1 seconds: 0.02'
   straggler='kind: "constant" seconds: 0.02 slow_workers: [0] slowdown: 2'
-  config "dc-inf-$seed" "$seed" "$lognormal" "tau: inf" "$workers"
-  config "dc-auto-$seed" "$seed" "$lognormal" "tau: inf tau_policy: \"auto\"" "$workers"
-  config "st-sync-$seed" "$seed" "$straggler" "tau: inf" "$workers"
-  config "st-rebalance-$seed" "$seed" "$straggler" "tau: inf policy: \"rebalance\"" "$workers"
+  config "dc-inf-$seed" "$seed" "$lognormal" "tau: inf" "$workers" "$plane"
+  config "dc-auto-$seed" "$seed" "$lognormal" "tau: inf tau_policy: \"auto\"" "$workers" "$plane"
+  config "st-sync-$seed" "$seed" "$straggler" "tau: inf" "$workers" "$plane"
+  config "st-rebalance-$seed" "$seed" "$straggler" "tau: inf policy: \"rebalance\"" "$workers" "$plane"
   for name in "dc-inf-$seed" "dc-auto-$seed" "st-sync-$seed" "st-rebalance-$seed"; do
     rm -rf "$scratch/real-$name" "$scratch/sim-$name"
     run_both "$name"
@@ -75,14 +80,17 @@ for seed in $seeds; do
     drop="$(field "$scratch/$side-dc-auto-$seed" drop_rate)"
     sync="$(field "$scratch/$side-st-sync-$seed" mean_step_seconds)"
     rebalance="$(field "$scratch/$side-st-rebalance-$seed" mean_step_seconds)"
+    declare "${side}_inf=$(awk -v a="$inf" 'BEGIN { printf "%.1f", 1000 * a }')"
     declare "${side}_dc=$(awk -v a="$inf" -v b="$auto" 'BEGIN { printf "%.3f", a / b }')"
     declare "${side}_drop=$(awk -v d="$drop" 'BEGIN { printf "%.1f", 100 * d }')"
     declare "${side}_st=$(awk -v a="$sync" -v b="$rebalance" 'BEGIN { printf "%.3f", a / b }')"
   done
   ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b / a }'; }
-  row() { printf '%-8s %-12s %-5s %-26s %10s %10s %8s\n' "$workers" "$@"; }
+  row() { printf '%-9s %-8s %-12s %-5s %-26s %10s %10s %8s\n' "$plane" "$workers" "$@"; }
+  row dropcompute "$seed" "mean step, tau inf" "${real_inf} ms" "${sim_inf} ms" "$(ratio "$real_inf" "$sim_inf")"
   row dropcompute "$seed" "auto tau over inf" "${real_dc}x" "${sim_dc}x" "$(ratio "$real_dc" "$sim_dc")"
   row dropcompute "$seed" "drop rate, auto tau" "${real_drop}%" "${sim_drop}%" "$(awk -v a="$real_drop" -v b="$sim_drop" 'BEGIN { printf "%+.1f pt", b - a }')"
   row straggler "$seed" "rebalance over sync" "${real_st}x" "${sim_st}x" "$(ratio "$real_st" "$sim_st")"
+done
 done
 done

@@ -9,14 +9,14 @@
 
 #include "common/files.h"
 #include "metrics/metrics_json.h"
+#include "metrics/warmup.h"
 
 namespace dctrain {
 
 ComputeTrace ComputeTrace::load(const std::filesystem::path& metrics_jsonl) {
   const std::string origin = metrics_jsonl.string();
   const MetricsRecords records = parse_metrics(read_text_file(metrics_jsonl), origin);
-  // The first step allocates and first touches everything: not a step's compute.
-  const size_t skip = records.steps.size() >= 5 ? 1 : 0;
+  const size_t skip = warmup_steps(records.steps.size());
   std::vector<std::vector<double>> per_rank;
   std::vector<double> transit;  // plan out and contribution back, per worker step
   for (size_t s = skip; s < records.steps.size(); ++s) {

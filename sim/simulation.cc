@@ -28,6 +28,7 @@
 #include "runtime/run_config.h"
 #include "runtime/setup.h"
 #include "sim/compute_trace.h"
+#include "sim/network.h"
 #include "trace/trace_writer.h"
 #include "worker/session.h"
 #include "worker/trainer.h"
@@ -240,46 +241,29 @@ struct Later {
   }
 };
 
-// The bytes a message stands for: the real model's gradient (or state) for
-// the bodies that carry one, the envelope alone otherwise.
-double message_bytes(const Message& m, uint64_t model_parameters) {
-  const double envelope = static_cast<double>(m.envelope.ByteSizeLong());
-  switch (m.envelope.body_case()) {
-    case v1::Envelope::kContribution:
-    case v1::Envelope::kUpdate:
-    case v1::Envelope::kWelcome:
-      return envelope + 4.0 * static_cast<double>(model_parameters);
-    default:
-      return envelope;
-  }
-}
-
 void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& config,
                            uint64_t model_parameters, const std::string& compute,
-                           const std::string& network) {
+                           const SimulatedNetwork& network, const std::string& network_text) {
   write_file_atomically(
       o.run_dir / "simulation.json",
       fmt::format(
           "{{\n  \"simulated\": true,\n  \"workers\": {},\n  \"compute\": {},\n"
           "  \"sample_seconds\": {},\n  \"trace\": {},\n  \"network\": {},\n"
           "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
-          "  \"model_parameters\": {},\n  \"data_plane\": \"star\",\n"
+          "  \"model_parameters\": {},\n  \"data_plane\": {},\n"
           "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
-          "not the model's), the exchange data plane\",\n  \"mttf_seconds\": {},\n  "
+          "not the model's); the exchange's failed and redone rounds\",\n  \"mttf_seconds\": {},\n "
+          " "
           "\"restart_seconds\": {}\n}}\n",
           config.workers(), json_string(compute), o.sample_seconds, json_string(o.trace.string()),
-          json_string(network), json_number(o.latency_seconds), json_number(o.bandwidth_bytes),
-          model_parameters, o.mttf_seconds, o.restart_seconds));
+          json_string(network_text), json_number(o.latency_seconds), json_number(o.bandwidth_bytes),
+          model_parameters, json_string(network.kind()), o.mttf_seconds, o.restart_seconds));
 }
 
 }  // namespace
 
 SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> log) {
   v1::RunConfig& config = o.config;
-  if (config.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
-    log->warn("the exchange data plane is not simulated: the star stands in for it");
-  }
-  config.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
   std::optional<ComputeTrace> trace;
   std::string compute = fmt::format("{} s per sample, then the config's delays", o.sample_seconds);
   if (!o.trace.empty()) {
@@ -288,22 +272,14 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
     log->info("compute times: {}", compute);
     config.clear_delay();  // the trace's times hold the run's delays
   }
-  std::string network = fmt::format("{} s latency + bytes / {} bytes per second per message",
-                                    o.latency_seconds, o.bandwidth_bytes);
-  if (o.fit_network) {
-    if (!trace || !trace->message_seconds()) {
-      throw std::runtime_error(
-          "--fit-network needs a --trace whose step records have arrival times (a run's "
-          "metrics.jsonl)");
-    }
+  if (o.fit_network && (!trace || !trace->message_seconds())) {
+    throw std::runtime_error(
+        "--fit-network needs a --trace whose step records have arrival times (a run's "
+        "metrics.jsonl)");
+  }
+  if (o.fit_network) {  // stated so in simulation.json
     o.latency_seconds = *trace->message_seconds();
     o.bandwidth_bytes = std::numeric_limits<double>::infinity();
-    network = fmt::format(
-        "fitted from the trace: {:.4g} s per message (the traced run's plan-to-arrival time less "
-        "compute and the worker's overhead, median, split between plan and contribution), "
-        "whatever its bytes",
-        o.latency_seconds);
-    log->info("network: {}", network);
   }
   finalize_run_config(config);
   if (config.run_id().empty()) config.set_run_id(new_run_id());
@@ -311,10 +287,28 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   resolve_step_budget(config, train_samples(config, train));
   const uint64_t model_parameters =
       make_model(model_spec(config, train.shape(), 1))->table().total();
+  // The config's data plane sets the network's model; the coordinator
+  // itself runs the star's code (the sums of a stand-in model are not the
+  // point), while the messages cost what the plane's would.
+  const bool exchange = config.data_plane().kind() == v1::DATA_PLANE_EXCHANGE;
+  config.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
+  const double gradient_bytes = 4.0 * static_cast<double>(model_parameters);
+  SimulatedNetwork network =
+      o.fit_network ? SimulatedNetwork::fitted(o.latency_seconds)
+      : exchange ? SimulatedNetwork::exchange(o.latency_seconds, o.bandwidth_bytes, gradient_bytes,
+                                              config.workers())
+                 : SimulatedNetwork::star(o.latency_seconds, o.bandwidth_bytes, gradient_bytes);
+  std::string network_text = network.describe();
+  if (o.fit_network) {
+    network_text +=
+        " (the traced run's plan-to-arrival time less compute and the worker's overhead, median, "
+        "split between plan and contribution)";
+  }
+  log->info("network: {}", network_text);
 
   std::filesystem::create_directories(o.run_dir);
   write_file_atomically(o.run_dir / "config.cfg", to_text(config));
-  write_simulation_json(o, config, model_parameters, compute, network);
+  write_simulation_json(o, config, model_parameters, compute, network, network_text);
 
   Replica replica(std::make_unique<StandInModel>(nullptr, nullptr), config.optimizer());
   QueueOutbox outbox;
@@ -337,9 +331,12 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
     std::push_heap(queue.begin(), queue.end(), Later{});
   };
   const auto send = [&](double time, const std::string& worker, Event::Kind kind, Message message) {
-    const double cost =
-        o.latency_seconds + message_bytes(message, model_parameters) / o.bandwidth_bytes;
-    push(Event{time + cost, 0, kind, worker, std::move(message), std::nullopt, lives[worker]});
+    const double arrival = network.arrival(
+        time,
+        kind == Event::Kind::kToCoordinator ? SimulatedNetwork::Direction::kToCoordinator
+                                            : SimulatedNetwork::Direction::kToWorker,
+        message.envelope.body_case(), static_cast<double>(message.envelope.ByteSizeLong()));
+    push(Event{arrival, 0, kind, worker, std::move(message), std::nullopt, lives[worker]});
   };
   const auto schedule = [&](const std::string& worker, double now_,
                             SimulatedWorker::Outcome outcome) {

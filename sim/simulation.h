@@ -12,11 +12,13 @@
 // `sample_seconds` per sample on that clock, or a time resampled from a
 // real run's trace: no gradient is computed, everything else runs as in a
 // real run.
-// Messages take latency + bytes / bandwidth, the bytes those of the real
-// model's gradient for contributions, updates and welcomes. Worker
-// processes may die at a mean time between failures and restart under
-// their names. The data plane is the star (the exchange among workers is
-// not simulated).
+// Messages cost what the config's data plane would make them cost
+// (sim/network.h: the star through the coordinator's link, or the
+// exchange's rounds among the workers), the bytes those of the real
+// model's gradient. Worker processes may die at a mean time between
+// failures and restart under their names. The coordinator runs the star's
+// code whatever the plane: the exchange's failed and redone rounds are
+// not simulated.
 #pragma once
 
 #include <spdlog/logger.h>
@@ -42,7 +44,7 @@ struct SimulationOptions {
   // (ComputeTrace::message_seconds) in place of latency + bytes / bandwidth.
   bool fit_network = false;
   double latency_seconds = 50e-6;   // per message
-  double bandwidth_bytes = 1.25e9;  // per second, per link (10 Gbit/s)
+  double bandwidth_bytes = 1.25e9;  // per second, per link (10 Gbit/s), each way
   double tick_seconds = 0.005;      // the coordinator's clock work, as its loop's poll
   // Failures: each worker process dies after an exponential time of this
   // mean (its connection closes, as a killed process's does) and a new one

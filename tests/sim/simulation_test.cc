@@ -40,6 +40,16 @@ struct SimulatedRun {
   MetricsRecords records;
 };
 
+SimulatedRun run_simulation(const SimulationOptions& o) {
+  auto log =
+      std::make_shared<spdlog::logger>("sim", std::make_shared<spdlog::sinks::null_sink_mt>());
+  SimulatedRun run;
+  run.result = simulate(o, log);
+  run.summary = parse_summary(testing::read_text(o.run_dir / "summary.json"), "summary.json");
+  run.records = parse_metrics(testing::read_text(o.run_dir / "metrics.jsonl"), "metrics.jsonl");
+  return run;
+}
+
 // `mttf`: mean seconds between a worker's failures (0: none); restarts
 // take 0.5 s.
 SimulatedRun simulate_text(const std::string& text, const testing::ScratchDir& dir,
@@ -55,13 +65,7 @@ SimulatedRun simulate_text(const std::string& text, const testing::ScratchDir& d
   o.sample_seconds = sample_seconds;
   o.latency_seconds = 1e-4;
   o.progress_seconds = 0.0;
-  auto log =
-      std::make_shared<spdlog::logger>("sim", std::make_shared<spdlog::sinks::null_sink_mt>());
-  SimulatedRun run;
-  run.result = simulate(o, log);
-  run.summary = parse_summary(testing::read_text(o.run_dir / "summary.json"), "summary.json");
-  run.records = parse_metrics(testing::read_text(o.run_dir / "metrics.jsonl"), "metrics.jsonl");
-  return run;
+  return run_simulation(o);
 }
 
 TEST(Simulation, StepTimesAreTheComputeOnTheVirtualClockAndTheRunFolderIsARunsFolder) {
@@ -82,6 +86,48 @@ TEST(Simulation, StepTimesAreTheComputeOnTheVirtualClockAndTheRunFolderIsARunsFo
       << "a stand-in model is not written";
   const std::string sim = testing::read_text(dir / "run" / "simulation.json");
   EXPECT_NE(sim.find("\"simulated\": true"), std::string::npos) << sim;
+}
+
+// 16 workers on a slow network (1 MB/s), each computing 0.16 s a step:
+// through the star every gradient takes the coordinator's link in turn;
+// the exchange costs each member one round whatever the count.
+TEST(Simulation, TheStarsLinkGrowsTheStepWithTheWorkersAndTheExchangesRoundDoesNot) {
+  std::string text = kConfig;
+  text.replace(text.find("workers: 4"), 10, "workers: 16");
+  text.replace(text.find("global_batch: 64"), 16, "global_batch: 256");
+  text.replace(text.find("synthetic_samples: 640"), 22, "synthetic_samples: 5120");  // 20 steps
+  const auto run_plane = [&](const std::string& plane) {
+    const testing::ScratchDir dir("sim-" + plane);
+    SimulationOptions o;
+    o.config = parse_run_config(text + "data_plane { kind: \"" + plane + "\" }\n", "sim.cfg");
+    o.run_dir = dir / "run";
+    o.sample_seconds = 0.01;
+    o.latency_seconds = 1e-4;
+    o.bandwidth_bytes = 1e6;
+    o.progress_seconds = 0.0;
+    SimulatedRun run = run_simulation(o);
+    EXPECT_NE(
+        testing::read_text(o.run_dir / "simulation.json").find("\"data_plane\": \"" + plane + "\""),
+        std::string::npos);
+    return run;
+  };
+  const SimulatedRun star = run_plane("star");
+  const SimulatedRun exchange = run_plane("exchange");
+  ASSERT_EQ(star.result.exit_code, 0);
+  ASSERT_EQ(exchange.result.exit_code, 0);
+  EXPECT_NEAR(star.summary.mean_max_compute_seconds(), 0.16, 1e-9);
+  EXPECT_NEAR(exchange.summary.mean_max_compute_seconds(), 0.16, 1e-9);
+  const double gradient = 4.0 * static_cast<double>(star.result.model_parameters) / 1e6;
+  // The star: the 16 updates leave one after another, so the last worker
+  // starts its compute 16 gradients after the first.
+  EXPECT_GT(star.summary.mean_step_seconds(), 0.16 + 16 * gradient);
+  // The exchange: compute, one round (2 latencies + 2 x 15/16 gradients),
+  // the report and the commit; a few latencies and the coordinator's
+  // 5 ms tick on top at most.
+  const double round = 2e-4 + 2.0 * 15.0 / 16.0 * gradient;
+  EXPECT_GT(exchange.summary.mean_step_seconds(), 0.16 + round);
+  EXPECT_LT(exchange.summary.mean_step_seconds(), 0.16 + round + 0.01);
+  EXPECT_EQ(exchange.summary.microbatches_completed(), star.summary.microbatches_completed());
 }
 
 TEST(Simulation, TauStopsMicroBatchesWhereTheComputeLoopDoesAndTheLedgerLosesNothing) {

@@ -139,10 +139,6 @@ std::vector<double> worker_compute_times(const std::vector<v1::StepRecord>& step
   return times;
 }
 
-size_t warmup_steps(size_t step_count) {
-  return step_count < 5 ? 0 : 1;
-}
-
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) throw std::invalid_argument("percentile of no values");
   std::sort(values.begin(), values.end());

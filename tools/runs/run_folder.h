@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "metrics/metrics_json.h"
+#include "metrics/warmup.h"
 #include "proto/config.pb.h"
 #include "proto/metrics.pb.h"
 #include "proto/sweep.pb.h"
@@ -56,10 +57,6 @@ v1::CaseInfo case_info_from_config(const v1::RunConfig& config, const std::strin
 // first touches of the data).
 std::vector<double> worker_compute_times(const std::vector<v1::StepRecord>& steps,
                                          size_t skip_steps);
-
-// Warm-up steps left out of compute-time statistics: 1, none in runs of
-// fewer than 5 steps.
-size_t warmup_steps(size_t step_count);
 
 // The p-th percentile (0..100) of `values` by linear interpolation between
 // order statistics; throws std::invalid_argument when `values` is empty.
