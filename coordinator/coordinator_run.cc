@@ -143,7 +143,11 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
       v1::RunSummary summary = metrics_.summary(config_, wall(now), epochs(), reason);
       if (setup_.blas) *summary.mutable_blas() = *setup_.blas;
       if (!setup_.resume) summary.set_startup_seconds(run_started_ - created_);
-      worker_summary_.add_to(summary);
+      const double forward =
+          replica_.model().forward_flops_per_sample(config_.dataset().masked_per_sequence());
+      summary.set_forward_flops_per_sample(forward);
+      summary.set_training_flops_per_sample(3.0 * forward);
+      worker_summary_.add_to(summary, 3.0 * forward);
       summary.set_completed(exit_code_ == kCoordinatorDone);
       summary.set_exit_status(exit_code_);
       write_summary(setup_.run_dir / "summary.json", summary);

@@ -32,11 +32,24 @@ double WorkerTotals::mean_communication_seconds() const {
   return arrivals == 0 ? 0.0 : communication_seconds / static_cast<double>(arrivals);
 }
 
+double WorkerTotals::achieved_flops_per_second(double training_flops_per_sample) const {
+  const double model_seconds = micro_batch_seconds - delay_seconds;
+  if (timed_samples == 0 || model_seconds <= 0.0) return 0.0;
+  return training_flops_per_sample * static_cast<double>(timed_samples) / model_seconds;
+}
+
+double WorkerTotals::mfu(double training_flops_per_sample) const {
+  if (!blas || blas->sgemm_gflops() <= 0.0) return 0.0;
+  return achieved_flops_per_second(training_flops_per_sample) /
+         (blas->sgemm_gflops() * 1e9 * threads);
+}
+
 void WorkerSummary::joined(const std::string& name, uint32_t rank, const v1::Hello& hello) {
   WorkerTotals& w = workers_[name];
   w.name = name;
   w.rank = rank;
   if (hello.has_blas()) w.blas = hello.blas();
+  w.threads = std::max<uint32_t>(hello.threads(), 1);
 }
 
 void WorkerSummary::step_started(uint64_t step, double now) {
@@ -59,9 +72,11 @@ bool WorkerSummary::contribution_arrived(const std::string& name, uint64_t step,
   // Summed before anything is counted: every time, and the totals they
   // would give, must be usable.
   double micro_batch_seconds = 0.0;
+  double delay_seconds = 0.0;
   for (const v1::MicroBatchTime& t : c.completed()) {
-    if (!usable(t.compute_seconds())) return false;
+    if (!usable(t.compute_seconds()) || !usable(t.delay_seconds())) return false;
     micro_batch_seconds += t.compute_seconds();
+    delay_seconds += std::min(t.delay_seconds(), t.compute_seconds());
   }
   // Looked up without adding it: a refused contribution leaves no trace.
   const auto found = workers_.find(name);
@@ -73,7 +88,7 @@ bool WorkerSummary::contribution_arrived(const std::string& name, uint64_t step,
   const double communication = std::max(0.0, arrival - c.compute_seconds() - c.overhead_seconds());
   const bool late = !(step_open_ && step == open_step_);
   if (!usable(before.micro_batch_seconds + micro_batch_seconds) ||
-      !usable(before.arrival_seconds + arrival) ||
+      !usable(before.delay_seconds + delay_seconds) || !usable(before.arrival_seconds + arrival) ||
       !usable(before.communication_seconds + communication) ||
       (late && !usable(before.late_arrival_seconds + arrival))) {
     return false;
@@ -85,7 +100,9 @@ bool WorkerSummary::contribution_arrived(const std::string& name, uint64_t step,
   w.communication_seconds += communication;
   // A late contribution was computed all the same: its times count.
   w.micro_batch_seconds += micro_batch_seconds;
+  w.delay_seconds += delay_seconds;
   w.timed += static_cast<uint64_t>(c.completed_size());
+  w.timed_samples += c.samples();
   if (!late) {
     arrival_in_open_step_[name] = arrival;
   } else {
@@ -163,8 +180,8 @@ void WorkerSummary::worker_released(const std::string& name, uint32_t rank, uint
   released_.push_back({name, rank, step, missed});
 }
 
-void WorkerSummary::add_to(v1::RunSummary& summary) const {
-  auto entry = [](const WorkerTotals& w) {
+void WorkerSummary::add_to(v1::RunSummary& summary, double training_flops_per_sample) const {
+  auto entry = [training_flops_per_sample](const WorkerTotals& w) {
     const auto mean = [](double sum, uint64_t n) {
       return n == 0 ? 0.0 : sum / static_cast<double>(n);
     };
@@ -183,9 +200,25 @@ void WorkerSummary::add_to(v1::RunSummary& summary) const {
     e.set_late_contributions(static_cast<uint32_t>(w.late));
     e.set_mean_late_arrival_seconds(mean(w.late_arrival_seconds, w.late));
     if (w.blas) *e.mutable_blas() = *w.blas;
+    e.set_threads(w.threads);
+    e.set_achieved_flops_per_second(w.achieved_flops_per_second(training_flops_per_sample));
+    e.set_mfu(w.mfu(training_flops_per_sample));
     return e;
   };
-  for (const WorkerTotals& w : totals()) *summary.add_per_worker() = entry(w);
+  double achieved = 0.0, mfu = 0.0;
+  uint32_t known = 0;
+  for (const WorkerTotals& w : totals()) {
+    const v1::PerWorkerTotals& e = *summary.add_per_worker() = entry(w);
+    if (e.mfu() > 0.0) {
+      ++known;
+      achieved += e.achieved_flops_per_second();
+      mfu += e.mfu();
+    }
+  }
+  if (known > 0) {
+    summary.set_mean_achieved_flops_per_second(achieved / known);
+    summary.set_mean_mfu(mfu / known);
+  }
   for (const auto& [w, cause] : slow_workers()) {
     v1::PerWorkerTotals& e = *summary.add_slow_workers();
     e = entry(w);

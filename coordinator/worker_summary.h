@@ -24,15 +24,23 @@ struct WorkerTotals {
   uint64_t completed = 0, dropped = 0, orphaned = 0;  // micro-batches
   uint64_t timed = 0;                  // micro-batches it reported computing, in time or late
   double micro_batch_seconds = 0.0;    // their summed compute time
+  double delay_seconds = 0.0;          // of which injected delays
+  uint64_t timed_samples = 0;          // their samples
   uint64_t arrivals = 0;               // contributions that arrived, in time or late
   double arrival_seconds = 0.0;        // sum of plan sent -> contribution arrived
   double communication_seconds = 0.0;  // sum of arrival - the worker's own compute and overhead
   uint64_t late = 0;                   // contributions that arrived after their step closed
   double late_arrival_seconds = 0.0;   // sum of their plan sent -> arrival
   std::optional<v1::BlasInfo> blas;    // from its (latest) hello; none from older workers
+  uint32_t threads = 1;                // compute threads, from its hello
 
   double mean_micro_batch_seconds() const;
   double mean_communication_seconds() const;
+  // Training FLOPs per second over its timed samples' compute less their
+  // delays; 0 when nothing was timed or `training_flops_per_sample` is 0.
+  double achieved_flops_per_second(double training_flops_per_sample) const;
+  // That against its sgemm peak x threads; 0 when either is unknown.
+  double mfu(double training_flops_per_sample) const;
 };
 
 class WorkerSummary {
@@ -62,8 +70,11 @@ class WorkerSummary {
   // mean micro-batch time ("compute") or mean communication time
   // ("communication"), each with its cause.
   std::vector<std::pair<WorkerTotals, std::string>> slow_workers(double factor = 1.5) const;
-  // summary.json's "per_worker", "slow_workers" and "released_workers".
-  void add_to(v1::RunSummary& summary) const;
+  // summary.json's "per_worker", "slow_workers" and "released_workers",
+  // with each worker's model FLOPs utilization from the model's
+  // `training_flops_per_sample` (0: not counted) and its mean over the
+  // workers.
+  void add_to(v1::RunSummary& summary, double training_flops_per_sample) const;
 
  private:
   struct Release {

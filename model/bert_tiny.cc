@@ -583,4 +583,11 @@ MicroBatchResult BertTiny::head(bool train) {
   return result;
 }
 
+double BertTiny::forward_flops_per_sample(int masked_per_sequence) const {
+  const double t = config_.max_positions, h = config_.hidden, ffn = config_.ffn;
+  const double layer = 4.0 * t * h * h + 2.0 * t * t * h + 2.0 * t * h * ffn;
+  const double head = masked_per_sequence * (h * h + h * config_.vocab_size);
+  return 2.0 * (config_.layers * layer + head);
+}
+
 }  // namespace dctrain

@@ -65,6 +65,11 @@ class BertTiny final : public Model {
   // No BatchNorm: nothing to fold.
   void apply_statistics(std::span<const float> averaged) override;
   ThreadPool* thread_pool() override { return pool_.get(); }
+  // A sequence of max_positions tokens: per layer Q, K, V and the output
+  // projection (4 x T x H x H multiply-adds), the scores and the weighted
+  // sum (2 x T x T x H), the feed-forward (2 x T x H x ffn); then the head
+  // on the masked rows only (H x H + H x vocab each).
+  double forward_flops_per_sample(int masked_per_sequence) const override;
 
   // (masked tokens, vocab): the logits of the last evaluate(), masked
   // positions in row-major (sequence, position) order.

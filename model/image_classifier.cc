@@ -138,6 +138,20 @@ class ImageClassifier final : public Model {
     return std::span<const float>(a.data).first(static_cast<size_t>(last_n_ * a.dims.size()));
   }
 
+  double forward_flops_per_sample(int) const override {
+    double flops = 0.0;
+    for (const Op& op : ops_) {
+      if (op.kind == OpKind::kConv) {
+        const Conv2dShape& c = op.conv;
+        flops += 2.0 * c.in_channels * c.out_channels * c.kernel_h * c.kernel_w * c.out_height() *
+                 c.out_width();
+      } else if (op.kind == OpKind::kLinear) {
+        flops += 2.0 * op.in_features * op.out_features;
+      }
+    }
+    return flops;
+  }
+
   // ---- building ----------------------------------------------------------
 
   static constexpr int kInput = 0;

@@ -78,6 +78,19 @@ class Model {
   // momentum: running = (1 - m) * running + m * averaged.
   virtual void apply_statistics(std::span<const float> averaged) = 0;
 
+  // Floating-point operations of one sample's forward pass, counted from
+  // the layer shapes: 2 per multiply-add of every convolution and matrix
+  // product (attention's scores and weighted sums included). Elementwise
+  // work (normalisation, activations, softmax, pooling, the loss) is left
+  // out, as model-FLOPs counts do; training counts 3 x this (the
+  // backward's two products per layer). `masked_per_sequence`: the rows of
+  // a masked-language model's head per sequence; classifiers ignore it.
+  // 0: not counted for this model.
+  virtual double forward_flops_per_sample(int masked_per_sequence) const {
+    static_cast<void>(masked_per_sequence);
+    return 0.0;
+  }
+
   // The model's compute threads, lent to whatever else runs between its
   // steps on the same cores (the optimizer's update); nullptr: none.
   virtual ThreadPool* thread_pool() { return nullptr; }

@@ -103,10 +103,53 @@ TEST(WorkerSummary, NamesTheComputeStragglerAndTheSlowLinkEachWithItsCause) {
   EXPECT_EQ(slow[1].first.name, "link");
   EXPECT_EQ(slow[1].second, "communication");
   v1::RunSummary summary;
-  three_workers().add_to(summary);
+  three_workers().add_to(summary, 0.0);
   ASSERT_EQ(summary.slow_workers_size(), 2) << summary.DebugString();
   EXPECT_EQ(summary.slow_workers(1).name(), "link");
   EXPECT_EQ(summary.slow_workers(1).cause(), "communication");
+}
+
+// One worker of 2 compute threads and a 100 GFLOP/s sgemm peak; 10 steps
+// of 4 micro-batches of 8 samples, each 10 ms of which 2 ms injected delay.
+TEST(WorkerSummary, MfuIsTheTrainingFlopsOverTheComputeLessDelaysAgainstThePeakTimesThreads) {
+  WorkerSummary summary;
+  v1::Hello hello;
+  hello.set_threads(2);
+  hello.mutable_blas()->set_sgemm_gflops(100.0);
+  summary.joined("w", 0, hello);
+  summary.joined("no-peak", 1, v1::Hello());
+  for (uint64_t step = 0; step < 10; ++step) {
+    summary.step_started(step, 0.0);
+    for (const char* name : {"w", "no-peak"}) {
+      v1::Contribution c = contribution(4, 0.01, 0.0);
+      for (v1::MicroBatchTime& t : *c.mutable_completed()) t.set_delay_seconds(0.002);
+      c.set_samples(32);
+      summary.contribution_arrived(name, step, c, 0.05);
+    }
+    Step s;
+    s.worker(0, "w", true, 4, 0, 0.01).worker(1, "no-peak", true, 4, 0, 0.01);
+    summary.step_closed(s.record, s.planned);
+  }
+  const double training = 3.0 * 406'528.0;  // the MLP on 28 x 28: 3 x forward
+  const double achieved = training * 320 / (40 * 0.008);
+  v1::RunSummary written;
+  summary.add_to(written, training);
+  ASSERT_EQ(written.per_worker_size(), 2);
+  const v1::PerWorkerTotals& w = written.per_worker(0);
+  EXPECT_EQ(w.threads(), 2u);
+  EXPECT_NEAR(w.achieved_flops_per_second(), achieved, 1e-6 * achieved);
+  EXPECT_NEAR(w.mfu(), achieved / 200e9, 1e-9);
+  EXPECT_NEAR(w.mfu(), 0.00609792, 1e-9);
+  // Without a peak its MFU is unknown, and the mean leaves it out.
+  EXPECT_EQ(written.per_worker(1).mfu(), 0.0);
+  EXPECT_NEAR(written.per_worker(1).achieved_flops_per_second(), achieved, 1e-6 * achieved);
+  EXPECT_NEAR(written.mean_mfu(), w.mfu(), 1e-12);
+  EXPECT_NEAR(written.mean_achieved_flops_per_second(), achieved, 1e-6 * achieved);
+  // A model whose FLOPs are not counted: nothing is claimed.
+  v1::RunSummary uncounted;
+  summary.add_to(uncounted, 0.0);
+  EXPECT_EQ(uncounted.per_worker(0).mfu(), 0.0);
+  EXPECT_EQ(uncounted.mean_mfu(), 0.0);
 }
 
 TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
@@ -148,7 +191,7 @@ TEST(WorkerSummary, EachWorkerCarriesTheBlasItsHelloReported) {
   summary.joined("cpu", 1, hello);
   summary.joined("link", 2, v1::Hello());  // a worker from before BlasInfo existed
   v1::RunSummary written;
-  summary.add_to(written);
+  summary.add_to(written, 0.0);
   const auto entry = [&](const std::string& name) {
     for (const v1::PerWorkerTotals& w : written.per_worker()) {
       if (w.name() == name) return w;

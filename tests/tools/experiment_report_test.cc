@@ -183,6 +183,19 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
   // The printed table is the file's.
   EXPECT_NE(last_output_.find(fmt::format("| {} |", fmt::join(drop_row, " | "))),
             std::string::npos);
+  // How close to the machine each case computed, from its summary: the
+  // MLP's training FLOPs per sample (3 x 2 x (784 x 256 + 256 x 10)) and
+  // the MFU the coordinator measured.
+  EXPECT_DOUBLE_EQ(base_summary.training_flops_per_sample(), 3 * 406'528.0);
+  ASSERT_GT(base_summary.mean_mfu(), 0.0) << base_summary.ShortDebugString();
+  EXPECT_NE(
+      markdown.find(fmt::format(
+          "Model FLOPs utilization (0.00122 GFLOP per training sample, 3 x the forward "
+          "pass counted from the layers; against each worker's sgemm peak x its threads, "
+          "delays left out): tau = inf (baseline): {:.3g} GFLOP/s per worker, {:.1f}%",
+          base_summary.mean_achieved_flops_per_second() / 1e9, 100 * base_summary.mean_mfu())),
+      std::string::npos)
+      << markdown;
 
   // report.json carries the same numbers.
   const std::string json = read_text(report / "report.json");

@@ -119,6 +119,8 @@ std::string report_markdown(const Report& report, const std::vector<Plot>& plots
     if (!stats.empty()) out += stats + "\n";
     const std::string predicted = predicted_line(e);
     if (!predicted.empty()) out += predicted + "\n";
+    const std::string mfu = mfu_line(e);
+    if (!mfu.empty()) out += mfu + "\n";
     out += "Run folders:";
     for (const RunFolder& run : e.runs) out += " `" + run.dir.string() + "`";
     out += "\n\n";
@@ -181,6 +183,8 @@ std::string report_html(const Report& report, const std::vector<Plot>& plots,
     if (!stats.empty()) out += "<pre>" + html_escape(stats) + "</pre>\n";
     const std::string predicted = predicted_line(e);
     if (!predicted.empty()) out += "<p>" + html_escape(predicted) + "</p>\n";
+    const std::string mfu = mfu_line(e);
+    if (!mfu.empty()) out += "<p>" + html_escape(mfu) + "</p>\n";
     out += "<p>Run folders:";
     for (const RunFolder& run : e.runs)
       out += " <code>" + html_escape(run.dir.string()) + "</code>";

@@ -320,9 +320,14 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       CaseRow& row = e.rows[r];
       std::sort(row.runs.begin(), row.runs.end(),
                 [&](size_t a, size_t b) { return e.runs[a].info.seed() < e.runs[b].info.seed(); });
-      std::vector<double> accuracy, ttt, sps, drop, lost, tau;
+      std::vector<double> accuracy, ttt, sps, drop, lost, tau, mfu, achieved;
       for (size_t i : row.runs) {
         const RunFolder& run = e.runs[i];
+        if (run.summary.mean_mfu() > 0.0) {
+          mfu.push_back(run.summary.mean_mfu());
+          achieved.push_back(run.summary.mean_achieved_flops_per_second());
+          row.training_flops_per_sample = run.summary.training_flops_per_sample();
+        }
         if (auto a = optional_number(run.summary.final_eval_accuracy())) accuracy.push_back(*a);
         if (auto t = run_time_to_target(run, report.target)) ttt.push_back(*t);
         row.steady_values.push_back(steady_samples_per_second(run));
@@ -341,6 +346,10 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
       row.drop_rate = aggregate(drop);
       row.samples_lost = aggregate(lost);
       row.tau_seconds = aggregate(tau);
+      if (!mfu.empty()) {
+        row.mfu = aggregate(mfu);
+        row.achieved_flops_per_second = aggregate(achieved);
+      }
       const std::string policy = row.policy.empty() ? "" : row.policy + ", ";
       if (is_baseline(row)) {
         row.label = row.policy.empty() ? "tau = inf (baseline)" : "sync, tau = inf (baseline)";
@@ -527,6 +536,23 @@ std::string curve_text(const SpeedupCurve& curve) {
 
 }  // namespace
 
+std::string mfu_line(const Experiment& e) {
+  std::string cases;
+  double training = 0.0;
+  for (const CaseRow& row : e.rows) {
+    if (!row.mfu) continue;
+    training = row.training_flops_per_sample;
+    cases +=
+        fmt::format("{}{}: {:.3g} GFLOP/s per worker, {:.1f}%", cases.empty() ? "" : "; ",
+                    row.label, row.achieved_flops_per_second->mean / 1e9, 100.0 * row.mfu->mean);
+  }
+  if (cases.empty()) return "";
+  return fmt::format(
+      "Model FLOPs utilization ({:.4g} GFLOP per training sample, 3 x the forward pass counted "
+      "from the layers; against each worker's sgemm peak x its threads, delays left out): {}.\n",
+      training / 1e9, cases);
+}
+
 std::string predicted_line(const Experiment& e) {
   if (!e.predicted || e.predicted->curves.empty()) return "";
   const SpeedupCurve* best = find_curve(*e.predicted, "best");
@@ -660,6 +686,8 @@ std::string markdown_tables(const Report& report) {
     if (!stats.empty()) out += stats + "\n";
     const std::string predicted = predicted_line(e);
     if (!predicted.empty()) out += predicted + "\n";
+    const std::string mfu = mfu_line(e);
+    if (!mfu.empty()) out += mfu + "\n";
   }
   const std::string twins = twin_table(report);
   if (!twins.empty()) out += twins + "\n";

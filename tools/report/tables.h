@@ -52,6 +52,11 @@ struct CaseRow {
   // checkpoints left out) and accuracy at the experiment's equal wall time.
   std::vector<double> time_to_target_values, steady_values, accuracy_at_time_values;
   std::optional<TTest> time_to_target_test, steady_test, accuracy_at_time_test;
+  // Model FLOPs utilization over the seeds whose summary has it
+  // (RunSummary.mean_mfu, mean_achieved_flops_per_second, training FLOPs
+  // per sample): nothing when none has.
+  std::optional<Aggregate> mfu, achieved_flops_per_second;
+  double training_flops_per_sample = 0.0;
 };
 
 struct Experiment {
@@ -124,6 +129,12 @@ std::vector<std::string> table_cells(const CaseRow& row);
 // tau at 4, 16 and 64 workers, each with its tau and drop rate, and the
 // best within the runs' drop-rate bound beside it; "" without a prediction.
 std::string predicted_line(const Experiment& e);
+
+// The line under an experiment's table on how close to the machine its
+// workers computed: the model's training FLOPs per sample (counted from
+// its layers), and per case the achieved FLOP/s per worker and the MFU
+// (against each worker's sgemm peak x its threads); "" when no run has it.
+std::string mfu_line(const Experiment& e);
 
 // The sentence under an experiment's table: which cases are faster or
 // slower than the baseline beyond the spread between seeds (the speedup's
