@@ -7,10 +7,13 @@ on the masked positions only, AdamW; float32. Run with OPENBLAS_NUM_THREADS=1
 Prints one line per thread count: "threads N: X tok/s", and the peak
 resident memory.
 
-    pytorch_bert_tiny.py [STEPS] [LAYERS HIDDEN HEADS INTERMEDIATE]
+    pytorch_bert_tiny.py [--batch N] [--no-optimizer] [--threads T] [STEPS]
+                         [LAYERS HIDDEN HEADS INTERMEDIATE]
 
 Four sizes after the steps: another member of the family (4 256 4 1024:
-BERT-mini).
+BERT-mini). --batch: sequences per step (32). --no-optimizer: forward and
+backward only, as the engine's train_micro_batch (bench/engine_micro_batch.cc).
+--threads: that thread count only (default 1 and 2).
 """
 import os
 import resource
@@ -39,7 +42,7 @@ def make_batch(gen):
     return tokens, types, attention, labels
 
 
-def tokens_per_second(threads, steps, sizes):
+def tokens_per_second(threads, steps, sizes, optimizer=True):
     torch.set_num_threads(threads)
     torch.manual_seed(1)
     model = BertTiny(VOCAB, SEQ, dropout=0.1, s=sizes)
@@ -59,7 +62,8 @@ def tokens_per_second(threads, steps, sizes):
         opt.zero_grad()
         _, loss_sum = model(*batch)
         (loss_sum / (BATCH * MASKED)).backward()
-        opt.step()
+        if optimizer:
+            opt.step()
 
     step()  # warm-up
     best = float("inf")
@@ -71,15 +75,30 @@ def tokens_per_second(threads, steps, sizes):
 
 
 def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    sizes = Sizes(*(int(a) for a in sys.argv[2:6])) if len(sys.argv) == 6 else TINY
+    global BATCH
+    args = sys.argv[1:]
+    optimizer = "--no-optimizer" not in args
+    args = [a for a in args if a != "--no-optimizer"]
+    thread_counts = (1, 2)
+    for flag in ("--batch", "--threads"):
+        if flag in args:
+            i = args.index(flag)
+            value = int(args[i + 1])
+            if flag == "--batch":
+                BATCH = value
+            else:
+                thread_counts = (value,)
+            del args[i:i + 2]
+    steps = int(args[0]) if args else 5
+    sizes = Sizes(*(int(a) for a in args[1:5])) if len(args) == 5 else TINY
     name = "bert-tiny" if sizes is TINY else \
         f"bert-L{sizes.layers}-H{sizes.hidden}-A{sizes.heads}"
     print(f"PyTorch {torch.__version__} {name} MLM training, {BATCH} x {SEQ}, vocab {VOCAB}, "
-          f"{MASKED} masked per sequence, dropout 0.1, AdamW; best of {steps} steps")
-    for threads in (1, 2):
-        print(f"threads {threads}: {tokens_per_second(threads, steps, sizes):8.0f} tok/s",
-              flush=True)
+          f"{MASKED} masked per sequence, dropout 0.1, "
+          f"{'AdamW' if optimizer else 'no optimizer step'}; best of {steps} steps")
+    for threads in thread_counts:
+        rate = tokens_per_second(threads, steps, sizes, optimizer)
+        print(f"threads {threads}: {rate:8.0f} tok/s", flush=True)
     print("peak resident memory: %.1f MiB" %
           (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0))
 

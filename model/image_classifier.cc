@@ -26,6 +26,26 @@ namespace {
 // not depend on the thread count).
 constexpr int kMaxChunks = 16;
 
+// A convolution's chunks hold at least this many output positions (samples
+// x out_height x out_width) where the micro-batch allows: the weight
+// gradient of one 8x8 sample is 4 vectors of positions per output, and its
+// tile's horizontal sums, the partial buffer's zeroing and its reduction
+// then cost as much as the products (ResNet-20's last stage ran at half its
+// per-image speed at micro-batch 16 with one sample per chunk).
+constexpr int64_t kMinChunkPositions = 512;
+
+// How many chunks a convolution splits n samples into: at most kMaxChunks
+// and at most n, each of at least kMinChunkPositions positions when n
+// allows. A function of n and the shape only (never of the thread count),
+// so results are the same for any number of threads; at micro-batch 128
+// every ResNet-20 layer keeps 16 chunks.
+int conv_chunks(int n, const Conv2dShape& s) {
+  const int64_t positions = int64_t{s.out_height()} * s.out_width();
+  const int64_t samples_per_chunk = (kMinChunkPositions + positions - 1) / positions;
+  const int64_t wanted = (n + samples_per_chunk - 1) / samples_per_chunk;
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::min(n, kMaxChunks)));
+}
+
 struct Dims {
   int c = 0, h = 0, w = 0;
   int64_t size() const { return int64_t{c} * h * w; }
@@ -495,7 +515,7 @@ class ImageClassifier final : public Model {
           const float* b = op.bias >= 0 ? param(op.bias) : nullptr;
           // Chunks of samples: the weights are laid out for the kernel once
           // per call. Each sample's output does not depend on the chunking.
-          const int chunks = std::min(n, kMaxChunks);
+          const int chunks = conv_chunks(n, op.conv);
           pool_.parallel_for(chunks, [&](int64_t c, int t) {
             const auto [begin, end] = chunk(static_cast<int>(c), chunks, n);
             Conv2dShape s = op.conv;
@@ -599,7 +619,7 @@ class ImageClassifier final : public Model {
           const float* w = param(op.weight);
           const int64_t wcount = static_cast<int64_t>(table_[static_cast<size_t>(op.weight)].count);
           const int64_t bcount = op.bias >= 0 ? op.conv.out_channels : 0;
-          const int chunks = std::min(n, kMaxChunks);
+          const int chunks = conv_chunks(n, op.conv);
           pool_.parallel_for(chunks, [&](int64_t c, int t) {
             float* pw = partials_.data() + c * max_param_;
             std::fill(pw, pw + wcount + bcount, 0.0f);

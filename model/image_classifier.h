@@ -15,7 +15,8 @@
 // inside a step.
 //
 // Determinism: every weight gradient is summed per fixed chunk of samples
-// (the chunking depends on the batch size only, never on the thread count)
+// (the chunking depends on the batch size and the layer's shape only,
+// never on the thread count)
 // and the chunk partials are added in chunk order, so results are
 // bit-identical for any number of threads.
 //
