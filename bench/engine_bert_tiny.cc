@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/batches.h"
 #include "bench/sgemm_reference.h"
-#include "common/random.h"
 #include "model/bert_tiny.h"
 #include "model/optimizer.h"
 
@@ -28,39 +28,9 @@ namespace {
 
 using dctrain::Batch;
 
-constexpr int kBatch = 32, kSeq = 128, kVocab = 30522, kMasked = 19;
+constexpr int kBatch = 32, kSeq = dctrain::bench::kMlmSeq, kVocab = dctrain::bench::kMlmVocab,
+              kMasked = dctrain::bench::kMlmMasked;
 constexpr double kFlopPerToken = 6.25e6;
-
-// [CLS] + 126 tokens + [SEP], 19 of the 126 masked (as the MLM recipe).
-Batch make_batch() {
-  Batch b;
-  b.kind = dctrain::BatchKind::kTokens;
-  b.size = kBatch;
-  b.seq_len = kSeq;
-  const size_t cells = static_cast<size_t>(kBatch) * kSeq;
-  b.tokens.resize(cells);
-  b.token_types.assign(cells, 0);
-  b.attention.assign(cells, 1);
-  b.labels.assign(cells, dctrain::kIgnoreLabel);
-  dctrain::Rng rng(2024);
-  for (int s = 0; s < kBatch; ++s) {
-    int32_t* tokens = b.tokens.data() + static_cast<size_t>(s) * kSeq;
-    int32_t* labels = b.labels.data() + static_cast<size_t>(s) * kSeq;
-    for (int p = 0; p < kSeq; ++p)
-      tokens[p] = 1000 + static_cast<int32_t>(rng.below(kVocab - 1000));
-    tokens[0] = 101;
-    tokens[kSeq - 1] = 102;
-    std::vector<int> spots(kSeq - 2);
-    for (int p = 0; p < kSeq - 2; ++p) spots[p] = p + 1;
-    for (int k = 0; k < kMasked; ++k) {  // partial Fisher-Yates: 19 distinct positions
-      const auto j = k + static_cast<int>(rng.below(spots.size() - k));
-      std::swap(spots[k], spots[j]);
-      labels[spots[k]] = tokens[spots[k]];
-      tokens[spots[k]] = 103;
-    }
-  }
-  return b;
-}
 
 double tokens_per_second(dctrain::ModelSpec spec, int threads, int steps, const Batch& batch) {
   spec.threads = threads;
@@ -102,7 +72,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool tiny = spec.name == "bert-tiny";
-  const Batch batch = make_batch();
+  const Batch batch = dctrain::bench::mlm_sequences(kBatch);
   std::printf(
       "%s MLM training, %d x %d tokens, vocab %d, %d masked per sequence, dropout "
       "0.1, AdamW; best of %d steps (machine shared: figures are noisy)\n",

@@ -19,61 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/batches.h"
 #include "bench/sgemm_reference.h"
-#include "common/random.h"
 #include "model/model.h"
 
 namespace {
 
 using dctrain::Batch;
-using dctrain::BatchKind;
 using dctrain::bench::seconds_since;
-
-constexpr int kSeq = 128, kVocab = 30522, kMasked = 19;
-
-Batch images(int n) {
-  Batch b;
-  b.kind = BatchKind::kImage;
-  b.size = n;
-  b.channels = 3;
-  b.height = b.width = 32;
-  dctrain::Rng rng(42);
-  b.images.resize(static_cast<size_t>(n) * 3 * 32 * 32);
-  for (float& x : b.images) x = static_cast<float>(rng.normal());
-  for (int i = 0; i < n; ++i) b.labels.push_back(static_cast<int32_t>(rng.below(10)));
-  return b;
-}
-
-// [CLS] + 126 tokens + [SEP], 19 of the 126 masked (as the MLM recipe).
-Batch sequences(int n) {
-  Batch b;
-  b.kind = BatchKind::kTokens;
-  b.size = n;
-  b.seq_len = kSeq;
-  const size_t cells = static_cast<size_t>(n) * kSeq;
-  b.tokens.resize(cells);
-  b.token_types.assign(cells, 0);
-  b.attention.assign(cells, 1);
-  b.labels.assign(cells, dctrain::kIgnoreLabel);
-  dctrain::Rng rng(2024);
-  for (int s = 0; s < n; ++s) {
-    int32_t* tokens = b.tokens.data() + static_cast<size_t>(s) * kSeq;
-    int32_t* labels = b.labels.data() + static_cast<size_t>(s) * kSeq;
-    for (int p = 0; p < kSeq; ++p)
-      tokens[p] = 1000 + static_cast<int32_t>(rng.below(kVocab - 1000));
-    tokens[0] = 101;
-    tokens[kSeq - 1] = 102;
-    std::vector<int> spots(kSeq - 2);
-    for (int p = 0; p < kSeq - 2; ++p) spots[p] = p + 1;
-    for (int k = 0; k < kMasked; ++k) {  // partial Fisher-Yates: 19 distinct positions
-      const auto j = k + static_cast<int>(rng.below(spots.size() - k));
-      std::swap(spots[k], spots[j]);
-      labels[spots[k]] = tokens[spots[k]];
-      tokens[spots[k]] = 103;
-    }
-  }
-  return b;
-}
 
 // Samples [begin, begin + n) of `whole`.
 Batch slice(const Batch& whole, int begin, int n) {
@@ -155,13 +108,13 @@ int main(int argc, char** argv) {
     spec.name = name;
     spec.seed = 1;
     spec.threads = threads;
-    spec.vocab_size = kVocab;
-    spec.max_seq_len = kSeq;
+    spec.vocab_size = dctrain::bench::kMlmVocab;
+    spec.max_seq_len = dctrain::bench::kMlmSeq;
     Batch whole;
     if (name == "bert-tiny") {
-      whole = sequences(batch);
+      whole = dctrain::bench::mlm_sequences(batch);
     } else if (name == "resnet20") {
-      whole = images(batch);
+      whole = dctrain::bench::cifar_images(batch);
     } else {
       std::fprintf(stderr, "bench_engine_micro_batch: unknown model '%s'\n", name.c_str());
       return 2;

@@ -19,30 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/batches.h"
 #include "bench/sgemm_reference.h"
-#include "common/random.h"
 #include "model/image_classifier.h"
 #include "model/model.h"
 
 namespace {
 
 using dctrain::Batch;
-using dctrain::BatchKind;
 
 constexpr double kTrainMflopPerImage = 243.3;
-
-Batch random_batch(int n) {
-  Batch b;
-  b.kind = BatchKind::kImage;
-  b.size = n;
-  b.channels = 3;
-  b.height = b.width = 32;
-  dctrain::Rng rng(42);
-  b.images.resize(static_cast<size_t>(n) * 3 * 32 * 32);
-  for (float& x : b.images) x = static_cast<float>(rng.normal());
-  for (int i = 0; i < n; ++i) b.labels.push_back(static_cast<int32_t>(rng.below(10)));
-  return b;
-}
 
 int parse_int(const char* flag, const char* value) {
   char* end = nullptr;
@@ -94,7 +80,7 @@ int main(int argc, char** argv) {
       "resnet%d%s training step, batch %d, %d timed steps after 1 warm-up "
       "(machine shared: figures are noisy)\n",
       depth, width == 16 ? "" : ("-w" + std::to_string(width)).c_str(), batch_size, steps);
-  const Batch batch = random_batch(batch_size);
+  const Batch batch = dctrain::bench::cifar_images(batch_size);
   for (int threads : thread_counts) {
     const double peak = dctrain::bench::sgemm_gflops(1024, threads, 5);
     dctrain::ModelSpec spec;

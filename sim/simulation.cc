@@ -252,9 +252,8 @@ void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& conf
           "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
           "  \"model_parameters\": {},\n  \"data_plane\": {},\n"
           "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
-          "not the model's); the exchange's failed and redone rounds\",\n  \"mttf_seconds\": {},\n "
-          " "
-          "\"restart_seconds\": {}\n}}\n",
+          "not the model's); the exchange's failed and redone rounds\",\n"
+          "  \"mttf_seconds\": {},\n  \"restart_seconds\": {}\n}}\n",
           config.workers(), json_string(compute), o.sample_seconds, json_string(o.trace.string()),
           json_string(network_text), json_number(o.latency_seconds), json_number(o.bandwidth_bytes),
           model_parameters, json_string(network.kind()), o.mttf_seconds, o.restart_seconds));
@@ -287,11 +286,8 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   resolve_step_budget(config, train_samples(config, train));
   const uint64_t model_parameters =
       make_model(model_spec(config, train.shape(), 1))->table().total();
-  // The config's data plane sets the network's model; the coordinator
-  // itself runs the star's code (the sums of a stand-in model are not the
-  // point), while the messages cost what the plane's would.
+  // The config's data plane sets the network's model.
   const bool exchange = config.data_plane().kind() == v1::DATA_PLANE_EXCHANGE;
-  config.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
   const double gradient_bytes = 4.0 * static_cast<double>(model_parameters);
   SimulatedNetwork network =
       o.fit_network ? SimulatedNetwork::fitted(o.latency_seconds)
@@ -309,6 +305,10 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   std::filesystem::create_directories(o.run_dir);
   write_file_atomically(o.run_dir / "config.cfg", to_text(config));
   write_simulation_json(o, config, model_parameters, compute, network, network_text);
+  // The coordinator runs the star's code whatever the plane (the sums of a
+  // stand-in model are not the point); the messages cost what the plane's
+  // would.
+  config.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
 
   Replica replica(std::make_unique<StandInModel>(nullptr, nullptr), config.optimizer());
   QueueOutbox outbox;

@@ -109,6 +109,10 @@ TEST(Simulation, TheStarsLinkGrowsTheStepWithTheWorkersAndTheExchangesRoundDoesN
     EXPECT_NE(
         testing::read_text(o.run_dir / "simulation.json").find("\"data_plane\": \"" + plane + "\""),
         std::string::npos);
+    // The run folder's config is the one given (the coordinator's own copy
+    // runs the star's code).
+    EXPECT_NE(testing::read_text(o.run_dir / "config.cfg").find("kind: \"" + plane + "\""),
+              std::string::npos);
     return run;
   };
   const SimulatedRun star = run_plane("star");
