@@ -81,11 +81,21 @@ TEST(Files, AReaderRacingTheWriterSeesTheOldOrTheNewContent) {
   const std::string a = content_a(), b = content_b();
   write_file_atomically(path, a);
   std::atomic<bool> done{false};
+  std::atomic<size_t> reads{0};
+  // After each write the writer waits for two reads to end: the second
+  // began after the write had ended, so the reader sees every content at
+  // least once however the two threads are scheduled (on a loaded machine
+  // the writer once finished all 40 writes while the reader slept, and the
+  // reader never saw b). The reads between still race the next write.
   std::thread writer([&] {
-    for (int i = 0; i < 40; ++i) write_file_atomically(path, i % 2 == 0 ? b : a);
+    for (int i = 0; i < 40; ++i) {
+      write_file_atomically(path, i % 2 == 0 ? b : a);
+      const size_t after = reads.load();
+      while (reads.load() < after + 2) std::this_thread::yield();
+    }
     done = true;
   });
-  size_t reads = 0, seen_a = 0, seen_b = 0, torn = 0;
+  size_t seen_a = 0, seen_b = 0, torn = 0;
   while (!done) {
     const std::string text = read_text_file(path);
     ++reads;
@@ -98,9 +108,10 @@ TEST(Files, AReaderRacingTheWriterSeesTheOldOrTheNewContent) {
     }
   }
   writer.join();
-  EXPECT_EQ(torn, 0u) << "of " << reads << " reads";
+  EXPECT_EQ(torn, 0u) << "of " << reads.load() << " reads";
   EXPECT_GT(seen_a, 0u);
-  EXPECT_GT(seen_b, 0u) << "the reader never saw the writer's content in " << reads << " reads";
+  EXPECT_GT(seen_b, 0u) << "the reader never saw the writer's content in " << reads.load()
+                        << " reads";
   std::filesystem::remove_all(dir);
 }
 
