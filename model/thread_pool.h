@@ -14,6 +14,7 @@
 // result is bit-identical whatever the thread count.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -62,12 +63,14 @@ class ThreadPool {
   int threads_;
   std::mutex mutex_;
   std::condition_variable start_, done_;
-  uint64_t generation_ = 0;  // bumped for every parallel_for
-  bool stopping_ = false;
+  // Written under mutex_; atomic so that a polling thread may read them
+  // without it.
+  std::atomic<uint64_t> generation_ = 0;  // bumped for every parallel_for
+  std::atomic<bool> stopping_ = false;
   Task task_;
   int64_t count_ = 0;
-  int64_t next_ = 0;  // next item to hand out
-  int busy_ = 0;      // workers still inside the current generation
+  int64_t next_ = 0;                   // next item to hand out
+  std::atomic<int64_t> finished_ = 0;  // items run or skipped (under mutex_ too)
   std::exception_ptr error_;
   std::vector<std::jthread> workers_;
 };

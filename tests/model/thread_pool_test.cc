@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <vector>
@@ -48,6 +49,26 @@ TEST(ThreadPool, RethrowsTheItemsException) {
   std::atomic<int> n{0};
   pool.parallel_for(10, [&](int64_t, int) { ++n; });
   EXPECT_EQ(n.load(), 10);
+}
+
+// Every loop's items are counted whether they ran, threw or were skipped:
+// a miscount would return before an item ends or wait forever.
+TEST(ThreadPool, EveryLoopEndsAfterItsItemsWhenOneThrows) {
+  ThreadPool pool(3);
+  for (int round = 0; round < 300; ++round) {
+    const int64_t thrower = round % 8;
+    std::atomic<int> ran{0};
+    EXPECT_THROW(pool.parallel_for(8,
+                                   [&](int64_t i, int) {
+                                     if (i == thrower) throw std::runtime_error("item");
+                                     ++ran;
+                                   }),
+                 std::runtime_error);
+    EXPECT_LE(ran.load(), 7);
+    std::vector<int> out(8, 0);
+    pool.parallel_for(8, [&](int64_t i, int) { out[static_cast<size_t>(i)] = 1; });
+    EXPECT_EQ(std::count(out.begin(), out.end(), 1), 8) << "round " << round;
+  }
 }
 
 TEST(ThreadPool, RejectsZeroThreads) {
