@@ -45,6 +45,7 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
       metrics_(setup_.run_dir, config_.run_id(),
                setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step()) : std::nullopt),
       threshold_(config_.step(), config_.seed()),
+      worker_summary_(config_.step().micro_batch()),
       timeline_(setup_.run_dir, config_.trace(), clock_(), log_),
       guard_(config_.guard()),
       peer_log_(config_.guard(), log_),

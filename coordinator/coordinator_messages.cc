@@ -253,7 +253,8 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
     if (!worker_summary_.contribution_arrived(peer, step, message.envelope.contribution(), now)) {
       log_->warn(
           "worker '{}' (rank {})'s contribution for step {} has negative or non-finite "
-          "times: left out of the per-worker summary",
+          "times, or more samples than its micro-batches hold: left out of the per-worker "
+          "summary",
           peer, rank, step);
     }
   }

@@ -69,6 +69,7 @@ bool WorkerSummary::contribution_arrived(const std::string& name, uint64_t step,
   if (!usable(arrival) || !usable(c.compute_seconds()) || !usable(c.overhead_seconds())) {
     return false;
   }
+  if (c.samples() > static_cast<uint64_t>(c.completed_size()) * largest_micro_batch_) return false;
   // Summed before anything is counted: every time, and the totals they
   // would give, must be usable.
   double micro_batch_seconds = 0.0;

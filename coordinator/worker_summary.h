@@ -45,6 +45,11 @@ struct WorkerTotals {
 
 class WorkerSummary {
  public:
+  // `largest_micro_batch`: the run's micro-batch size, which bounds the
+  // samples a contribution's timed micro-batches can hold.
+  explicit WorkerSummary(uint32_t largest_micro_batch)
+      : largest_micro_batch_(largest_micro_batch) {}
+
   // Call when a worker is admitted: keeps what its hello says about its BLAS.
   void joined(const std::string& name, uint32_t rank, const v1::Hello& hello);
   // Call when the plans of `step` are sent.
@@ -52,7 +57,9 @@ class WorkerSummary {
   // Call for every contribution from a member, accepted or not (a late one
   // is never validated by the coordinator). Returns false, and counts
   // nothing of it, when one of its times is negative or not finite, or would
-  // make a total infinite: such times would poison every mean after them.
+  // make a total infinite (such times would poison every mean after them),
+  // or when it claims more samples than its timed micro-batches can hold
+  // (they would inflate its FLOP/s, or wrap the count).
   bool contribution_arrived(const std::string& name, uint64_t step, const v1::Contribution& c,
                             double now);
   // Call when a step closes, before the record is written: fills each
@@ -83,6 +90,7 @@ class WorkerSummary {
     uint64_t step = 0;
     uint32_t missed = 0;
   };
+  uint32_t largest_micro_batch_;
   std::map<std::string, WorkerTotals> workers_;
   std::vector<Release> released_;
   std::map<uint64_t, double> started_;                  // recent steps' start times

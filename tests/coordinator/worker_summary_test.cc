@@ -15,6 +15,8 @@ namespace {
 
 using google::protobuf::util::MessageDifferencer;
 
+constexpr uint32_t kMicroBatch = 16;
+
 // A contribution of `n` micro-batches of `each` seconds.
 v1::Contribution contribution(int n, double each, double overhead) {
   v1::Contribution c;
@@ -54,7 +56,7 @@ struct Step {
 // "cpu" computes 2 of 50 ms and drops 2; "link" computes like "fast" but
 // its contributions arrive 2 s after the plan, after the step closed.
 WorkerSummary three_workers() {
-  WorkerSummary summary;
+  WorkerSummary summary(kMicroBatch);
   for (uint64_t step = 0; step < 10; ++step) {
     const double t0 = static_cast<double>(step);
     summary.step_started(step, t0);
@@ -112,7 +114,7 @@ TEST(WorkerSummary, NamesTheComputeStragglerAndTheSlowLinkEachWithItsCause) {
 // One worker of 2 compute threads and a 100 GFLOP/s sgemm peak; 10 steps
 // of 4 micro-batches of 8 samples, each 10 ms of which 2 ms injected delay.
 TEST(WorkerSummary, MfuIsTheTrainingFlopsOverTheComputeLessDelaysAgainstThePeakTimesThreads) {
-  WorkerSummary summary;
+  WorkerSummary summary(kMicroBatch);
   v1::Hello hello;
   hello.set_threads(2);
   hello.mutable_blas()->set_sgemm_gflops(100.0);
@@ -153,7 +155,7 @@ TEST(WorkerSummary, MfuIsTheTrainingFlopsOverTheComputeLessDelaysAgainstThePeakT
 }
 
 TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
-  WorkerSummary summary;
+  WorkerSummary summary(kMicroBatch);
   for (uint64_t step = 0; step < 5; ++step) {
     summary.step_started(step, 0.0);
     // 0.5 ms more per micro-batch is 1.5 times as slow but below the floor.
@@ -164,7 +166,7 @@ TEST(WorkerSummary, EqualWorkersAndSmallDifferencesNameNobody) {
     summary.step_closed(s.record, s.planned);
   }
   EXPECT_TRUE(summary.slow_workers().empty());
-  WorkerSummary alone;
+  WorkerSummary alone(kMicroBatch);
   alone.step_started(0, 0.0);
   alone.contribution_arrived("a", 0, contribution(4, 1.0, 0.0), 4.0);
   Step s;
@@ -222,7 +224,7 @@ TEST(WorkerSummary, EachWorkerCarriesTheBlasItsHelloReported) {
 TEST(WorkerSummary, ContributionWithNegativeOrNonFiniteTimesCountsNothing) {
   const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
   for (double bad : {nan, inf, -inf, -0.5}) {
-    WorkerSummary summary;
+    WorkerSummary summary(kMicroBatch);
     summary.step_started(0, 0.0);
     v1::Contribution micro_batch = contribution(4, 0.01, 0.001);
     micro_batch.mutable_completed(2)->set_compute_seconds(bad);
@@ -252,7 +254,7 @@ TEST(WorkerSummary, ContributionWithNegativeOrNonFiniteTimesCountsNothing) {
 }
 
 TEST(WorkerSummary, TimesThatWouldMakeATotalInfiniteAreRefused) {
-  WorkerSummary summary;
+  WorkerSummary summary(kMicroBatch);
   summary.step_started(0, 0.0);
   const double huge = std::numeric_limits<double>::max();
   v1::Contribution c = contribution(2, huge, 0.0);
@@ -267,6 +269,29 @@ TEST(WorkerSummary, TimesThatWouldMakeATotalInfiniteAreRefused) {
   ASSERT_EQ(totals.size(), 1u);
   EXPECT_EQ(totals[0].arrivals, 1u);
   EXPECT_TRUE(std::isfinite(totals[0].mean_micro_batch_seconds()));
+}
+
+// A late contribution is never checked against its plan, and its samples
+// feed the worker's FLOP/s: a claim beyond what its micro-batches can hold
+// (one that would wrap the count, too) counts nothing.
+TEST(WorkerSummary, MoreSamplesThanTheMicroBatchesHoldAreRefused) {
+  WorkerSummary summary(kMicroBatch);
+  summary.step_started(0, 0.0);
+  v1::Contribution full = contribution(2, 0.01, 0.0);
+  full.set_samples(2 * kMicroBatch);
+  EXPECT_TRUE(summary.contribution_arrived("w", 0, full, 0.05));
+  for (uint64_t bad : {uint64_t{2 * kMicroBatch + 1}, std::numeric_limits<uint64_t>::max()}) {
+    v1::Contribution c = contribution(2, 0.01, 0.0);
+    c.set_samples(bad);
+    EXPECT_FALSE(summary.contribution_arrived("w", 0, c, 0.05)) << bad;
+  }
+  v1::Contribution none = contribution(0, 0.01, 0.0);
+  none.set_samples(1);
+  EXPECT_FALSE(summary.contribution_arrived("w", 0, none, 0.05)) << "no micro-batch, one sample";
+  const std::vector<WorkerTotals> totals = summary.totals();
+  ASSERT_EQ(totals.size(), 1u);
+  EXPECT_EQ(totals[0].arrivals, 1u);
+  EXPECT_EQ(totals[0].timed_samples, 2u * kMicroBatch);
 }
 
 }  // namespace
