@@ -86,10 +86,7 @@ class Model {
   // backward's two products per layer). `masked_per_sequence`: the rows of
   // a masked-language model's head per sequence; classifiers ignore it.
   // 0: not counted for this model.
-  virtual double forward_flops_per_sample(int masked_per_sequence) const {
-    static_cast<void>(masked_per_sequence);
-    return 0.0;
-  }
+  virtual double forward_flops_per_sample(int /*masked_per_sequence*/) const { return 0.0; }
 
   // The model's compute threads, lent to whatever else runs between its
   // steps on the same cores (the optimizer's update); nullptr: none.

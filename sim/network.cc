@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace dctrain {
 namespace {
@@ -34,7 +35,8 @@ SimulatedNetwork SimulatedNetwork::exchange(double latency_seconds, double bandw
 }
 
 SimulatedNetwork SimulatedNetwork::fitted(double seconds_per_message) {
-  return SimulatedNetwork(Kind::kFitted, seconds_per_message, 0.0, 0.0, 1);
+  return SimulatedNetwork(Kind::kFitted, seconds_per_message,
+                          std::numeric_limits<double>::infinity(), 0.0, 1);
 }
 
 double SimulatedNetwork::round_seconds() const {

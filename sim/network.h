@@ -46,6 +46,10 @@ class SimulatedNetwork {
   // Exchange: a member's round, from its readiness to its sum.
   double round_seconds() const;
 
+  // Its figures: a fitted network's latency is its time per message, its
+  // bandwidth infinite.
+  double latency_seconds() const { return latency_; }
+  double bandwidth_bytes_per_second() const { return bandwidth_; }
   // The model in words, with its figures.
   std::string describe() const;
   // "star", "exchange" or "fitted".

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -255,8 +254,9 @@ void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& conf
           "not the model's); the exchange's failed and redone rounds\",\n"
           "  \"mttf_seconds\": {},\n  \"restart_seconds\": {}\n}}\n",
           config.workers(), json_string(compute), o.sample_seconds, json_string(o.trace.string()),
-          json_string(network_text), json_number(o.latency_seconds), json_number(o.bandwidth_bytes),
-          model_parameters, json_string(network.kind()), o.mttf_seconds, o.restart_seconds));
+          json_string(network_text), json_number(network.latency_seconds()),
+          json_number(network.bandwidth_bytes_per_second()), model_parameters,
+          json_string(network.kind()), o.mttf_seconds, o.restart_seconds));
 }
 
 }  // namespace
@@ -276,10 +276,6 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
         "--fit-network needs a --trace whose step records have arrival times (a run's "
         "metrics.jsonl)");
   }
-  if (o.fit_network) {  // stated so in simulation.json
-    o.latency_seconds = *trace->message_seconds();
-    o.bandwidth_bytes = std::numeric_limits<double>::infinity();
-  }
   finalize_run_config(config);
   if (config.run_id().empty()) config.set_run_id(new_run_id());
   const SizeAndShape train = training_set(config, o.data_root);
@@ -290,7 +286,7 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   const bool exchange = config.data_plane().kind() == v1::DATA_PLANE_EXCHANGE;
   const double gradient_bytes = 4.0 * static_cast<double>(model_parameters);
   SimulatedNetwork network =
-      o.fit_network ? SimulatedNetwork::fitted(o.latency_seconds)
+      o.fit_network ? SimulatedNetwork::fitted(*trace->message_seconds())
       : exchange ? SimulatedNetwork::exchange(o.latency_seconds, o.bandwidth_bytes, gradient_bytes,
                                               config.workers())
                  : SimulatedNetwork::star(o.latency_seconds, o.bandwidth_bytes, gradient_bytes);
@@ -431,8 +427,8 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
         case Event::Kind::kDeath:
           ++result.failures;
           lives[e.worker] = 0;
-          push(Event{now + o.latency_seconds, 0, Event::Kind::kDisconnected, e.worker, std::nullopt,
-                     std::nullopt, e.life});
+          push(Event{now + network.latency_seconds(), 0, Event::Kind::kDisconnected, e.worker,
+                     std::nullopt, std::nullopt, e.life});
           push(Event{now + o.restart_seconds, 0, Event::Kind::kRestart, e.worker, std::nullopt,
                      std::nullopt, 0});
           break;
