@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace dctrain {
 
@@ -166,29 +167,71 @@ double expected_maximum(std::vector<double> values, uint32_t n) {
 
 StepTimePrediction predict_step_time(const std::vector<std::vector<double>>& worker_steps,
                                      uint32_t workers, double tau, double overhead_seconds) {
-  StepTimePrediction p;
-  p.workers = workers;
-  p.tau = tau;
-  std::vector<double> full, truncated;
-  full.reserve(worker_steps.size());
-  truncated.reserve(worker_steps.size());
+  return StepTimePredictor(worker_steps, {workers}, overhead_seconds).at(tau).front();
+}
+
+StepTimePredictor::StepTimePredictor(const std::vector<std::vector<double>>& worker_steps,
+                                     std::vector<uint32_t> workers, double overhead_seconds)
+    : worker_steps_(worker_steps),
+      workers_(std::move(workers)),
+      overhead_seconds_(overhead_seconds) {
+  // The same operations as expected_maximum, so the same bits.
+  const double k = static_cast<double>(worker_steps_.size());
+  for (uint32_t n : workers_) {
+    std::vector<double>& powers = powers_.emplace_back();
+    powers.reserve(worker_steps_.size());
+    const double power = static_cast<double>(n);
+    for (size_t i = 0; i < worker_steps_.size(); ++i)
+      powers.push_back(std::pow(static_cast<double>(i + 1) / k, power));
+  }
+  std::vector<double> full;
+  full.reserve(worker_steps_.size());
+  for (const std::vector<double>& w : worker_steps_) full.push_back(truncate_at(w, kInf).seconds);
+  std::sort(full.begin(), full.end());
+  for (size_t c = 0; c < workers_.size(); ++c)
+    baseline_compute_.push_back(expected_maximum_sorted(full, c));
+}
+
+double StepTimePredictor::expected_maximum_sorted(const std::vector<double>& values,
+                                                  size_t count) const {
+  const std::vector<double>& powers = powers_[count];
+  double sum = 0.0, below = 0.0;
+  for (size_t i = 0; i < values.size(); ++i) {
+    sum += values[i] * (powers[i] - below);
+    below = powers[i];
+  }
+  return sum;
+}
+
+std::vector<StepTimePrediction> StepTimePredictor::at(double tau) const {
+  std::vector<double> truncated;
+  truncated.reserve(worker_steps_.size());
   uint64_t planned = 0, dropped = 0;
-  for (const std::vector<double>& w : worker_steps) {
+  for (const std::vector<double>& w : worker_steps_) {
     const Truncation t = truncate_at(w, tau);
-    full.push_back(truncate_at(w, kInf).seconds);
     truncated.push_back(t.seconds);
     planned += w.size();
     dropped += w.size() - t.started;
   }
-  p.baseline_compute_seconds = expected_maximum(full, workers);
-  p.compute_seconds = expected_maximum(truncated, workers);
-  p.baseline_step_seconds = p.baseline_compute_seconds + overhead_seconds;
-  p.step_seconds = p.compute_seconds + overhead_seconds;
-  p.drop_rate = planned == 0 ? 0.0 : static_cast<double>(dropped) / static_cast<double>(planned);
-  p.speedup = p.step_seconds > 0.0
-                  ? (1.0 - p.drop_rate) * p.baseline_step_seconds / p.step_seconds - 1.0
-                  : 0.0;
-  return p;
+  std::sort(truncated.begin(), truncated.end());
+  const double drop_rate =
+      planned == 0 ? 0.0 : static_cast<double>(dropped) / static_cast<double>(planned);
+  std::vector<StepTimePrediction> out;
+  out.reserve(workers_.size());
+  for (size_t c = 0; c < workers_.size(); ++c) {
+    StepTimePrediction& p = out.emplace_back();
+    p.workers = workers_[c];
+    p.tau = tau;
+    p.baseline_compute_seconds = baseline_compute_[c];
+    p.compute_seconds = expected_maximum_sorted(truncated, c);
+    p.baseline_step_seconds = p.baseline_compute_seconds + overhead_seconds_;
+    p.step_seconds = p.compute_seconds + overhead_seconds_;
+    p.drop_rate = drop_rate;
+    p.speedup = p.step_seconds > 0.0
+                    ? (1.0 - p.drop_rate) * p.baseline_step_seconds / p.step_seconds - 1.0
+                    : 0.0;
+  }
+  return out;
 }
 
 }  // namespace dctrain

@@ -151,4 +151,28 @@ struct StepTimePrediction {
 StepTimePrediction predict_step_time(const std::vector<std::vector<double>>& worker_steps,
                                      uint32_t workers, double tau, double overhead_seconds = 0.0);
 
+// predict_step_time for several worker counts and many taus over the same
+// steps, with the same figures bit for bit: what does not depend on tau
+// (the full steps' expected maxima, each count's (i/k)^n) is computed
+// once, and each tau truncates and sorts the steps once for every count.
+// A report's curves over a 1,024-worker run's steps took minutes one call
+// at a time. Keeps a reference to `worker_steps`.
+class StepTimePredictor {
+ public:
+  StepTimePredictor(const std::vector<std::vector<double>>& worker_steps,
+                    std::vector<uint32_t> workers, double overhead_seconds = 0.0);
+  // One prediction per worker count, in the order given.
+  std::vector<StepTimePrediction> at(double tau) const;
+
+ private:
+  // expected_maximum of sorted `values` for the count at `count`.
+  double expected_maximum_sorted(const std::vector<double>& values, size_t count) const;
+
+  const std::vector<std::vector<double>>& worker_steps_;
+  std::vector<uint32_t> workers_;
+  double overhead_seconds_;
+  std::vector<std::vector<double>> powers_;  // by count: ((i+1)/k)^n for i < k
+  std::vector<double> baseline_compute_;     // by count
+};
+
 }  // namespace dctrain

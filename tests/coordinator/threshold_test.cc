@@ -235,6 +235,34 @@ TEST(Threshold, PredictionForAnotherWorkerCountMatchesEnumeratingWorkerSteps) {
   EXPECT_EQ(one.speedup, 0.0);
 }
 
+// The predictor that serves many counts and taus at once gives
+// expected_maximum's figures over the full and the truncated steps (the
+// enumeration above checks what those mean), bit for bit.
+TEST(Threshold, PredictorForManyCountsGivesEachCountsFiguresExactly) {
+  const std::vector<std::vector<double>> traces = {{1, 2, 6}, {6, 6, 1}, {1, 2, 1},    {3, 1, 3},
+                                                   {1, 1, 2}, {3, 1, 1}, {0.5, 0.5, 9}};
+  const std::vector<uint32_t> counts = {1, 3, 64, 1024};
+  const StepTimePredictor predictor(traces, counts, 0.25);
+  for (const double tau : {0.4, 1.5, 3.5, 7.0, kInf}) {
+    const std::vector<StepTimePrediction> at = predictor.at(tau);
+    ASSERT_EQ(at.size(), counts.size());
+    std::vector<double> full, truncated;
+    for (const std::vector<double>& w : traces) {
+      full.push_back(truncate_at(w, kInf).seconds);
+      truncated.push_back(truncate_at(w, tau).seconds);
+    }
+    for (size_t c = 0; c < counts.size(); ++c) {
+      EXPECT_EQ(at[c].workers, counts[c]);
+      EXPECT_EQ(at[c].tau, tau);
+      EXPECT_EQ(at[c].baseline_compute_seconds, expected_maximum(full, counts[c])) << counts[c];
+      EXPECT_EQ(at[c].compute_seconds, expected_maximum(truncated, counts[c])) << counts[c];
+      EXPECT_EQ(at[c].drop_rate, at[0].drop_rate);
+      EXPECT_EQ(at[c].step_seconds, at[c].compute_seconds + 0.25);
+    }
+  }
+  EXPECT_TRUE(StepTimePredictor({}, {4}).at(1.0).front().compute_seconds == 0.0);
+}
+
 // ------------------------------------------------------- the runtime side
 
 v1::StepConfig auto_step(uint32_t warmup, uint32_t window, uint32_t every) {

@@ -98,31 +98,63 @@ std::vector<CurvePoint> predicted_curve(const PooledSteps& pooled, double tau,
                                         const std::vector<uint32_t>& workers) {
   std::vector<CurvePoint> points;
   points.reserve(workers.size());
-  for (uint32_t n : workers)
-    points.push_back(
-        to_point(predict_step_time(pooled.worker_steps, n, tau, pooled.overhead_seconds)));
+  for (const StepTimePrediction& p :
+       StepTimePredictor(pooled.worker_steps, workers, pooled.overhead_seconds).at(tau))
+    points.push_back(to_point(p));
   return points;
+}
+
+namespace {
+
+// predict_step_time over the best-tau search's candidates, for every
+// worker count at once.
+struct GridPredictions {
+  std::vector<StepTimePrediction> none;               // tau = inf, by count
+  std::vector<std::vector<StepTimePrediction>> grid;  // by candidate, then count
+};
+
+GridPredictions predict_over_grid(const PooledSteps& pooled, const std::vector<uint32_t>& workers,
+                                  int grid_points) {
+  const StepTimePredictor predictor(pooled.worker_steps, workers, pooled.overhead_seconds);
+  GridPredictions out;
+  out.none = predictor.at(kInf);
+  TauSpan span;
+  for (const std::vector<double>& w : pooled.worker_steps) span.add(w);
+  if (span.empty() || grid_points < 2) return out;
+  out.grid.reserve(static_cast<size_t>(grid_points));
+  for (double tau : tau_grid(span, grid_points)) out.grid.push_back(predictor.at(tau));
+  return out;
+}
+
+// Each count's best candidate under the drop-rate bound.
+std::vector<CurvePoint> best_points(const GridPredictions& g, double max_drop_rate) {
+  std::vector<CurvePoint> points;
+  points.reserve(g.none.size());
+  for (size_t c = 0; c < g.none.size(); ++c) {
+    std::vector<double> speedups;
+    speedups.reserve(g.grid.size());
+    for (const std::vector<StepTimePrediction>& candidate : g.grid) {
+      // Over the bound: out of the running, as in estimate_threshold.
+      speedups.push_back(candidate[c].drop_rate <= max_drop_rate ? candidate[c].speedup : 0.0);
+    }
+    // The automatic threshold's choice among ties (estimate_threshold's).
+    const std::optional<size_t> best = best_candidate(speedups);
+    points.push_back(to_point(best ? g.grid[*best][c] : g.none[c]));
+  }
+  return points;
+}
+
+}  // namespace
+
+std::vector<CurvePoint> best_tau_points(const PooledSteps& pooled,
+                                        const std::vector<uint32_t>& workers, int grid_points,
+                                        double max_drop_rate) {
+  return best_points(predict_over_grid(pooled, workers, grid_points), max_drop_rate);
 }
 
 CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers, int grid_points,
                           double max_drop_rate) {
-  const StepTimePrediction none =
-      predict_step_time(pooled.worker_steps, workers, kInf, pooled.overhead_seconds);
-  TauSpan span;
-  for (const std::vector<double>& w : pooled.worker_steps) span.add(w);
-  if (span.empty() || grid_points < 2) return to_point(none);
-  std::vector<StepTimePrediction> grid;
-  std::vector<double> speedups;
-  grid.reserve(static_cast<size_t>(grid_points));
-  speedups.reserve(static_cast<size_t>(grid_points));
-  for (double tau : tau_grid(span, grid_points)) {
-    grid.push_back(predict_step_time(pooled.worker_steps, workers, tau, pooled.overhead_seconds));
-    // Over the bound: out of the running, as in estimate_threshold.
-    speedups.push_back(grid.back().drop_rate <= max_drop_rate ? grid.back().speedup : 0.0);
-  }
-  // The automatic threshold's choice among ties (estimate_threshold's).
-  const std::optional<size_t> best = best_candidate(speedups);
-  return to_point(best ? grid[*best] : none);
+  return best_tau_points(pooled, {workers}, grid_points, max_drop_rate).front();
 }
 
 std::optional<PredictedCurves> predict_curves(const PooledSteps& pooled, uint32_t recorded_workers,
@@ -136,15 +168,12 @@ std::optional<PredictedCurves> predict_curves(const PooledSteps& pooled, uint32_
   out.recorded_workers = recorded_workers;
   out.overhead_seconds = pooled.overhead_seconds;
   const std::vector<uint32_t> workers = curve_worker_counts();
-  SpeedupCurve best{"best tau", "best", {}};
-  for (uint32_t n : workers) best.points.push_back(best_tau_point(pooled, n));
-  out.curves.push_back(std::move(best));
+  // One grid of predictions for both best-tau curves.
+  const GridPredictions grid = predict_over_grid(pooled, workers, kBestTauGridPoints);
+  out.curves.push_back({"best tau", "best", best_points(grid, 1.0)});
   if (max_drop_rate < 1.0) {
-    SpeedupCurve bounded{
-        fmt::format("best tau, drop rate <= {:.3g}%", 100.0 * max_drop_rate), "bounded", {}};
-    for (uint32_t n : workers)
-      bounded.points.push_back(best_tau_point(pooled, n, kBestTauGridPoints, max_drop_rate));
-    out.curves.push_back(std::move(bounded));
+    out.curves.push_back({fmt::format("best tau, drop rate <= {:.3g}%", 100.0 * max_drop_rate),
+                          "bounded", best_points(grid, max_drop_rate)});
   }
   for (const CurveCase& c : cases)
     out.curves.push_back({c.label, c.tau_policy, predicted_curve(pooled, c.tau, workers)});

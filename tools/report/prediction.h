@@ -87,6 +87,12 @@ std::vector<CurvePoint> predicted_curve(const PooledSteps& pooled, double tau,
 // (speedup 1) when no candidate gains.
 CurvePoint best_tau_point(const PooledSteps& pooled, uint32_t workers,
                           int grid_points = kBestTauGridPoints, double max_drop_rate = 1.0);
+// best_tau_point for each of `workers`, the same points, with one
+// prediction per candidate for all counts (StepTimePredictor).
+std::vector<CurvePoint> best_tau_points(const PooledSteps& pooled,
+                                        const std::vector<uint32_t>& workers,
+                                        int grid_points = kBestTauGridPoints,
+                                        double max_drop_rate = 1.0);
 
 struct SpeedupCurve {
   std::string label;  // "best tau", "best tau, drop rate <= 10%", "tau = p90 (0.0421 s)"
