@@ -233,11 +233,25 @@ void CoordinatorImpl::advance(double now) {
       if (start_when_ready(now)) {
         return;
       } else if (now - created_ > live.join_timeout_seconds()) {
-        finish(
-            fmt::format("only {} of {} workers joined within {:.0f} s: start more dctrain-worker "
-                        "processes, lower --workers, or raise liveness.join_timeout_seconds",
-                        membership_.live_count(), config_.workers(), live.join_timeout_seconds()),
-            1, now);
+        const size_t ready = membership_.ready_ranks().size();
+        if (live.min_workers() > 0 && ready >= live.min_workers()) {
+          log_->warn(
+              "{} of {} workers joined and loaded their data within {:.0f} s (at least {} "
+              "needed, liveness.min_workers): training starts with them; the others are planned "
+              "from the step after they join",
+              ready, config_.workers(), live.join_timeout_seconds(), live.min_workers());
+          start_step(now);
+          return;
+        }
+        finish(fmt::format(
+                   "only {} of {} workers joined within {:.0f} s{}: start more dctrain-worker "
+                   "processes, lower --workers, raise liveness.join_timeout_seconds, or set "
+                   "liveness.min_workers",
+                   membership_.live_count(), config_.workers(), live.join_timeout_seconds(),
+                   live.min_workers() > 0
+                       ? fmt::format(" ({} ready, at least {} needed)", ready, live.min_workers())
+                       : ""),
+               1, now);
       }
       return;
     case Phase::kWaiting:

@@ -471,6 +471,10 @@ void check_liveness_and_guard(const v1::RunConfig& c, Problems& p) {
   if (l.grace_seconds() <= 0.0 || l.join_timeout_seconds() <= 0.0) {
     p.add("liveness.grace_seconds and liveness.join_timeout_seconds must be > 0");
   }
+  if (l.min_workers() > c.workers()) {
+    p.add("liveness.min_workers ({}) exceeds workers ({}); use at most workers, or 0 for all",
+          l.min_workers(), c.workers());
+  }
   const v1::GuardConfig& guard = c.guard();
   if (guard.norm_multiple() != 0.0 && !(guard.norm_multiple() > 1.0)) {
     p.add("guard.norm_multiple is {}; use a multiple of the median > 1 (e.g. 10), or 0 for off",

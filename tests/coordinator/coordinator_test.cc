@@ -408,7 +408,8 @@ TEST_F(CoordinatorTest, ImpossibleLossTermsAreRejectedAndBadTimesStayOutOfTheSum
   coordinator->handle(as_received("a", std::move(nan_time)), now);
   EXPECT_TRUE(
       log.contains("worker 'a' (rank 0)'s contribution for step 0 has negative or "
-                   "non-finite times: left out of the per-worker summary"))
+                   "non-finite times, or more samples than its micro-batches hold: left out of "
+                   "the per-worker summary"))
       << log.text.str();
   pump();
   ASSERT_TRUE(coordinator->finished()) << log.text.str();
@@ -519,6 +520,64 @@ TEST_F(CoordinatorTest, TooFewWorkersWithinTheJoinTimeoutFailsClearly) {
   ASSERT_TRUE(coordinator->finished());
   EXPECT_EQ(coordinator->exit_code(), 1);
   EXPECT_NE(coordinator->stop_reason().find("only 2 of 3 workers joined"), std::string::npos);
+}
+
+// Heartbeats from `names` every second until `until`, the coordinator
+// ticking after each.
+void heartbeat_until(CoordinatorTest& t, std::initializer_list<const char*> names, double until) {
+  for (t.now += 1.0; t.now < until; t.now += 1.0) {
+    for (const char* n : names) {
+      Message hb;
+      hb.envelope = make_envelope(0, n);
+      hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
+      t.coordinator->handle(as_received(n, std::move(hb)), t.now);
+    }
+    t.coordinator->tick(t.now);
+  }
+}
+
+TEST_F(CoordinatorTest, WithMinWorkersTheRunStartsWithTheReadyOnesAtTheJoinTimeout) {
+  config.mutable_liveness()->set_min_workers(2);
+  start();
+  hello("a");
+  hello("b");
+  welcome_all();
+  heartbeat_until(*this, {"a", "b"}, 119.5);
+  for (const char* n : {"a", "b"}) {
+    for (const Message& m : outbox.inbox[n])
+      EXPECT_NE(m.envelope.body_case(), v1::Envelope::kPlan) << n << ": a plan before the timeout";
+  }
+  heartbeat_until(*this, {"a", "b"}, 121.5);
+  EXPECT_TRUE(log.contains("2 of 3 workers joined and loaded their data within 120 s"))
+      << log.text.str();
+  // c comes during step 0: planned from step 1.
+  hello("c");
+  welcome_all();
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->exit_code(), 0);
+  EXPECT_EQ(plans[0].size(), 2u);
+  EXPECT_EQ(plans[1].size(), 3u);
+  EXPECT_EQ(coordinator->totals().microbatches_orphaned(), 0u);
+  for (auto& [name, worker] : workers) {
+    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
+  }
+}
+
+TEST_F(CoordinatorTest, WithMinWorkersTooFewReadyAtTheJoinTimeoutFailsClearly) {
+  config.mutable_liveness()->set_min_workers(2);
+  start();
+  hello("a");
+  welcome_all();
+  hello("b");  // joined, its data not loaded: not ready
+  heartbeat_until(*this, {"a", "b"}, 121.5);
+  ASSERT_TRUE(coordinator->finished());
+  EXPECT_EQ(coordinator->exit_code(), 1);
+  EXPECT_NE(coordinator->stop_reason().find(
+                "only 2 of 3 workers joined within 120 s (1 ready, at least 2 needed)"),
+            std::string::npos)
+      << coordinator->stop_reason();
+  EXPECT_TRUE(plans.empty());
 }
 
 TEST_F(CoordinatorTest, FourthWorkerIsRefusedWhileAllSlotsAreLive) {

@@ -2,6 +2,7 @@
 // validator that names every problem and how to fix it.
 #include "runtime/run_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -179,12 +180,13 @@ TEST(RunConfig, ValidatorListsEveryProblem) {
   c.mutable_optimizer()->set_lr(0.0);
   c.mutable_delay()->set_kind(static_cast<v1::DelayKind>(42));  // e.g. from another version
   c.mutable_delay()->add_slow_workers(5);
+  c.mutable_liveness()->set_min_workers(c.workers() + 1);
   try {
     finalize_run_config(c);
     FAIL() << "the config is invalid";
   } catch (const std::invalid_argument& e) {
     const std::string what = e.what();
-    EXPECT_TRUE(mentions(what, "6 problems")) << what;
+    EXPECT_TRUE(mentions(what, "7 problems")) << what;
     EXPECT_TRUE(mentions(what,
                          "model.name is not set; use 'resnet20', 'bert-tiny', 'mnist-cnn', 'mlp', "
                          "'resnet' or 'bert'"))
@@ -194,6 +196,9 @@ TEST(RunConfig, ValidatorListsEveryProblem) {
     EXPECT_TRUE(mentions(what, "optimizer.lr")) << what;
     EXPECT_TRUE(mentions(what, "delay.kind is 42, which is not a known value")) << what;
     EXPECT_TRUE(mentions(what, "rank 5")) << what;
+    EXPECT_TRUE(mentions(what, fmt::format("liveness.min_workers ({}) exceeds workers ({})",
+                                           c.workers() + 1, c.workers())))
+        << what;
   }
 }
 
