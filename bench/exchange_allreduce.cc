@@ -8,6 +8,7 @@
 //   build/release/bench/bench_exchange_allreduce --world 4 --bytes 18350080
 //       [--algorithm direct|star|ring] [--iters 30] [--warmup 5]
 //       [--piece-kib 1024] [--copy] [--io-threads 2] [--untuned] [--profile] [--digest]
+//       [--curve]
 //
 // The parent forks W ranks (before any ZeroMQ context exists), passes each
 // the others' endpoints through pipes and collects every rank's time per
@@ -18,7 +19,11 @@
 // exact value) and the run fails if one differs. With --digest (direct), each
 // peer digests the sum as its pieces land, as a worker's does for its report
 // (ExchangeOptions::digest_sum, on in the programs): run with and without
-// to see what that costs.
+// to see what that costs. With --curve (direct), every link is CURVE as a
+// run's is off loopback: each rank has its own key pair (made by the parent
+// before the fork), admits exactly the others' keys and encrypts every
+// piece; run with and without to see what CURVE costs, and vary
+// --io-threads to see how far ZeroMQ's I/O threads spread it.
 #include <fmt/format.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -36,6 +41,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "comm/security.h"
 #include "comm/transport.h"
 #include "common/allocator.h"
 #include "exchange/peer.h"
@@ -60,6 +66,8 @@ struct Args {
   bool copy = false;
   bool digest = false;
   bool profile = false;
+  bool curve = false;
+  std::vector<dctrain::CurveKeyPair> keys;  // by rank, with --curve
   int io_threads = 2;
   bool untuned = false;
   std::string bind = "tcp://127.0.0.1:*";
@@ -86,15 +94,23 @@ class Allreduce {
 class Direct : public Allreduce {
  public:
   Direct(int rank, int world, const Args& args)
-      : peer_(static_cast<uint32_t>(rank), args.bind, options(args)) {
+      : peer_(static_cast<uint32_t>(rank), args.bind, options(rank, args)) {
     for (int r = 0; r < world; ++r) members_.push_back(static_cast<uint32_t>(r));
   }
-  static dctrain::ExchangeOptions options(const Args& args) {
+  static dctrain::ExchangeOptions options(int rank, const Args& args) {
     dctrain::ExchangeOptions o;
     o.piece_bytes = args.piece_kib * 1024;
     o.copy_sends = args.copy;
     o.io_threads = args.io_threads;
     o.digest_sum = args.digest;
+    if (args.curve) {
+      o.security.curve = true;
+      o.security.own = args.keys[static_cast<size_t>(rank)];
+      for (const dctrain::CurveKeyPair& k : args.keys) {
+        o.allowed_keys.insert(k.public_key);
+        o.member_keys.push_back(k.public_key);
+      }
+    }
     return o;
   }
   std::string endpoint() override { return peer_.endpoint(); }
@@ -428,6 +444,7 @@ int main(int argc, char** argv) {
   app.add_flag("--copy", args.copy, "copy pieces into messages instead of zero-copy sends");
   app.add_flag("--digest", args.digest,
                "direct: digest the sum as its pieces land, as a worker's peer does");
+  app.add_flag("--curve", args.curve, "direct: CURVE on every link, a key pair per rank");
   app.add_option("--io-threads", args.io_threads, "ZeroMQ I/O threads per rank")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
@@ -442,6 +459,12 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_exchange_allreduce: --bytes {} is not a multiple of 4\n", args.bytes);
     return 2;
   }
+  if (args.curve && args.algorithm != "direct") {
+    fmt::print(stderr, "bench_exchange_allreduce: --curve is for --algorithm direct\n");
+    return 2;
+  }
+  for (int r = 0; args.curve && r < args.world; ++r)
+    args.keys.push_back(dctrain::generate_curve_keypair());
 
   struct Child {
     pid_t pid = -1;
@@ -526,9 +549,10 @@ int main(int argc, char** argv) {
   for (double s : slowest) mean += s;
   mean /= static_cast<double>(slowest.size());
   fmt::print(
-      "RESULT algorithm={} world={} bytes={} piece_kib={} copy={} iters={} median_ms={:.3f} "
-      "mean_ms={:.3f} min_ms={:.3f}\n",
-      args.algorithm, args.world, args.bytes, args.piece_kib, args.copy ? 1 : 0, args.iters,
-      1e3 * sorted[sorted.size() / 2], 1e3 * mean, 1e3 * sorted.front());
+      "RESULT algorithm={} world={} bytes={} piece_kib={} copy={} curve={} digest={} "
+      "io_threads={} iters={} median_ms={:.3f} mean_ms={:.3f} min_ms={:.3f}\n",
+      args.algorithm, args.world, args.bytes, args.piece_kib, args.copy ? 1 : 0, args.curve ? 1 : 0,
+      args.digest ? 1 : 0, args.io_threads, args.iters, 1e3 * sorted[sorted.size() / 2], 1e3 * mean,
+      1e3 * sorted.front());
   return 0;
 }
