@@ -259,6 +259,202 @@ void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& conf
           json_string(network.kind()), o.mttf_seconds, o.restart_seconds));
 }
 
+// One simulation's event loop: the coordinator on the virtual clock, the
+// simulated worker processes (their lives, deaths and restarts), and the
+// messages between them, timed by the network.
+class Simulation {
+ public:
+  // `config`: finalized, on the star (the coordinator's side of any plane).
+  Simulation(const SimulationOptions& o, const v1::RunConfig& config, const SizeAndShape& train,
+             SimulatedNetwork network, const std::optional<ComputeTrace>& trace,
+             std::shared_ptr<spdlog::logger> log)
+      : o_(o),
+        config_(config),
+        train_(train),
+        network_(std::move(network)),
+        trace_(trace),
+        log_(std::move(log)),
+        replica_(std::make_unique<StandInModel>(nullptr, nullptr), config_.optimizer()),
+        coordinator_(coordinator_setup(), replica_, nullptr, outbox_, log_,
+                     [this] { return now_; }),
+        quiet_(std::make_shared<spdlog::logger>("worker")),  // workers' logs: none
+        failures_({config_.seed(), 0x6661696cULL}),
+        heartbeat_(config_.liveness().heartbeat_seconds()) {}
+
+  SimulationResult run() {
+    for (uint32_t i = 0; i < config_.workers(); ++i) {
+      // Ticks spread over the period, as processes started apart would.
+      const std::string name = fmt::format("sim-{}", i);
+      index_of_[name] = i;
+      start_worker(name, 0.0, heartbeat_ * (i + 1) / config_.workers());
+    }
+    const auto wall0 = std::chrono::steady_clock::now();
+    auto last_progress = wall0;
+    double next_tick = 0.0;
+    while (!coordinator_.finished()) {
+      if (queue_.empty() || queue_.front().time > next_tick) {
+        now_ = next_tick;  // nothing happens before the coordinator's next tick
+        coordinator_.tick(now_);
+        next_tick += o_.tick_seconds;
+      } else {
+        std::pop_heap(queue_.begin(), queue_.end(), Later{});
+        Event e = std::move(queue_.back());
+        queue_.pop_back();
+        now_ = e.time;
+        handle(std::move(e));
+      }
+      for (auto& [peer, message] : outbox_.sent) {
+        send(now_, peer, Event::Kind::kToWorker, std::move(message));
+      }
+      outbox_.sent.clear();
+      if (o_.progress_seconds > 0.0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count() >
+              o_.progress_seconds) {
+        last_progress = std::chrono::steady_clock::now();
+        log_->info("simulated step {} of {}: {:.1f} s on the virtual clock, {} messages",
+                   coordinator_.totals().steps(), config_.stop().max_steps(), now_, result_.events);
+      }
+    }
+    result_.exit_code = coordinator_.exit_code();
+    result_.steps = coordinator_.totals().steps();
+    result_.virtual_seconds = now_;
+    result_.wall_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    return result_;
+  }
+
+ private:
+  CoordinatorSetup coordinator_setup() const {
+    CoordinatorSetup setup{config_, train_samples(config_, train_), o_.run_dir, std::nullopt,
+                           std::nullopt};
+    setup.write_model = false;
+    return setup;
+  }
+
+  void handle(Event e) {
+    if (e.kind == Event::Kind::kRestart) {
+      start_worker(e.worker, now_, now_ + heartbeat_);
+      return;
+    }
+    if (e.kind == Event::Kind::kDisconnected) {
+      closed_.insert(e.life);
+      coordinator_.on_disconnected(e.worker, now_);
+      return;
+    }
+    // A dead process neither receives, computes nor ticks. What it sent
+    // before it died arrives, unless its connection was seen to close
+    // first (a process's socket is drained before its close is taken).
+    const bool stale = e.kind == Event::Kind::kToCoordinator ? closed_.contains(e.life)
+                                                             : e.life != lives_[e.worker];
+    if (stale) return;
+    SimulatedWorker& worker = *workers_.at(e.worker);
+    switch (e.kind) {
+      case Event::Kind::kToCoordinator:
+        ++result_.events;
+        coordinator_.handle(Received{e.worker, encode(std::move(*e.message))}, now_);
+        break;
+      case Event::Kind::kToWorker:
+        ++result_.events;
+        schedule(e.worker, now_, worker.deliver(std::move(*e.message), now_));
+        break;
+      case Event::Kind::kComputed:
+        schedule(e.worker, now_, worker.computed(std::move(*e.output), now_));
+        break;
+      case Event::Kind::kWorkerTick:
+        schedule(e.worker, now_, worker.tick(now_));
+        if (!worker.done()) {
+          push(Event{now_ + heartbeat_, 0, Event::Kind::kWorkerTick, e.worker, std::nullopt,
+                     std::nullopt, e.life});
+        }
+        break;
+      case Event::Kind::kDeath:
+        ++result_.failures;
+        lives_[e.worker] = 0;
+        push(Event{now_ + network_.latency_seconds(), 0, Event::Kind::kDisconnected, e.worker,
+                   std::nullopt, std::nullopt, e.life});
+        push(Event{now_ + o_.restart_seconds, 0, Event::Kind::kRestart, e.worker, std::nullopt,
+                   std::nullopt, 0});
+        break;
+      case Event::Kind::kDisconnected:
+      case Event::Kind::kRestart:
+        break;  // taken above
+    }
+  }
+
+  void push(Event event) {
+    event.order = order_++;
+    queue_.push_back(std::move(event));
+    std::push_heap(queue_.begin(), queue_.end(), Later{});
+  }
+
+  // `message` leaves at `time`; it arrives when the network says.
+  void send(double time, const std::string& worker, Event::Kind kind, Message message) {
+    const double arrival = network_.arrival(
+        time,
+        kind == Event::Kind::kToCoordinator ? SimulatedNetwork::Direction::kToCoordinator
+                                            : SimulatedNetwork::Direction::kToWorker,
+        message.envelope.body_case(), static_cast<double>(message.envelope.ByteSizeLong()));
+    push(Event{arrival, 0, kind, worker, std::move(message), std::nullopt, lives_[worker]});
+  }
+
+  // What a worker's session did at `at`: its messages and its compute.
+  void schedule(const std::string& worker, double at, SimulatedWorker::Outcome outcome) {
+    for (Message& m : outcome.sent) send(at, worker, Event::Kind::kToCoordinator, std::move(m));
+    for (auto& [time, output] : outcome.computed) {
+      push(Event{time, 0, Event::Kind::kComputed, worker, std::nullopt, std::move(output),
+                 lives_[worker]});
+    }
+  }
+
+  // A worker's compute: the stand-in's per sample, or draws from the trace
+  // (its own stream of the run seed, the same in every life).
+  ComputeCost cost_for(uint32_t index) const {
+    if (!trace_) {
+      return [seconds = o_.sample_seconds](int samples) { return seconds * samples; };
+    }
+    auto rng = std::make_shared<Rng>(Rng({config_.seed(), 0x7472616365ULL, index}));
+    return [this, rng, index](int samples) { return trace_->draw(index, *rng) * samples; };
+  }
+
+  // A worker process starts: it says hello, ticks, and (with failures) has
+  // its death drawn.
+  void start_worker(const std::string& name, double at, double first_tick) {
+    workers_[name] =
+        std::make_unique<SimulatedWorker>(name, train_, cost_for(index_of_[name]), quiet_);
+    lives_[name] = next_life_++;
+    send(at, name, Event::Kind::kToCoordinator, workers_[name]->hello());
+    push(Event{first_tick, 0, Event::Kind::kWorkerTick, name, std::nullopt, std::nullopt,
+               lives_[name]});
+    if (o_.mttf_seconds > 0.0) {
+      const double life = -o_.mttf_seconds * std::log(1.0 - failures_.uniform_double());
+      push(
+          Event{at + life, 0, Event::Kind::kDeath, name, std::nullopt, std::nullopt, lives_[name]});
+    }
+  }
+
+  const SimulationOptions& o_;
+  const v1::RunConfig& config_;
+  const SizeAndShape& train_;
+  SimulatedNetwork network_;
+  const std::optional<ComputeTrace>& trace_;
+  std::shared_ptr<spdlog::logger> log_;
+  double now_ = 0.0;  // the virtual clock
+  Replica replica_;
+  QueueOutbox outbox_;
+  Coordinator coordinator_;
+  std::shared_ptr<spdlog::logger> quiet_;
+  std::map<std::string, std::unique_ptr<SimulatedWorker>> workers_;
+  std::map<std::string, uint32_t> index_of_;  // a worker's index, the same in every life
+  std::map<std::string, uint64_t> lives_;     // each worker's current process; 0: none now
+  uint64_t next_life_ = 1;
+  std::set<uint64_t> closed_;  // the lives whose connection the coordinator saw close
+  Rng failures_;
+  std::vector<Event> queue_;  // a heap (Later)
+  uint64_t order_ = 0;
+  const double heartbeat_;
+  SimulationResult result_;
+};
+
 }  // namespace
 
 SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> log) {
@@ -305,155 +501,9 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   // stand-in model are not the point); the messages cost what the plane's
   // would.
   config.mutable_data_plane()->set_kind(v1::DATA_PLANE_STAR);
-
-  Replica replica(std::make_unique<StandInModel>(nullptr, nullptr), config.optimizer());
-  QueueOutbox outbox;
-  double now = 0.0;
-  CoordinatorSetup setup{config, train_samples(config, train), o.run_dir, std::nullopt,
-                         std::nullopt};
-  setup.write_model = false;
-  Coordinator coordinator(setup, replica, nullptr, outbox, log, [&] { return now; });
-
-  auto quiet = std::make_shared<spdlog::logger>("worker");  // workers' logs: none
-  std::map<std::string, std::unique_ptr<SimulatedWorker>> workers;
-  std::map<std::string, uint64_t> lives;  // each worker's current process; 0: none now
-  uint64_t next_life = 1;
-  Rng failures({config.seed(), 0x6661696cULL});
-  std::vector<Event> queue;  // a heap (Later)
-  uint64_t order = 0;
-  const auto push = [&](Event event) {
-    event.order = order++;
-    queue.push_back(std::move(event));
-    std::push_heap(queue.begin(), queue.end(), Later{});
-  };
-  const auto send = [&](double time, const std::string& worker, Event::Kind kind, Message message) {
-    const double arrival = network.arrival(
-        time,
-        kind == Event::Kind::kToCoordinator ? SimulatedNetwork::Direction::kToCoordinator
-                                            : SimulatedNetwork::Direction::kToWorker,
-        message.envelope.body_case(), static_cast<double>(message.envelope.ByteSizeLong()));
-    push(Event{arrival, 0, kind, worker, std::move(message), std::nullopt, lives[worker]});
-  };
-  const auto schedule = [&](const std::string& worker, double now_,
-                            SimulatedWorker::Outcome outcome) {
-    for (Message& m : outcome.sent) send(now_, worker, Event::Kind::kToCoordinator, std::move(m));
-    for (auto& [time, output] : outcome.computed) {
-      push(Event{time, 0, Event::Kind::kComputed, worker, std::nullopt, std::move(output),
-                 lives[worker]});
-    }
-  };
-  const double heartbeat = config.liveness().heartbeat_seconds();
-  std::set<uint64_t> closed;  // the lives whose connection the coordinator saw close
-  // A worker process starts: it says hello, ticks, and (with failures) has
-  // its death drawn.
-  // A worker's compute: the stand-in's per sample, or draws from the trace
-  // (its own stream of the run seed, the same in every life).
-  const auto cost_for = [&](uint32_t index) -> ComputeCost {
-    if (!trace) {
-      return [seconds = o.sample_seconds](int samples) { return seconds * samples; };
-    }
-    auto rng = std::make_shared<Rng>(Rng({config.seed(), 0x7472616365ULL, index}));
-    return [&trace, rng, index](int samples) { return trace->draw(index, *rng) * samples; };
-  };
-  std::map<std::string, uint32_t> index_of;
-  const auto start_worker = [&](const std::string& name, double at, double first_tick) {
-    workers[name] = std::make_unique<SimulatedWorker>(name, train, cost_for(index_of[name]), quiet);
-    lives[name] = next_life++;
-    send(at, name, Event::Kind::kToCoordinator, workers[name]->hello());
-    push(Event{first_tick, 0, Event::Kind::kWorkerTick, name, std::nullopt, std::nullopt,
-               lives[name]});
-    if (o.mttf_seconds > 0.0) {
-      const double life = -o.mttf_seconds * std::log(1.0 - failures.uniform_double());
-      push(Event{at + life, 0, Event::Kind::kDeath, name, std::nullopt, std::nullopt, lives[name]});
-    }
-  };
-  for (uint32_t i = 0; i < config.workers(); ++i) {
-    // Ticks spread over the period, as processes started apart would.
-    const std::string name = fmt::format("sim-{}", i);
-    index_of[name] = i;
-    start_worker(name, 0.0, heartbeat * (i + 1) / config.workers());
-  }
-
-  SimulationResult result;
+  Simulation simulation(o, config, train, std::move(network), trace, std::move(log));
+  SimulationResult result = simulation.run();
   result.model_parameters = model_parameters;
-  const auto wall0 = std::chrono::steady_clock::now();
-  auto last_progress = wall0;
-  double next_tick = 0.0;
-  while (!coordinator.finished()) {
-    if (queue.empty() || queue.front().time > next_tick) {
-      now = next_tick;  // nothing happens before the coordinator's next tick
-      coordinator.tick(now);
-      next_tick += o.tick_seconds;
-    } else {
-      std::pop_heap(queue.begin(), queue.end(), Later{});
-      Event e = std::move(queue.back());
-      queue.pop_back();
-      now = e.time;
-      if (e.kind == Event::Kind::kRestart) {
-        start_worker(e.worker, now, now + heartbeat);
-        continue;
-      }
-      if (e.kind == Event::Kind::kDisconnected) {
-        closed.insert(e.life);
-        coordinator.on_disconnected(e.worker, now);
-        continue;
-      }
-      // A dead process neither receives, computes nor ticks. What it sent
-      // before it died arrives, unless its connection was seen to close
-      // first (a process's socket is drained before its close is taken).
-      const bool stale = e.kind == Event::Kind::kToCoordinator ? closed.contains(e.life)
-                                                               : e.life != lives[e.worker];
-      if (stale) continue;
-      SimulatedWorker& worker = *workers.at(e.worker);
-      switch (e.kind) {
-        case Event::Kind::kToCoordinator:
-          ++result.events;
-          coordinator.handle(Received{e.worker, encode(std::move(*e.message))}, now);
-          break;
-        case Event::Kind::kToWorker:
-          ++result.events;
-          schedule(e.worker, now, worker.deliver(std::move(*e.message), now));
-          break;
-        case Event::Kind::kComputed:
-          schedule(e.worker, now, worker.computed(std::move(*e.output), now));
-          break;
-        case Event::Kind::kWorkerTick:
-          schedule(e.worker, now, worker.tick(now));
-          if (!worker.done()) {
-            push(Event{now + heartbeat, 0, Event::Kind::kWorkerTick, e.worker, std::nullopt,
-                       std::nullopt, e.life});
-          }
-          break;
-        case Event::Kind::kDeath:
-          ++result.failures;
-          lives[e.worker] = 0;
-          push(Event{now + network.latency_seconds(), 0, Event::Kind::kDisconnected, e.worker,
-                     std::nullopt, std::nullopt, e.life});
-          push(Event{now + o.restart_seconds, 0, Event::Kind::kRestart, e.worker, std::nullopt,
-                     std::nullopt, 0});
-          break;
-        case Event::Kind::kDisconnected:
-        case Event::Kind::kRestart:
-          break;  // taken above
-      }
-    }
-    for (auto& [peer, message] : outbox.sent) {
-      send(now, peer, Event::Kind::kToWorker, std::move(message));
-    }
-    outbox.sent.clear();
-    if (o.progress_seconds > 0.0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - last_progress).count() >
-            o.progress_seconds) {
-      last_progress = std::chrono::steady_clock::now();
-      log->info("simulated step {} of {}: {:.1f} s on the virtual clock, {} messages",
-                coordinator.totals().steps(), config.stop().max_steps(), now, result.events);
-    }
-  }
-  result.exit_code = coordinator.exit_code();
-  result.steps = coordinator.totals().steps();
-  result.virtual_seconds = now;
-  result.wall_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return result;
 }
 
