@@ -62,6 +62,23 @@ class CoordinatorTest : public testing::CoordinatorFixture {
     };
   }
 
+  // A heartbeat from `name` reaches the coordinator now.
+  void heartbeat(const std::string& name) {
+    Message hb;
+    hb.envelope = make_envelope(0, name);
+    hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
+    coordinator->handle(as_received(name, std::move(hb)), now);
+  }
+
+  // Heartbeats from `names` every second from now + 1 s while before
+  // `until`, the coordinator ticking after each second's.
+  void heartbeats_until(std::initializer_list<const char*> names, double until) {
+    for (now += 1.0; now < until; now += 1.0) {
+      for (const char* n : names) heartbeat(n);
+      coordinator->tick(now);
+    }
+  }
+
   // The three workers say hello and take their welcomes: the run starts.
   void join_all() {
     for (const char* n : {"a", "b", "c"}) hello(n);
@@ -258,12 +275,7 @@ TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndRejoinsWithTheCurrentState)
   pump({"c"});
   EXPECT_EQ(coordinator->step(), 0u);
   now = 10.6;  // c silent for longer than silence_seconds; a and b heartbeat
-  for (const char* n : {"a", "b"}) {
-    Message hb;
-    hb.envelope = make_envelope(0, n);
-    hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
-    coordinator->handle(as_received(n, std::move(hb)), now);
-  }
+  for (const char* n : {"a", "b"}) heartbeat(n);
   coordinator->tick(now);
   EXPECT_TRUE(log.contains("worker 'c' (rank 2) silent for")) << log.text.str();
   EXPECT_TRUE(log.contains("worker 'c' (rank 2) is out of step 0 because it died"));
@@ -281,12 +293,7 @@ TEST_F(CoordinatorTest, RestartedWorkerIsWelcomedWithTheCurrentModelAndJoinsTheN
   coordinator->tick(now);
   pump({"c"});
   now = 10.6;
-  for (const char* n : {"a", "b"}) {
-    Message hb;
-    hb.envelope = make_envelope(0, n);
-    hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
-    coordinator->handle(as_received(n, std::move(hb)), now);
-  }
+  for (const char* n : {"a", "b"}) heartbeat(n);
   coordinator->tick(now);  // c presumed dead; step 0 closed, step 1 planned for a and b
   ASSERT_EQ(coordinator->step(), 1u);
   // c restarts: its old messages are gone with the process.
@@ -508,32 +515,10 @@ TEST_F(CoordinatorTest, TooFewWorkersWithinTheJoinTimeoutFailsClearly) {
   start();
   hello("a");
   hello("b");
-  for (now = 1.0; now < 121.5; now += 1.0) {
-    for (const char* n : {"a", "b"}) {
-      Message hb;
-      hb.envelope = make_envelope(0, n);
-      hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
-      coordinator->handle(as_received(n, std::move(hb)), now);
-    }
-    coordinator->tick(now);
-  }
+  heartbeats_until({"a", "b"}, 121.5);
   ASSERT_TRUE(coordinator->finished());
   EXPECT_EQ(coordinator->exit_code(), 1);
   EXPECT_NE(coordinator->stop_reason().find("only 2 of 3 workers joined"), std::string::npos);
-}
-
-// Heartbeats from `names` every second until `until`, the coordinator
-// ticking after each.
-void heartbeat_until(CoordinatorTest& t, std::initializer_list<const char*> names, double until) {
-  for (t.now += 1.0; t.now < until; t.now += 1.0) {
-    for (const char* n : names) {
-      Message hb;
-      hb.envelope = make_envelope(0, n);
-      hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
-      t.coordinator->handle(as_received(n, std::move(hb)), t.now);
-    }
-    t.coordinator->tick(t.now);
-  }
 }
 
 TEST_F(CoordinatorTest, WithMinWorkersTheRunStartsWithTheReadyOnesAtTheJoinTimeout) {
@@ -542,12 +527,12 @@ TEST_F(CoordinatorTest, WithMinWorkersTheRunStartsWithTheReadyOnesAtTheJoinTimeo
   hello("a");
   hello("b");
   welcome_all();
-  heartbeat_until(*this, {"a", "b"}, 119.5);
+  heartbeats_until({"a", "b"}, 119.5);
   for (const char* n : {"a", "b"}) {
     for (const Message& m : outbox.inbox[n])
       EXPECT_NE(m.envelope.body_case(), v1::Envelope::kPlan) << n << ": a plan before the timeout";
   }
-  heartbeat_until(*this, {"a", "b"}, 121.5);
+  heartbeats_until({"a", "b"}, 121.5);
   EXPECT_TRUE(log.contains("2 of 3 workers joined and loaded their data within 120 s"))
       << log.text.str();
   // c comes during step 0: planned from step 1.
@@ -570,7 +555,7 @@ TEST_F(CoordinatorTest, WithMinWorkersTooFewReadyAtTheJoinTimeoutFailsClearly) {
   hello("a");
   welcome_all();
   hello("b");  // joined, its data not loaded: not ready
-  heartbeat_until(*this, {"a", "b"}, 121.5);
+  heartbeats_until({"a", "b"}, 121.5);
   ASSERT_TRUE(coordinator->finished());
   EXPECT_EQ(coordinator->exit_code(), 1);
   EXPECT_NE(coordinator->stop_reason().find(
@@ -671,15 +656,7 @@ TEST_F(CoordinatorTest, StepZeroStartsOnceEveryWorkerHasLoadedItsData) {
   start();
   for (const char* n : {"a", "b", "c"}) hello(n);
   coordinator->tick(now);
-  for (now = 1.0; now <= 20.0; now += 1.0) {
-    for (const char* n : {"a", "b", "c"}) {
-      Message hb;
-      hb.envelope = make_envelope(0, n);
-      hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
-      coordinator->handle(as_received(n, std::move(hb)), now);
-    }
-    coordinator->tick(now);
-  }
+  heartbeats_until({"a", "b", "c"}, 20.5);
   for (const char* n : {"a", "b", "c"}) {
     for (const Message& m : outbox.inbox[n])
       EXPECT_NE(m.envelope.body_case(), v1::Envelope::kPlan) << n;
@@ -726,10 +703,7 @@ TEST_F(CoordinatorTest, WorkerMissingManyDeadlinesInARowIsReleasedAndTheRunGoesO
   for (int round = 0; round < 8 && !coordinator->finished(); ++round) {
     pump({"b"});
     now += 1.1;  // past tau 0.5 + grace 0.5
-    Message hb;
-    hb.envelope = make_envelope(0, "b");
-    hb.envelope.mutable_heartbeat()->set_sent_unix_micros(1);
-    coordinator->handle(as_received("b", std::move(hb)), now);
+    heartbeat("b");
     coordinator->tick(now);
   }
   pump({"b"});
