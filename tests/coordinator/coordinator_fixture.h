@@ -138,6 +138,13 @@ class CoordinatorFixture : public ::testing::Test {
     }
   }
 
+  // Every worker's parameters equal the coordinator's, bit for bit.
+  void expect_replicas_identical() {
+    for (auto& [name, worker] : workers) {
+      EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
+    }
+  }
+
   std::string run_file(const std::string& name) const {
     std::ifstream in(run_dir / name);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

@@ -262,9 +262,7 @@ TEST_F(CoordinatorTest, WorkerMissingTheDeadlineIsNamedAndItsMicroBatchesRequeue
   // b applied step 0's update like everyone: the replicas still agree.
   ASSERT_TRUE(coordinator->finished());
   EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
-  for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
-  }
+  expect_replicas_identical();
 }
 
 TEST_F(CoordinatorTest, SilentWorkerIsPresumedDeadAndRejoinsWithTheCurrentState) {
@@ -308,9 +306,7 @@ TEST_F(CoordinatorTest, RestartedWorkerIsWelcomedWithTheCurrentModelAndJoinsTheN
   EXPECT_EQ(plans[1].size(), 2u);
   EXPECT_EQ(plans[2].size(), 3u) << "c is planned again from the next step";
   EXPECT_EQ(coordinator->totals().checksum_mismatches(), 0u);
-  for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
-  }
+  expect_replicas_identical();
 }
 
 TEST_F(CoordinatorTest, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndDropped) {
@@ -544,9 +540,7 @@ TEST_F(CoordinatorTest, WithMinWorkersTheRunStartsWithTheReadyOnesAtTheJoinTimeo
   EXPECT_EQ(plans[0].size(), 2u);
   EXPECT_EQ(plans[1].size(), 3u);
   EXPECT_EQ(coordinator->totals().microbatches_orphaned(), 0u);
-  for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
-  }
+  expect_replicas_identical();
 }
 
 TEST_F(CoordinatorTest, WithMinWorkersTooFewReadyAtTheJoinTimeoutFailsClearly) {
@@ -760,9 +754,7 @@ TEST_F(CoordinatorTest, ChecksumMismatchDropsTheContributionAndResyncsTheReplica
   for (uint64_t id : b0) EXPECT_TRUE(step1.contains(id)) << id;
   // From step 1 on b computes on the coordinator's parameters again.
   EXPECT_EQ(plans[1].size(), 3u);
-  for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
-  }
+  expect_replicas_identical();
 }
 
 TEST_F(CoordinatorTest, NominalNormalizationDividesByThePlannedSamples) {

@@ -171,9 +171,7 @@ TEST_F(GuardTest, PoisonedContributionDiscardsTheStepAndTheRunEndsAsIfItNeverCam
                                 (1.0 + std::abs(static_cast<double>(clean[i]))));
   }
   EXPECT_LT(worst, 1e-5) << "the parameters differ from the clean run's";
-  for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
-  }
+  expect_replicas_identical();
 }
 
 TEST_F(GuardTest, TheContributionThatMakesTheRunningSumOverflowIsNamed) {
@@ -276,9 +274,7 @@ TEST_F(GuardTest, NormGuardRefusesAContributionFarBeyondTheOthersAndRequeuesIt) 
   for (const v1::WorkerStep& w : step0.workers()) {
     EXPECT_EQ(w.refused(), w.name() == "b" ? "norm" : "") << w.name();
   }
-  for (auto& [name, worker] : workers) {
-    EXPECT_EQ(worker.replica()->parameter_checksum(), replica->parameter_checksum()) << name;
-  }
+  expect_replicas_identical();
 }
 
 TEST_F(GuardTest, NormGuardIsOffByDefault) {
