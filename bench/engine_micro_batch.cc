@@ -11,16 +11,16 @@
 //                            [--threads N] [--rounds R]
 // (default: both models, batch 128 in micro-batches of 16, one thread,
 // 5 rounds after one warm-up round).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "bench/batches.h"
 #include "bench/sgemm_reference.h"
+#include "common/median.h"
 #include "model/model.h"
 
 namespace {
@@ -52,54 +52,33 @@ Batch slice(const Batch& whole, int begin, int n) {
   return b;
 }
 
-int parse_int(const char* flag, const char* value) {
-  char* end = nullptr;
-  const long v = value != nullptr ? std::strtol(value, &end, 10) : 0;
-  if (value == nullptr || *end != '\0' || v < 1 || v > 4096) {
-    std::fprintf(stderr, "bench_engine_micro_batch: %s needs a positive integer\n", flag);
-    std::exit(2);
-  }
-  return static_cast<int>(v);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  dctrain::bench::settle_and_print_blas(argv);
-  std::vector<std::string> models;
+  std::vector<std::string> models = {"resnet20", "bert-tiny"};
   int batch = 128, micro = 16, threads = 1, rounds = 5;
-  for (int i = 1; i < argc; ++i) {
-    const char* arg = argv[i];
-    const char* value = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (std::strcmp(arg, "--model") == 0 && value != nullptr) {
-      models.emplace_back(value);
-    } else if (std::strcmp(arg, "--batch") == 0) {
-      batch = parse_int(arg, value);
-    } else if (std::strcmp(arg, "--micro") == 0) {
-      micro = parse_int(arg, value);
-    } else if (std::strcmp(arg, "--threads") == 0) {
-      threads = parse_int(arg, value);
-    } else if (std::strcmp(arg, "--rounds") == 0) {
-      rounds = parse_int(arg, value);
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_engine_micro_batch [--model resnet20|bert-tiny]... [--batch B] "
-                   "[--micro M] [--threads N] [--rounds R]\n");
-      return 2;
-    }
-    ++i;
-  }
-  if (models.empty()) models = {"resnet20", "bert-tiny"};
+  CLI::App app{"The engine at micro-batches against the engine at the whole batch"};
+  app.add_option("--model", models, "models to run")
+      ->check(CLI::IsMember({"resnet20", "bert-tiny"}))
+      ->capture_default_str();
+  app.add_option("--batch", batch, "samples of the whole batch")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--micro", micro, "samples of a micro-batch (divides --batch)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--threads", threads, "the model's compute threads")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--rounds", rounds, "timed rounds after one warm-up")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   if (batch % micro != 0) {
     std::fprintf(stderr, "bench_engine_micro_batch: --batch must be a multiple of --micro\n");
     return 2;
   }
+  dctrain::bench::settle_and_print_blas(argv);
   std::printf("batch %d as one call against %d calls of %d, %d thread(s), median of %d rounds\n",
               batch, batch / micro, micro, threads, rounds);
   std::printf("%-10s %14s %14s %8s %10s\n", "model", "whole/s", "micro/s", "ratio", "spread");
@@ -110,15 +89,8 @@ int main(int argc, char** argv) {
     spec.threads = threads;
     spec.vocab_size = dctrain::bench::kMlmVocab;
     spec.max_seq_len = dctrain::bench::kMlmSeq;
-    Batch whole;
-    if (name == "bert-tiny") {
-      whole = dctrain::bench::mlm_sequences(batch);
-    } else if (name == "resnet20") {
-      whole = dctrain::bench::cifar_images(batch);
-    } else {
-      std::fprintf(stderr, "bench_engine_micro_batch: unknown model '%s'\n", name.c_str());
-      return 2;
-    }
+    const Batch whole = name == "bert-tiny" ? dctrain::bench::mlm_sequences(batch)
+                                            : dctrain::bench::cifar_images(batch);
     std::vector<Batch> parts;
     for (int b = 0; b < batch; b += micro) parts.push_back(slice(whole, b, micro));
     const std::unique_ptr<dctrain::Model> model = dctrain::make_model(spec);
@@ -149,10 +121,11 @@ int main(int argc, char** argv) {
       ratios.push_back(w / m);
     }
     const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
-    std::printf("%-10s %14.1f %14.1f %8.3f %4.3f-%4.3f\n", name.c_str(), median(whole_rates),
-                median(micro_rates), median(ratios), *lo, *hi);
+    std::printf("%-10s %14.1f %14.1f %8.3f %4.3f-%4.3f\n", name.c_str(),
+                dctrain::median(whole_rates), dctrain::median(micro_rates), dctrain::median(ratios),
+                *lo, *hi);
     std::printf("RESULT model=%s batch=%d micro=%d threads=%d ratio=%.3f\n", name.c_str(), batch,
-                micro, threads, median(ratios));
+                micro, threads, dctrain::median(ratios));
   }
   return 0;
 }

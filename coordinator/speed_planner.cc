@@ -3,22 +3,13 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/median.h"
 #include "coordinator/step_book.h"
 #include "runtime/step_policy.h"
 
 namespace dctrain {
 
 namespace {
-
-double median(std::vector<double> values) {
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid), values.end());
-  if (values.size() % 2 == 1) return values[mid];
-  const double upper = values[mid];
-  const double lower =
-      *std::max_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid));
-  return 0.5 * (lower + upper);
-}
 
 // The predicted slowest compute of `shares` under `times` (same order).
 double makespan(const std::vector<uint32_t>& shares, const std::vector<double>& times) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/median.h"
 #include "metrics/metrics_json.h"
 
 namespace dctrain {
@@ -14,13 +15,6 @@ namespace {
 // Steps whose start time is kept, so that a contribution arriving this many
 // steps late still gets its lag measured.
 constexpr size_t kRecentSteps = 256;
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 }  // namespace
 

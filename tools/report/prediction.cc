@@ -46,6 +46,44 @@ CurvePoint to_point(const StepTimePrediction& p) {
   return c;
 }
 
+// predict_step_time over the best-tau search's candidates, for every
+// worker count at once.
+struct GridPredictions {
+  std::vector<StepTimePrediction> none;               // tau = inf, by count
+  std::vector<std::vector<StepTimePrediction>> grid;  // by candidate, then count
+};
+
+GridPredictions predict_over_grid(const PooledSteps& pooled, const std::vector<uint32_t>& workers,
+                                  int grid_points) {
+  const StepTimePredictor predictor(pooled.worker_steps, workers, pooled.overhead_seconds);
+  GridPredictions out;
+  out.none = predictor.at(kInf);
+  TauSpan span;
+  for (const std::vector<double>& w : pooled.worker_steps) span.add(w);
+  if (span.empty() || grid_points < 2) return out;
+  out.grid.reserve(static_cast<size_t>(grid_points));
+  for (double tau : tau_grid(span, grid_points)) out.grid.push_back(predictor.at(tau));
+  return out;
+}
+
+// Each count's best candidate under the drop-rate bound.
+std::vector<CurvePoint> best_points(const GridPredictions& g, double max_drop_rate) {
+  std::vector<CurvePoint> points;
+  points.reserve(g.none.size());
+  for (size_t c = 0; c < g.none.size(); ++c) {
+    std::vector<double> speedups;
+    speedups.reserve(g.grid.size());
+    for (const std::vector<StepTimePrediction>& candidate : g.grid) {
+      // Over the bound: out of the running, as in estimate_threshold.
+      speedups.push_back(candidate[c].drop_rate <= max_drop_rate ? candidate[c].speedup : 0.0);
+    }
+    // The automatic threshold's choice among ties (estimate_threshold's).
+    const std::optional<size_t> best = best_candidate(speedups);
+    points.push_back(to_point(best ? g.grid[*best][c] : g.none[c]));
+  }
+  return points;
+}
+
 }  // namespace
 
 std::optional<Prediction> predict_speedup(const RunFolder& baseline, double tau) {
@@ -103,48 +141,6 @@ std::vector<CurvePoint> predicted_curve(const PooledSteps& pooled, double tau,
     points.push_back(to_point(p));
   return points;
 }
-
-namespace {
-
-// predict_step_time over the best-tau search's candidates, for every
-// worker count at once.
-struct GridPredictions {
-  std::vector<StepTimePrediction> none;               // tau = inf, by count
-  std::vector<std::vector<StepTimePrediction>> grid;  // by candidate, then count
-};
-
-GridPredictions predict_over_grid(const PooledSteps& pooled, const std::vector<uint32_t>& workers,
-                                  int grid_points) {
-  const StepTimePredictor predictor(pooled.worker_steps, workers, pooled.overhead_seconds);
-  GridPredictions out;
-  out.none = predictor.at(kInf);
-  TauSpan span;
-  for (const std::vector<double>& w : pooled.worker_steps) span.add(w);
-  if (span.empty() || grid_points < 2) return out;
-  out.grid.reserve(static_cast<size_t>(grid_points));
-  for (double tau : tau_grid(span, grid_points)) out.grid.push_back(predictor.at(tau));
-  return out;
-}
-
-// Each count's best candidate under the drop-rate bound.
-std::vector<CurvePoint> best_points(const GridPredictions& g, double max_drop_rate) {
-  std::vector<CurvePoint> points;
-  points.reserve(g.none.size());
-  for (size_t c = 0; c < g.none.size(); ++c) {
-    std::vector<double> speedups;
-    speedups.reserve(g.grid.size());
-    for (const std::vector<StepTimePrediction>& candidate : g.grid) {
-      // Over the bound: out of the running, as in estimate_threshold.
-      speedups.push_back(candidate[c].drop_rate <= max_drop_rate ? candidate[c].speedup : 0.0);
-    }
-    // The automatic threshold's choice among ties (estimate_threshold's).
-    const std::optional<size_t> best = best_candidate(speedups);
-    points.push_back(to_point(best ? g.grid[*best][c] : g.none[c]));
-  }
-  return points;
-}
-
-}  // namespace
 
 std::vector<CurvePoint> best_tau_points(const PooledSteps& pooled,
                                         const std::vector<uint32_t>& workers, int grid_points,
