@@ -15,6 +15,7 @@ BERT-mini). --batch: sequences per step (32). --no-optimizer: forward and
 backward only, as the engine's train_micro_batch (bench/engine_micro_batch.cc).
 --threads: that thread count only (default 1 and 2).
 """
+import argparse
 import os
 import resource
 import sys
@@ -76,21 +77,23 @@ def tokens_per_second(threads, steps, sizes, optimizer=True):
 
 def main():
     global BATCH
-    args = sys.argv[1:]
-    optimizer = "--no-optimizer" not in args
-    args = [a for a in args if a != "--no-optimizer"]
-    thread_counts = (1, 2)
-    for flag in ("--batch", "--threads"):
-        if flag in args:
-            i = args.index(flag)
-            value = int(args[i + 1])
-            if flag == "--batch":
-                BATCH = value
-            else:
-                thread_counts = (value,)
-            del args[i:i + 2]
-    steps = int(args[0]) if args else 5
-    sizes = Sizes(*(int(a) for a in args[1:5])) if len(args) == 5 else TINY
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("steps", type=int, nargs="?", default=5, help="timed steps (5)")
+    parser.add_argument("sizes", type=int, nargs="*",
+                        help="LAYERS HIDDEN HEADS INTERMEDIATE (default: bert-tiny)")
+    parser.add_argument("--batch", type=int, default=BATCH, help="sequences per step (32)")
+    parser.add_argument("--no-optimizer", action="store_true",
+                        help="forward and backward only, no AdamW step")
+    parser.add_argument("--threads", type=int, help="this thread count only (default 1 and 2)")
+    args = parser.parse_args()
+    if args.sizes and len(args.sizes) != 4:
+        parser.error("give four sizes: LAYERS HIDDEN HEADS INTERMEDIATE")
+    BATCH = args.batch
+    optimizer = not args.no_optimizer
+    thread_counts = (args.threads,) if args.threads else (1, 2)
+    steps = args.steps
+    sizes = Sizes(*args.sizes) if args.sizes else TINY
     name = "bert-tiny" if sizes is TINY else \
         f"bert-L{sizes.layers}-H{sizes.hidden}-A{sizes.heads}"
     print(f"PyTorch {torch.__version__} {name} MLM training, {BATCH} x {SEQ}, vocab {VOCAB}, "
