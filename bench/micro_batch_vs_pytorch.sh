@@ -68,8 +68,8 @@ echo
 "$build/bin/dctrain-launch" --workers 1 --config "$here/../experiments/resnet20.cfg" --data-dir "$data" \
   --steps "$system_steps" --out "$scratch/system" >"$scratch/system.log" 2>&1 ||
   { tail -n 20 "$scratch/system.log"; echo "micro_batch_vs_pytorch: the system run failed" >&2; exit 1; }
-step="$(tr ',{}' '\n\n\n' <"$scratch/system/summary.json" |
-  sed -n 's/^[[:space:]]*"mean_step_seconds":[[:space:]]*\([-+0-9.eE]*\).*/\1/p' | head -n 1)"
+step="$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["mean_step_seconds"])' \
+  "$scratch/system/summary.json")"
 system="$(awk -v s="$step" 'BEGIN { printf "%.1f", 128 / s }')"
 echo "system: dctrain-launch, 1 worker, experiments/resnet20.cfg, $system_steps steps: $system img/s;" \
   "PyTorch at batch 128: $resnet_128 img/s; ratio $(ratio "$system" "$resnet_128")"
