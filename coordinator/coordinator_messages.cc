@@ -140,6 +140,17 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
     return;
   }
   if (Member* existing = membership_.live_member(from.peer)) {
+    if (!existing->ready) {
+      // Its welcome (the whole replica's state) is on its way and not yet
+      // taken: another would only queue another copy of the state. A
+      // worker that restarted since says hello again once this one fails.
+      bad_message(from.peer,
+                  fmt::format("worker '{}' (rank {}) said hello again before it took its "
+                              "welcome; the welcome already sent stands",
+                              existing->name, existing->rank),
+                  now);
+      return;
+    }
     // The worker restarted (or lost its state) before we noticed.
     log_->warn("worker '{}' (rank {}) said hello again: it restarted; welcoming it afresh",
                existing->name, existing->rank);

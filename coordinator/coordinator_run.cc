@@ -95,6 +95,16 @@ std::optional<std::string> CoordinatorImpl::stop_reached(double now) const {
 void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
   plane_->apply_pending();
   v1::RunTotals& t = metrics_.totals();
+  // A stop criterion met by a run that trained nothing is no success: every
+  // step was dropped, refused or discarded (an attacker, a broken link).
+  if (exit_code == kCoordinatorDone && t.steps() > 0 && t.samples_completed() == 0) {
+    reason = fmt::format(
+        "{}, but no update was applied in {} steps: every step was dropped, refused or "
+        "discarded (see the log for why)",
+        reason, t.steps());
+    log_->error("{}", reason);
+    exit_code = kCoordinatorFailed;
+  }
   try {
     // The evaluation still running completes, and is recorded, before the
     // summary.

@@ -67,8 +67,8 @@ void CoordinatorImpl::start_step(double now) {
   std::vector<uint32_t> planned;
   for (const WorkerPlan& plan : plans) planned.push_back(plan.rank);
   std::sort(planned.begin(), planned.end());
-  plane_->open_step(planned);
   const double tau = threshold_.tau();
+  plane_->open_step(planned, now, tau);
   for (WorkerPlan& plan : plans) {
     Planned& p = planned_[plan.rank];
     p.rank = plan.rank;

@@ -41,8 +41,8 @@ class DataPlane {
   // A worker was welcomed under `rank`.
   virtual void joined(uint32_t rank, const v1::Hello& hello) = 0;
 
-  // A step opens among `ranks` (ascending).
-  virtual void open_step(const std::vector<uint32_t>& ranks) = 0;
+  // A step opens among `ranks` (ascending) at `now`, under `tau`.
+  virtual void open_step(const std::vector<uint32_t>& ranks, double now, double tau) = 0;
   // The plane's part of each worker's plan of the opening step.
   virtual void add_to_plan(v1::Plan& plan) const = 0;
   // When the step stops waiting for a contribution, its plans sent at `now`.

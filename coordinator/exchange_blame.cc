@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <set>
 
 namespace dctrain {
 
@@ -16,28 +17,51 @@ bool contains(const std::vector<uint32_t>& v, uint32_t x) {
 // once): every named suspect is out, as each report says.
 constexpr size_t kMostMembersWeighed = 20;
 
-}  // namespace
+// Whether `rank`'s report names `other` among those it lacked something from.
+bool names(const RoundReport& rank, uint32_t other) {
+  return contains(rank.suspects, other) || contains(rank.missing_contributions, other) ||
+         contains(rank.missing_sums, other);
+}
 
-RoundBlame blame_exchange_round(const std::vector<RoundReport>& reports,
-                                const std::set<uint32_t>& silent) {
+// Whether a member that reported, other than `except`, got every part of
+// `rank` (it names it nowhere).
+bool heard_in_full(const std::vector<RoundReport>& reports, uint32_t rank, uint32_t except) {
+  for (const RoundReport& r : reports) {
+    if (r.rank != rank && r.rank != except && !names(r, rank)) return true;
+  }
+  return false;
+}
+
+// The strikes of a blame whose `out` is set (see the header).
+void weigh_strikes(const std::vector<RoundReport>& reports, RoundBlame& blame) {
   std::map<uint32_t, const RoundReport*> by_rank;
   for (const RoundReport& r : reports) by_rank[r.rank] = &r;
-  RoundBlame blame;
-  for (const RoundReport& r : reports) {
-    if (r.ok) continue;
-    for (uint32_t s : r.suspects) {
-      if (s == r.rank || silent.contains(s)) continue;  // a silent member's links are its own
-      const bool sum_only = r.missing_contributions.empty() && contains(r.missing_sums, s);
-      if (sum_only) {
-        auto owner = by_rank.find(s);
-        if (owner != by_rank.end() && !owner->second->ok &&
-            !owner->second->missing_contributions.empty()) {
-          continue;  // the owner lacked a contribution: its own report names that link
-        }
-      }
-      blame.links.emplace_back(r.rank, s);
+  std::set<uint32_t> struck, unfounded;
+  for (const auto& [from, to] : blame.links) {
+    auto accused = by_rank.find(to);
+    if (accused == by_rank.end()) continue;
+    if (!names(*accused->second, from) && heard_in_full(reports, to, from)) {
+      unfounded.insert(from);
     }
   }
+  for (uint32_t rank : blame.out) {
+    std::set<uint32_t> counterparts;
+    for (const auto& [from, to] : blame.links) {
+      if (to == rank && from != rank) counterparts.insert(from);
+      if (from == rank && to != rank) counterparts.insert(to);
+    }
+    if (counterparts.size() >= 2 && !heard_in_full(reports, rank, rank)) struck.insert(rank);
+  }
+  struck.insert(unfounded.begin(), unfounded.end());
+  std::set<uint32_t> out(blame.out.begin(), blame.out.end());
+  out.insert(unfounded.begin(), unfounded.end());
+  blame.out.assign(out.begin(), out.end());
+  blame.struck.assign(struck.begin(), struck.end());
+  blame.unfounded.assign(unfounded.begin(), unfounded.end());
+}
+
+// Every smallest set of members touching each link, as blame.out.
+void take_out(RoundBlame& blame) {
   std::vector<uint32_t> members;
   for (const auto& [from, to] : blame.links) {
     members.push_back(from);
@@ -45,14 +69,13 @@ RoundBlame blame_exchange_round(const std::vector<RoundReport>& reports,
   }
   std::sort(members.begin(), members.end());
   members.erase(std::unique(members.begin(), members.end()), members.end());
-  if (members.empty()) return blame;
+  if (members.empty()) return;
   if (members.size() > kMostMembersWeighed) {
     std::set<uint32_t> named;
     for (const auto& link : blame.links) named.insert(link.second);
     blame.out.assign(named.begin(), named.end());
-    return blame;
+    return;
   }
-  // Every smallest set of members touching each link.
   const size_t n = members.size();
   std::vector<std::pair<size_t, size_t>> edges;
   for (const auto& [from, to] : blame.links) {
@@ -85,6 +108,32 @@ RoundBlame blame_exchange_round(const std::vector<RoundReport>& reports,
   for (size_t i = 0; i < n; ++i) {
     if ((union_of_smallest >> i) & 1) blame.out.push_back(members[i]);
   }
+}
+
+}  // namespace
+
+RoundBlame blame_exchange_round(const std::vector<RoundReport>& reports,
+                                const std::set<uint32_t>& silent) {
+  std::map<uint32_t, const RoundReport*> by_rank;
+  for (const RoundReport& r : reports) by_rank[r.rank] = &r;
+  RoundBlame blame;
+  for (const RoundReport& r : reports) {
+    if (r.ok) continue;
+    for (uint32_t s : r.suspects) {
+      if (s == r.rank || silent.contains(s)) continue;  // a silent member's links are its own
+      const bool sum_only = r.missing_contributions.empty() && contains(r.missing_sums, s);
+      if (sum_only) {
+        auto owner = by_rank.find(s);
+        if (owner != by_rank.end() && !owner->second->ok &&
+            !owner->second->missing_contributions.empty()) {
+          continue;  // the owner lacked a contribution: its own report names that link
+        }
+      }
+      blame.links.emplace_back(r.rank, s);
+    }
+  }
+  take_out(blame);
+  weigh_strikes(reports, blame);
   return blame;
 }
 

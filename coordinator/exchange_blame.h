@@ -17,6 +17,15 @@
 //     out of the step (their micro-batches requeued, nothing lost).
 // Members that did not report by then are taken out before the links are
 // counted, and every link they touch is theirs.
+//
+// Taken out is not struck (counted towards a release, docs/security.md):
+// no member's word alone gets another released. A member out of the round
+// is struck only when its failed links run to two or more other members
+// and no other member that reported got all of its parts (the others
+// corroborate, none contradicts). An accuser is struck when its complaint is
+// contradicted: the member it blames was heard from in full by another
+// member and does not blame it back (a lie, or a link that failed one way
+// only, after every contribution had crossed it).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +44,10 @@ struct RoundReport {
 
 struct RoundBlame {
   std::vector<uint32_t> out;  // ascending
+  // Of `out`, those whose failed round counts (ascending): corroborated,
+  // or accusers whose complaint was contradicted (`unfounded`, ascending).
+  std::vector<uint32_t> struck;
+  std::vector<uint32_t> unfounded;
   // Complaints that led to a member, as (the complaining member, the member)
   // pairs, for the log.
   std::vector<std::pair<uint32_t, uint32_t>> links;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "coordinator/data_plane.h"
+#include "coordinator/round_clock.h"
 #include "coordinator/round_deadline.h"
 #include "coordinator/sketch_check.h"
 #include "coordinator/step_book.h"
@@ -39,7 +40,7 @@ class ExchangePlane final : public DataPlane {
   // A worker without an exchange endpoint or with a token of the wrong size.
   std::optional<std::string> hello_problem(const v1::Hello& hello) const override;
   void joined(uint32_t rank, const v1::Hello& hello) override;
-  void open_step(const std::vector<uint32_t>& ranks) override;
+  void open_step(const std::vector<uint32_t>& ranks, double now, double tau) override;
   void add_to_plan(v1::Plan& plan) const override;
   double deadline(double now, double tau) const override;
   std::optional<std::string> out_of_round(const v1::Contribution& c) const override;
@@ -80,15 +81,17 @@ class ExchangePlane final : public DataPlane {
   // The round of `ranks` under `attempt` (0: the step's first round, after
   // the compute; above: a redo among the members left, on what they computed).
   void plan_round(v1::Plan& plan, std::vector<uint32_t> ranks, uint32_t attempt) const;
-  // The members of a round that have not reported by silent_after_: out
-  // of the step, presumed dead, each a failed round (strike()).
+  // The members of a round that have not reported by silent_after_: late
+  // by this process's clock, out of the step (a missed step) and presumed
+  // dead (welcomed afresh when heard again).
   void take_out_silent_members(double now);
-  // Once the round is overdue (the round deadline after its first report,
-  // from a member that heard from every other; the data plane's timeout
-  // after a first report that did not), the members that have not
+  // Once the round is overdue (the round deadline after the later of its
+  // first report and the end of the plan's compute bound, on this
+  // process's clock: coordinator/round_clock.h), the members that have not
   // reported are told to end the round and report what they have
   // (ExchangeCancel); those that cannot answer within the round deadline
-  // are taken out by take_out_silent_members().
+  // are past every bound of the plan, and are taken out by
+  // take_out_silent_members().
   void cancel_overdue_members(double now);
   // A member of the open step that has not reported and whose control plane
   // is silent for 3 heartbeats (a stopped process) is presumed dead then,
@@ -97,7 +100,8 @@ class ExchangePlane final : public DataPlane {
   // A member failed a round by its own fault: counted (Member::
   // failed_rounds_in_a_row), and released at the limit.
   void strike(uint32_t rank, const std::string& why);
-  // A committed round's round times into the round deadline.
+  // A committed round's time, as this process's clock measured it
+  // (round_clock_), into the round deadline.
   void observe_round();
   // Once every member of a failed round reported or is out: takes out the
   // members coordinator/exchange_blame.h judges at fault, before the redo.
@@ -200,9 +204,9 @@ class ExchangePlane final : public DataPlane {
   // rounds, later than any earlier process's of the same run.
   uint64_t exchange_run_ = 0;
   uint32_t exchange_attempt_ = 0;  // the current step's round: 0, or the redo's number
-  // When the members of the current round that have not reported are told
-  // to end it (cancel_overdue_members), from its first report.
-  std::optional<double> overdue_at_;
+  // The current round on this process's clock: the plan's compute bound,
+  // the reports' arrivals, when the round is overdue, its own time.
+  RoundClock round_clock_;
   // Once they were told: when those that still have not reported are taken
   // out (take_out_silent_members).
   std::optional<double> silent_after_;

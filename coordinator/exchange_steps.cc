@@ -50,7 +50,10 @@ namespace dctrain {
 
 ExchangePlane::ExchangePlane(CoordinatorImpl& coordinator, const v1::DataPlaneConfig& config,
                              uint64_t run)
-    : exchange_run_(run), round_deadline_(config), c_(coordinator) {}
+    : exchange_run_(run),
+      round_clock_(config.timeout_seconds()),
+      round_deadline_(config),
+      c_(coordinator) {}
 
 std::string_view ExchangePlane::description() const {
   return "exchange (the workers sum among themselves; this process commits each step)";
@@ -61,7 +64,8 @@ void ExchangePlane::joined(uint32_t rank, const v1::Hello& hello) {
   exchange_tokens_[rank] = hello.exchange_token();
 }
 
-void ExchangePlane::open_step(const std::vector<uint32_t>& ranks) {
+void ExchangePlane::open_step(const std::vector<uint32_t>& ranks, double now, double tau) {
+  round_clock_.plan(now, tau, c_.config_.liveness().grace_seconds(), false);
   exchange_attempt_ = 0;
   exchange_members_ = ranks;
   committed_ahead_.reset();
@@ -70,7 +74,6 @@ void ExchangePlane::open_step(const std::vector<uint32_t>& ranks) {
   sketch_check_passed_ = false;
   refused_norm_in_step_ = 0;
   silent_after_.reset();
-  overdue_at_.reset();
   c_.reducer_.begin(ranks, false);  // the sum waits for apply_pending()
 }
 
@@ -145,8 +148,8 @@ void ExchangePlane::plan_round(v1::Plan& plan, std::vector<uint32_t> ranks,
     for (uint32_t r : ranks) x.add_member_keys(c_.membership_.at(r).key);
   }
   // Once every member was heard from, a member waits this long for the rest
-  // of the round (measured rounds; none until enough are measured).
-  if (round_deadline_.observed() >= RoundDeadline::kWarmUp) {
+  // of the round (measured rounds; none before the first).
+  if (round_deadline_.observed() > 0) {
     x.set_round_seconds(round_deadline_.seconds());
   }
   if (attempt > 0) {
@@ -279,16 +282,12 @@ void ExchangePlane::accept(uint32_t rank, Message report, double now) {
   p.contribution = c;
   p.contribution->mutable_exchange()->clear_error();
   c_.reducer_.settle(rank);
-  // The others report about now: a member that heard from every other
-  // ended its round (done, or by the round deadline) when they could end
-  // theirs. Past the round deadline the ones left are asked to end it
-  // (cancel_overdue_members). A member that did not hear from all failed
-  // at its own deadline, which others (still computing then) may not have
-  // reached: they get the data plane's timeout, as before.
-  if (!overdue_at_) {
-    overdue_at_ = now + (x.heard_from_all() ? round_deadline_.seconds()
-                                            : c_.config_.data_plane().timeout_seconds());
-  }
+  // The others report about now, or once their compute is done: past the
+  // round deadline after the later of the two (this clock's, whatever the
+  // report says of the round), the ones left are asked to end it
+  // (cancel_overdue_members). A member that reports early (failed, or
+  // lying) asks nothing of those still inside the plan's compute bound.
+  round_clock_.arrived(rank, now, c.compute_seconds());
   if (x.ok()) return;
   if (x.cancelled()) {
     c_.log_->info("worker '{}' (rank {}) ended the round of step {} when asked",
@@ -306,7 +305,8 @@ void ExchangePlane::accept(uint32_t rank, Message report, double now) {
 
 void ExchangePlane::cancel_overdue_members(double now) {
   // Once: after the cut-off (silent_after_) nobody it could ask is left.
-  if (!overdue_at_ || now <= *overdue_at_ || silent_after_ || committed_ahead_) return;
+  const std::optional<double> overdue = round_clock_.overdue_at(round_deadline_.seconds());
+  if (!overdue || now <= *overdue || silent_after_ || committed_ahead_) return;
   const double answer = round_deadline_.seconds();
   std::vector<uint32_t> asked;
   for (uint32_t rank : exchange_members_) {
@@ -399,26 +399,27 @@ void ExchangePlane::strike(uint32_t rank, const std::string& why) {
 }
 
 void ExchangePlane::observe_round() {
-  double slowest = -1.0;
-  for (uint32_t rank : exchange_members_) {
-    const Planned& p = c_.planned_.at(rank);
-    if (!p.contribution || !p.contribution->exchange().heard_from_all()) return;
-    slowest = std::max(slowest, p.contribution->exchange().round_seconds());
+  if (const std::optional<double> seconds = round_clock_.round_seconds()) {
+    round_deadline_.observe(*seconds);
   }
-  if (slowest >= 0.0) round_deadline_.observe(slowest);
+  round_clock_.committed();
 }
 
 void ExchangePlane::take_out_silent_members(double now) {
   if (!silent_after_ || now <= *silent_after_) return;
   silent_after_.reset();
+  // Past the plan's compute bound and two round deadlines on this clock:
+  // late, as the star's late worker (a missed step, counted towards
+  // liveness.release_after_missed_steps), whatever it reports. Not a failed
+  // round: its control plane is alive, and a slow compute is no fault of
+  // its links (take_out_stopped_members strikes a silent process).
   for (uint32_t rank : exchange_members_) {
     if (!c_.reducer_.expects(rank)) continue;
     c_.lose_if_awaited(
-        rank,
-        "it did not report its exchange round (nor end it when asked) while the other "
-        "members did");
+        rank, fmt::format("it did not report its exchange round (nor end it when asked) by {:.3g} "
+                          "s after its plan (the plan's compute bound and two round deadlines)",
+                          now - round_clock_.planned_at()));
     c_.membership_.mark_dead(rank);
-    strike(rank, "silent in its round");
   }
 }
 
@@ -447,21 +448,28 @@ void ExchangePlane::judge_exchange_round() {
     return fmt::format("worker '{}' (rank {})", c_.membership_.at(rank).name, rank);
   };
   for (uint32_t rank : blame.out) {
+    const bool unfounded =
+        std::binary_search(blame.unfounded.begin(), blame.unfounded.end(), rank);
     // Why: a member that complained about it, else the one it complained
-    // about (then neither report can say which end of their link failed).
+    // about (then neither report can say which end of their link failed,
+    // unless others contradict its complaint).
     std::string why;
     for (const auto& [from, to] : blame.links) {
-      if (to == rank) {
-        why = fmt::format("{} did not get its part of the exchange", name(from));
-        break;
-      }
+      if (unfounded || to != rank) continue;
+      why = fmt::format("{} did not get its part of the exchange", name(from));
+      break;
     }
     if (why.empty()) {
       for (const auto& [from, to] : blame.links) {
         if (from != rank) continue;
-        why = fmt::format(
-            "it did not get the part of {}, and nothing tells which end of their link failed",
-            name(to));
+        why = unfounded
+                  ? fmt::format(
+                        "it blamed {}, whom another member heard from in full and who does not "
+                        "blame it",
+                        name(to))
+                  : fmt::format("it did not get the part of {}, and nothing tells which end of "
+                                "their link failed",
+                                name(to));
         break;
       }
     }
@@ -470,20 +478,16 @@ void ExchangePlane::judge_exchange_round() {
     // again when next heard, and is welcomed afresh, so the next round does
     // not wait for it again.
     c_.membership_.mark_dead(rank);
-    // A failed round counts towards its release only when its links failed
-    // with two or more other members: one member's word (a single failed
-    // link, which takes out both ends) never gets another released.
-    std::set<uint32_t> counterparts;
-    for (const auto& [from, to] : blame.links) {
-      if (to == rank && from != rank) counterparts.insert(from);
-      if (from == rank && to != rank) counterparts.insert(to);
-    }
-    if (counterparts.size() >= 2) {
+    // A failed round counts towards its release only when others
+    // corroborate it and none contradicts it, or when its own complaint was
+    // contradicted (exchange_blame.h): one member's word never gets another
+    // released, nor two members' against a third that heard from it.
+    if (std::binary_search(blame.struck.begin(), blame.struck.end(), rank)) {
       strike(rank, why);
     } else {
       c_.log_->info(
-          "worker '{}' (rank {}): not counted as a failed round (one failed link, one "
-          "member's word)",
+          "worker '{}' (rank {}): not counted as a failed round (its failed links are one "
+          "member's word, or another member heard from it in full)",
           c_.membership_.at(rank).name, rank);
     }
   }
@@ -537,7 +541,6 @@ bool ExchangePlane::plan_next_attempt(double now, std::vector<uint32_t> left,
   for (uint32_t rank : left) computing = computing || !c_.planned_.at(rank).contribution;
   ++exchange_attempt_;
   silent_after_.reset();
-  overdue_at_.reset();
   v1::RunTotals& t = c_.metrics_.totals();
   t.set_exchange_rounds_redone(t.exchange_rounds_redone() + 1);
   c_.log_->warn(
@@ -552,6 +555,7 @@ bool ExchangePlane::plan_next_attempt(double now, std::vector<uint32_t> left,
   exchange_members_ = left;
   c_.reducer_.begin(left, false);
   const double tau = c_.threshold_.tau();
+  round_clock_.plan(now, tau, c_.config_.liveness().grace_seconds(), true);
   for (uint32_t rank : left) {
     c_.planned_.at(rank).contribution.reset();
     Message m;

@@ -42,9 +42,17 @@ void PeerLog::peer_says(const std::string& peer, const std::string& line, double
 
 void PeerLog::limited(Entries& entries, const char* kind, const std::string& peer,
                       const std::string& line, double now) {
-  if (!entries.contains(peer) && entries.size() >= kMaxPeers) prune(entries, now);
-  // Still full: the new peer shares the entry of all such peers.
-  const bool shared = !entries.contains(peer) && entries.size() >= kMaxPeers;
+  const bool known = entries.contains(peer);
+  if (!known && entries.size() >= kMaxPeers) prune(entries, now);
+  if (!known && now - new_peers_since_ >= period_) {
+    new_peers_since_ = now;
+    new_peers_ = 0;
+  }
+  // Still full, or too many new names this period: the new peer shares the
+  // entry of all such peers.
+  const bool shared =
+      !known && (entries.size() >= kMaxPeers || new_peers_ >= kNewPeersPerPeriod);
+  if (!known && !shared) ++new_peers_;
   Entry& e = entries[shared ? std::string() : peer];
   ++e.count;
   ++e.since;

@@ -1,7 +1,8 @@
 // How much any one peer may cost the coordinator: the socket's limits from
 // the model's size, and logs that stay bounded whatever a peer sends. A
 // peer's bad messages are counted and the first few logged, then one line per
-// period with the count since; hellos that are refused are answered for at
+// period with the count since (at most kNewPeersPerPeriod new names a period
+// get lines of their own; the rest share one); hellos that are refused are answered for at
 // most guard.max_refused_peers peers per period, each once, and the rest
 // only counted, so a flood of hellos from fresh names queues no replies and
 // writes no more log lines than that.
@@ -34,6 +35,9 @@ class PeerLog {
   static constexpr uint64_t kBurst = 5;
   // Peers remembered; beyond, bad messages from new peers share one entry.
   static constexpr size_t kMaxPeers = 1024;
+  // New peers given lines of their own per period; beyond, they share the
+  // entry of other peers, so that rotating names costs the log no more.
+  static constexpr size_t kNewPeersPerPeriod = 8;
 
   // `config`: finalized (runtime/run_config.h sets its defaults).
   PeerLog(const v1::GuardConfig& config, std::shared_ptr<spdlog::logger> log);
@@ -68,6 +72,8 @@ class PeerLog {
 
   double period_;
   size_t max_refused_;
+  double new_peers_since_ = -1e300;  // the period in which new_peers_ were first seen
+  size_t new_peers_ = 0;
   std::shared_ptr<spdlog::logger> log_;
   Entries bad_;   // bad messages, by peer
   Entries said_;  // lines of the peer's own text, by peer

@@ -22,7 +22,7 @@ void RoundDeadline::observe(double round_seconds) {
 }
 
 double RoundDeadline::percentile() const {
-  if (recent_.size() < kWarmUp) return 0.0;
+  if (recent_.empty()) return 0.0;
   std::vector<double> sorted(recent_.begin(), recent_.end());
   std::sort(sorted.begin(), sorted.end());
   // The nearest rank: the smallest value with at least 95% of the rounds at
@@ -32,7 +32,7 @@ double RoundDeadline::percentile() const {
 }
 
 double RoundDeadline::seconds() const {
-  if (recent_.size() < kWarmUp) return ceiling_;
+  if (recent_.empty()) return ceiling_;
   return std::clamp(multiple_ * percentile(), floor_, ceiling_);
 }
 

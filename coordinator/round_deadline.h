@@ -1,17 +1,16 @@
 // The exchange's round deadline, from measured rounds, as tau follows
 // measured compute: how long a member of a round may wait, once every other
 // member has been heard from, before it gives up on the round; and how long
-// the coordinator waits for a member's report after the first report of a
-// round came in. Both are one figure: the recent rounds' own time (from the
-// moment a member heard from every other to the round's end, without the
-// wait for the slowest compute) times a multiple, at least a floor, at most
-// the configured timeout.
+// the coordinator waits for a member's report (or a sum, or a sketch) once
+// a round is due. Both are one figure: the recent rounds' own time (as the
+// coordinator's clock measures it: coordinator/round_clock.h) times a
+// multiple, at least a floor, at most the configured timeout.
 //
 //   seconds() = clamp(multiple x p95(last kWindow rounds), floor, ceiling)
 //
-// Until kWarmUp rounds are measured it is the ceiling: nothing is known of
-// this run's rounds yet. A round is observed by its slowest member's time,
-// so a round that some member found slow widens the limit for everyone.
+// From the first measured round on (the 95th percentile of fewer than 20
+// rounds is their slowest); before any, the ceiling: nothing is known of
+// this run's rounds yet.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +23,6 @@ namespace dctrain {
 class RoundDeadline {
  public:
   static constexpr size_t kWindow = 50;   // rounds kept
-  static constexpr size_t kWarmUp = 5;    // rounds measured before the limit moves
   static constexpr double kQuantile = 0.95;
 
   RoundDeadline(double multiple, double floor_seconds, double ceiling_seconds);
@@ -37,7 +35,7 @@ class RoundDeadline {
   // The limit in force.
   double seconds() const;
   size_t observed() const { return recent_.size(); }
-  // The high percentile the limit is a multiple of (0 while warming up).
+  // The high percentile the limit is a multiple of (0 before any round).
   double percentile() const;
 
  private:

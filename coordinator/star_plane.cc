@@ -18,7 +18,7 @@ std::string_view StarPlane::description() const {
   return "star (every gradient through this process)";
 }
 
-void StarPlane::open_step(const std::vector<uint32_t>& ranks) {
+void StarPlane::open_step(const std::vector<uint32_t>& ranks, double, double) {
   c_.reducer_.begin(ranks, true);
 }
 

@@ -19,7 +19,7 @@ class StarPlane final : public DataPlane {
   std::string_view description() const override;
   std::optional<std::string> hello_problem(const v1::Hello&) const override { return {}; }
   void joined(uint32_t, const v1::Hello&) override {}
-  void open_step(const std::vector<uint32_t>& ranks) override;
+  void open_step(const std::vector<uint32_t>& ranks, double now, double tau) override;
   void add_to_plan(v1::Plan&) const override {}
   double deadline(double now, double tau) const override;
   std::optional<std::string> out_of_round(const v1::Contribution&) const override { return {}; }

@@ -100,5 +100,47 @@ TEST(ExchangeBlame, TwoIndependentFailedLinksTakeOutBothEndsOfEach) {
             Ranks({1}));
 }
 
+TEST(ExchangeBlame, OneLiarsComplaintAgainstAMemberOthersHeardInFullStrikesTheLiar) {
+  // Rank 3 says it lacked rank 0's contribution; rank 0 lacked nothing,
+  // ranks 1 and 2 got all of rank 0's parts.
+  const RoundBlame b =
+      blame_exchange_round({succeeded(0), succeeded(1), succeeded(2), failed(3, {0}, {})}, {});
+  EXPECT_EQ(b.out, Ranks({0, 3})) << "one link: both ends out of the step";
+  EXPECT_EQ(b.struck, Ranks({3}));
+  EXPECT_EQ(b.unfounded, Ranks({3}));
+}
+
+TEST(ExchangeBlame, TwoCollidersCannotGetAMemberStruckThatAThirdHeardInFull) {
+  // Ranks 2 and 3 both say they lacked rank 0's parts; rank 1 got them all.
+  RoundBlame b =
+      blame_exchange_round({succeeded(0), succeeded(1), failed(2, {0}, {}), failed(3, {0}, {})}, {});
+  EXPECT_EQ(b.out, Ranks({0, 2, 3}));
+  EXPECT_EQ(b.struck, Ranks({2, 3})) << "their complaints are contradicted";
+  // The same, withholding their own parts from rank 0 so that it blames
+  // them back: nobody is struck (rank 1 heard from rank 0 in full).
+  b = blame_exchange_round(
+      {failed(0, {2, 3}, {}), succeeded(1), failed(2, {0}, {}), failed(3, {0}, {})}, {});
+  EXPECT_EQ(b.out, Ranks({0}));
+  EXPECT_TRUE(b.struck.empty());
+}
+
+TEST(ExchangeBlame, AMemberEveryOtherMemberLackedIsStruck) {
+  // A member that ended its round at once (a liar, or a dead exchange
+  // port): every other member lacks its parts, nobody heard it in full.
+  RoundBlame b = blame_exchange_round(
+      {failed(0, {3}, {3}), failed(1, {3}, {3}), failed(2, {3}, {3}), failed(3, {}, {})}, {});
+  EXPECT_EQ(b.out, Ranks({3}));
+  EXPECT_EQ(b.struck, Ranks({3}));
+  // Its inbox unreachable: it lacks every contribution, the others its sum.
+  b = blame_exchange_round({failed(0, {}, {2}), failed(1, {}, {2}), failed(2, {0, 1}, {0, 1})},
+                           {});
+  EXPECT_EQ(b.out, Ranks({2}));
+  EXPECT_EQ(b.struck, Ranks({2}));
+  // One link between two members, which a third cannot judge: nobody.
+  b = blame_exchange_round({failed(0, {1}, {}), failed(1, {0}, {}), succeeded(2)}, {});
+  EXPECT_EQ(b.out, Ranks({0, 1}));
+  EXPECT_TRUE(b.struck.empty());
+}
+
 }  // namespace
 }  // namespace dctrain

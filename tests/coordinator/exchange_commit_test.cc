@@ -546,27 +546,33 @@ TEST_F(ExchangeCommitTest, TheRoundDeadlineFollowsMeasuredRoundsAndAnOverdueMemb
   config.mutable_stop()->set_max_steps(8);
   std::map<std::string, Message> latest = join();
   fill_sum();
-  // Until 5 rounds are measured, no limit after all were heard from.
+  // Before any round is measured, no limit after all were heard from; from
+  // the first on, the rounds as this process's clock measured them (the
+  // reports came 0.1 s after their plans, claiming 10 ms of compute each;
+  // whatever they say of their rounds' times).
+  EXPECT_EQ(latest["a"].envelope.plan().exchange().round_seconds(), 0.0);
   for (int step = 0; step < 5; ++step) {
-    EXPECT_EQ(latest["a"].envelope.plan().exchange().round_seconds(), 0.0) << step;
     healthy_step(latest);
+    // 4 x 0.09 s is under the floor, 0.5 s.
+    EXPECT_DOUBLE_EQ(latest["a"].envelope.plan().exchange().round_seconds(), 0.5) << step;
     now += 0.1;
   }
-  // Rounds of 20 ms: 4 x 0.02 s is under the floor, 0.5 s.
-  EXPECT_DOUBLE_EQ(latest["a"].envelope.plan().exchange().round_seconds(), 0.5);
   const uint64_t step = latest["a"].envelope.step();
 
   // a heard from b, then did not get b's part: it reports at its limit.
+  // With tau = inf, b may compute until twice the longest committed span
+  // (0.1 s), at least the timeout (2 s) after the plan (sent 0.1 s ago);
+  // then it has the round deadline (0.5 s) to report.
   Message failed = failed_report("a", latest["a"], 1);
   failed.envelope.mutable_contribution()->mutable_exchange()->set_heard_from_all(true);
   on_current_parameters(failed);
   receive("a", std::move(failed));
-  now += 0.4;
+  now += 2.35;
   heartbeat("b");
   coordinator->tick(now);
   EXPECT_EQ(count(take("b"), v1::Envelope::kExchangeCancel), 0u)
-      << "within the round deadline of the first report";
-  now += 0.2;
+      << "inside the plan's compute bound and the round deadline after it";
+  now += 0.1;
   heartbeat("b");
   coordinator->tick(now);
   const Message cancel = only("b", v1::Envelope::kExchangeCancel);
@@ -593,7 +599,8 @@ TEST_F(ExchangeCommitTest, TheRoundDeadlineFollowsMeasuredRoundsAndAnOverdueMemb
             std::string::npos)
       << text;
   EXPECT_NE(text.find("worker 'b' (rank 1) is out of step 5"), std::string::npos) << text;
-  EXPECT_NE(text.find("worker 'b' (rank 1): not counted as a failed round (one failed link"),
+  EXPECT_NE(text.find("worker 'b' (rank 1): not counted as a failed round (its failed links are "
+                      "one member's word"),
             std::string::npos)
       << text;
   EXPECT_EQ(text.find("failed its exchange round"), std::string::npos) << text;
@@ -613,8 +620,16 @@ TEST_F(ExchangeCommitTest, AnOverdueMemberThatCannotAnswerIsTakenOutOneRoundDead
   failed.envelope.mutable_contribution()->mutable_exchange()->set_heard_from_all(true);
   on_current_parameters(failed);
   receive("a", std::move(failed));
-  now += 0.6;
-  heartbeat("b");  // its session heartbeats; its compute thread is stuck
+  // Overdue 2.5 s after the plan (0.1 s ago): the compute bound and the
+  // round deadline.
+  for (int i = 0; i < 4; ++i) {
+    now += 0.5;
+    heartbeat("b");  // its session heartbeats; its compute thread is stuck
+    coordinator->tick(now);
+  }
+  ASSERT_EQ(count(take("b"), v1::Envelope::kExchangeCancel), 0u);
+  now += 0.5;
+  heartbeat("b");
   coordinator->tick(now);
   ASSERT_EQ(count(take("b"), v1::Envelope::kExchangeCancel), 1u);
   now += 0.4;
@@ -874,6 +889,201 @@ TEST_F(ExchangeThreeMembersTest, AShardOwnerThatTwoMembersContradictCountsAFaile
   EXPECT_EQ(coordinator->step(), 1u) << text;
   EXPECT_EQ(coordinator->totals().samples_completed(), 0u);
   EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+}
+
+// One member that lies about its round, among three honest ones, under a
+// finite tau (1 s, grace 0.5 s): the coordinator's own clock and the
+// members' corroborated reports decide, never its word.
+const std::string kFourMembersTau = [] {
+  std::string config = kConfig;
+  config.replace(config.find("workers: 2"), 10, "workers: 4");
+  config.replace(config.find("tau: inf"), 8, "tau: 1");
+  return config;
+}();
+
+class ExchangeLiarTest : public ExchangeCommitTest {
+ protected:
+  ExchangeLiarTest() : ExchangeCommitTest(kFourMembersTau.c_str(), {"a", "b", "c", "d"}) {}
+
+  void heartbeats(const std::vector<std::string>& names) {
+    for (const std::string& name : names) heartbeat(name);
+  }
+  // Ticks every 0.25 s until `until`, every named member heartbeating;
+  // returns the cancels sent meanwhile to `watched`.
+  size_t cancels_until(double until, const std::vector<std::string>& alive,
+                       const std::vector<std::string>& watched) {
+    size_t cancels = 0;
+    while (now + 0.25 <= until + 1e-9) {
+      now += 0.25;
+      heartbeats(alive);
+      coordinator->tick(now);
+      for (const std::string& name : watched) {
+        cancels += count(take(name), v1::Envelope::kExchangeCancel);
+      }
+    }
+    return cancels;
+  }
+  // `name` ends its round the moment its plan arrives, saying it heard
+  // from every other member and that rounds take 100 s, and blames a.
+  void lie(const std::string& name, const Message& plan) {
+    Message m = failed_report(name, plan, 0);
+    v1::ExchangeReport& x = *m.envelope.mutable_contribution()->mutable_exchange();
+    x.set_heard_from_all(true);
+    x.set_round_seconds(100.0);
+    on_current_parameters(m);
+    receive(name, std::move(m));
+  }
+  // The honest members' round, which never got the liar's parts.
+  void lacking(const std::string& name, const Message& plan, uint32_t liar) {
+    Message m = failed_report(name, plan, liar);
+    on_current_parameters(m);
+    receive(name, std::move(m));
+  }
+  // The redo among `members`, a sending its sum; the step closes.
+  void redo(const std::vector<std::string>& members, std::map<std::string, Message>& latest) {
+    std::map<std::string, Message> redo_plans;
+    for (const std::string& name : members) redo_plans[name] = only(name, v1::Envelope::kPlan);
+    for (const std::string& name : members) {
+      Message r = redo_report(name, latest[name], redo_plans[name]);
+      on_current_parameters(r);
+      receive(name, std::move(r));
+    }
+    const Message& plan = redo_plans.at("a");
+    receive("a", sum("a", plan.envelope.step(), plan.envelope.plan().exchange().attempt()));
+  }
+  // `name`, presumed dead, is heard again and says hello; true when it was
+  // welcomed (false: released).
+  bool comes_back(const std::string& name) {
+    heartbeat(name);
+    const Message asked = only(name, v1::Envelope::kError);
+    EXPECT_TRUE(asked.envelope.error().rejoin());
+    Message hello = workers.at(name).hello();
+    hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
+    hello.envelope.mutable_hello()->set_exchange_token(std::string(16, 't'));
+    receive(name, std::move(hello));
+    std::vector<Message> got = take(name);
+    for (Message& m : got) {
+      if (m.envelope.body_case() != v1::Envelope::kWelcome) continue;
+      receive(name, workers.at(name).on_welcome(m));
+      return true;
+    }
+    return false;
+  }
+};
+
+TEST_F(ExchangeLiarTest, AMemberEndingEveryRoundAtOnceIsReleasedAndNoHonestMemberIsStruck) {
+  config.mutable_stop()->set_max_steps(12);
+  std::map<std::string, Message> latest = join();
+  fill_sum();
+  const std::vector<std::string> honest = {"a", "b", "c"};
+  for (int attack = 1; attack <= 3; ++attack) {
+    const double planned = now;
+    lie("d", latest["d"]);
+    // a, b and c compute for 1.2 s and wait in the round for d's parts:
+    // inside tau + grace nobody asks them to end it, whatever d said (the
+    // round deadline counts from there).
+    EXPECT_EQ(cancels_until(planned + 1.5, {"a", "b", "c", "d"}, honest), 0u) << attack;
+    for (const std::string& name : honest) lacking(name, latest[name], 3);
+    // Every other member lacked d's parts, none heard it in full: d is
+    // out, and its failed round counts; the three redo the round.
+    redo(honest, latest);
+    ASSERT_EQ(coordinator->step(), static_cast<uint64_t>(2 * attack - 1)) << log.text.str();
+    EXPECT_NE(log.text.str().find(fmt::format(
+                  "worker 'd' (rank 3) failed its exchange round (worker 'a' (rank 0) did not get "
+                  "its part of the exchange): {} in a row",
+                  attack)),
+              std::string::npos)
+        << log.text.str();
+    for (const std::string& name : honest) latest[name] = only(name, v1::Envelope::kPlan);
+    const bool welcomed = comes_back("d");
+    EXPECT_EQ(welcomed, attack < 3) << "released at its third failed round";
+    // A healthy step among the honest members, d planned from the next.
+    for (const std::string& name : honest) {
+      Message r = report(name, latest[name], name == "a");
+      on_current_parameters(r);
+      receive(name, std::move(r));
+    }
+    receive("a", sum("a", latest["a"].envelope.step()));
+    for (const std::string& name : honest) latest[name] = only(name, v1::Envelope::kPlan);
+    if (welcomed) latest["d"] = only("d", v1::Envelope::kPlan);
+    now += 0.25;
+  }
+  const std::string text = log.text.str();
+  for (const std::string& name : honest) {
+    EXPECT_EQ(text.find(fmt::format("worker '{}' (rank {}) failed its exchange round", name,
+                                    name[0] - 'a')),
+              std::string::npos)
+        << text;
+  }
+  EXPECT_EQ(coordinator->totals().workers_released(), 1u);
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+}
+
+TEST_F(ExchangeLiarTest, TwoCollidersCannotGetAnHonestMemberStruckOnlyThemselves) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  // c and d say they never got a's contribution; a and b got everything.
+  for (const char* name : {"a", "b"}) receive(name, report(name, first[name], false));
+  lacking("c", first["c"], 0);
+  lacking("d", first["d"], 0);
+  const std::string text = log.text.str();
+  EXPECT_EQ(text.find("worker 'a' (rank 0) failed its exchange round"), std::string::npos) << text;
+  EXPECT_NE(text.find("worker 'c' (rank 2) failed its exchange round (it blamed worker 'a' (rank "
+                      "0), whom another member heard from in full and who does not blame it)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("worker 'd' (rank 3) failed its exchange round"), std::string::npos) << text;
+}
+
+TEST_F(ExchangeLiarTest, AReportedRoundTimeMovesNoDeadline) {
+  std::map<std::string, Message> latest = join();
+  fill_sum();
+  // Every member reports its round ok; d says the round took 100 s.
+  for (const std::string& name : order) {
+    Message r = report(name, latest[name], name == "a");
+    on_current_parameters(r);
+    v1::ExchangeReport& x = *r.envelope.mutable_contribution()->mutable_exchange();
+    x.set_heard_from_all(true);
+    x.set_round_seconds(name == "d" ? 100.0 : 0.02);
+    receive(name, std::move(r));
+  }
+  receive("a", sum("a", 0));
+  for (const std::string& name : order) latest[name] = only(name, v1::Envelope::kPlan);
+  // Measured here: the floor (0.5 s), not the timeout (2 s) nor 4 x 100 s.
+  EXPECT_DOUBLE_EQ(latest["a"].envelope.plan().exchange().round_seconds(), 0.5);
+}
+
+TEST_F(ExchangeLiarTest, AMemberHoldingTheRoundPastTauIsLateByTheCoordinatorsClock) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  // d holds its parts back (it waits 9.5 s before each round); the others
+  // wait in the round for them. At tau + grace + the round deadline (3.5 s)
+  // every member that has not reported is asked to end the round.
+  EXPECT_EQ(cancels_until(3.5, order, order), 0u);
+  EXPECT_EQ(cancels_until(3.75, order, order), 4u);
+  for (const char* name : {"a", "b", "c"}) {
+    Message m = failed_report(name, first[name], 3);
+    m.envelope.mutable_contribution()->mutable_exchange()->set_cancelled(true);
+    receive(name, std::move(m));
+  }
+  // d does not answer: at the step's deadline (tau + grace + the timeout +
+  // grace, 4 s) it is out of the step as a late worker (its micro-batches
+  // requeued), whatever it would report, and the others redo the round.
+  cancels_until(4.0, order, {});
+  EXPECT_EQ(count(take("a"), v1::Envelope::kPlan), 0u);
+  cancels_until(4.25, order, {});
+  EXPECT_NE(log.text.str().find("worker 'd' (rank 3) is out of step 0 because it missed the "
+                                "deadline"),
+            std::string::npos)
+      << log.text.str();
+  redo({"a", "b", "c"}, first);
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+  const MetricsRecords records = metrics();
+  ASSERT_EQ(records.steps.size(), 1u);
+  for (const v1::WorkerStep& w : records.steps.front().workers()) {
+    EXPECT_EQ(w.missed(), w.rank() == 3) << w.rank();
+  }
 }
 
 // The norm guard on the exchange (coordinator/sketch_check.h): once the

@@ -1,9 +1,10 @@
 // The exchange's round deadline follows measured rounds (coordinator/
-// round_deadline.h): the timeout until enough rounds are measured, then a
+// round_deadline.h): the timeout until a round is measured, then a
 // multiple of their 95th percentile between a floor and the timeout, moving
 // as the rounds do; and a member's failed rounds follow its identity across
 // a restart under a new name (coordinator/membership.h).
 #include "coordinator/round_deadline.h"
+#include "coordinator/round_clock.h"
 
 #include <gtest/gtest.h>
 
@@ -15,15 +16,16 @@
 namespace dctrain {
 namespace {
 
-TEST(RoundDeadline, IsTheTimeoutUntilFiveRoundsAreMeasured) {
+TEST(RoundDeadline, IsTheTimeoutOnlyBeforeTheFirstMeasuredRound) {
   RoundDeadline d(4.0, 0.5, 10.0);
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_DOUBLE_EQ(d.seconds(), 10.0) << i << " rounds";
-    d.observe(0.2);
-  }
+  EXPECT_DOUBLE_EQ(d.seconds(), 10.0) << "nothing measured";
   d.observe(0.2);
-  EXPECT_EQ(d.observed(), 5u);
-  EXPECT_DOUBLE_EQ(d.seconds(), 0.8);  // 4 x 0.2
+  EXPECT_DOUBLE_EQ(d.seconds(), 0.8);  // 4 x 0.2, from the first round on
+  // Until 20 rounds, the 95th percentile is the slowest of them.
+  d.observe(0.4);
+  d.observe(0.1);
+  EXPECT_DOUBLE_EQ(d.percentile(), 0.4);
+  EXPECT_DOUBLE_EQ(d.seconds(), 1.6);
 }
 
 TEST(RoundDeadline, IsAMultipleOfThe95thPercentileBetweenTheFloorAndTheTimeout) {
@@ -71,6 +73,76 @@ TEST(RoundDeadline, IgnoresTimesThatAreNoTimes) {
   d.observe(-1.0);
   EXPECT_EQ(d.observed(), 0u);
   EXPECT_DOUBLE_EQ(d.seconds(), 10.0);
+}
+
+TEST(RoundClock, AnEarlyReportMakesNobodyOverdueBeforeThePlansComputeBound) {
+  RoundClock clock(10.0);
+  // tau 1 s, grace 0.5 s: members compute until 1.5 s after the plan.
+  clock.plan(100.0, 1.0, 0.5, false);
+  EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 102.0) << "late by this clock, even with no report";
+  // A member reports failed the moment its plan arrives: nothing moves.
+  clock.arrived(3, 100.01, 0.0);
+  EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 102.0);
+  // A first report after the bound: the round deadline counts from it.
+  RoundClock later(10.0);
+  later.plan(100.0, 1.0, 0.5, false);
+  later.arrived(0, 103.0, 1.2);
+  EXPECT_DOUBLE_EQ(*later.overdue_at(0.5), 103.5);
+}
+
+TEST(RoundClock, UnderTauInfinityTheBoundFollowsCommittedRoundsAndIsNoneBeforeThem) {
+  RoundClock clock(2.0);
+  clock.plan(0.0, std::numeric_limits<double>::infinity(), 0.5, false);
+  clock.arrived(0, 0.01, 0.0);
+  EXPECT_FALSE(clock.overdue_at(0.5).has_value()) << "no committed round yet: no bound";
+  // A committed round that spanned 3 s: the next bound is 2 x 3 s.
+  clock.plan(10.0, std::numeric_limits<double>::infinity(), 0.5, false);
+  clock.arrived(0, 12.0, 1.9);
+  clock.arrived(1, 13.0, 2.9);
+  clock.committed();
+  clock.plan(20.0, std::numeric_limits<double>::infinity(), 0.5, false);
+  EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 26.5);
+  // Spans under half the timeout: the timeout.
+  RoundClock fast(2.0);
+  fast.plan(0.0, std::numeric_limits<double>::infinity(), 0.5, false);
+  fast.arrived(0, 0.1, 0.05);
+  fast.committed();
+  fast.plan(1.0, std::numeric_limits<double>::infinity(), 0.5, false);
+  EXPECT_DOUBLE_EQ(*fast.overdue_at(0.5), 3.5);
+}
+
+TEST(RoundClock, ARoundsTimeIsTheLowerMedianOfTheMembersMeasuredTimes) {
+  RoundClock clock(10.0);
+  clock.plan(0.0, 1.0, 0.5, false);
+  // Three honest members: 50, 60 and 70 ms of round after their compute.
+  clock.arrived(0, 1.05, 1.0);
+  clock.arrived(1, 0.86, 0.8);
+  clock.arrived(2, 0.97, 0.9);
+  EXPECT_NEAR(*clock.round_seconds(), 0.06, 1e-9);
+  // A fourth claims no compute at all (its round looks 1.1 s long): the
+  // lower median of four stays an honest member's.
+  clock.arrived(3, 1.1, 0.0);
+  EXPECT_NEAR(*clock.round_seconds(), 0.06, 1e-9);
+  // A claim of more compute than the time since the plan, or none that is a
+  // number, counts as all of it, or none.
+  RoundClock two(10.0);
+  two.plan(0.0, 1.0, 0.5, false);
+  two.arrived(0, 0.5, 100.0);
+  two.arrived(1, 0.6, std::numeric_limits<double>::quiet_NaN());
+  EXPECT_DOUBLE_EQ(*two.round_seconds(), 0.0);
+}
+
+TEST(RoundClock, ARedoKeepsWhatIsLeftOfTheFirstRoundsBound) {
+  RoundClock clock(10.0);
+  clock.plan(0.0, 2.0, 0.5, false);
+  clock.plan(1.0, 2.0, 0.5, true);  // a member died at 1 s; others still compute
+  EXPECT_DOUBLE_EQ(clock.compute_bound_end(), 2.5);
+  EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 3.0);
+  // A redo's time is the round's alone: the compute was done before it.
+  clock.arrived(0, 1.2, 0.9);
+  EXPECT_NEAR(*clock.round_seconds(), 0.2, 1e-12);
+  clock.plan(5.0, 2.0, 0.5, true);  // past the bound: nothing left of it
+  EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 5.5);
 }
 
 TEST(WorkerIdentity, IsTheKeyElseTheHostOfTheExchangeEndpoint) {
