@@ -140,14 +140,15 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
     return;
   }
   if (Member* existing = membership_.live_member(from.peer)) {
-    if (!existing->ready) {
-      // Its welcome (the whole replica's state) is on its way and not yet
-      // taken: another would only queue another copy of the state. A
-      // worker that restarted since says hello again once this one fails.
+    if (!existing->ready && now - existing->welcomed_at < config_.liveness().silence_seconds()) {
+      // Its welcome (the whole replica's state) went out less than the
+      // silence ago and is not taken yet: another would only queue another
+      // copy of the state. A welcome lost on the way is sent again at the
+      // first hello past the silence.
       bad_message(from.peer,
-                  fmt::format("worker '{}' (rank {}) said hello again before it took its "
-                              "welcome; the welcome already sent stands",
-                              existing->name, existing->rank),
+                  fmt::format("worker '{}' (rank {}) said hello again {:.3g} s after its welcome, "
+                              "before it took it; the welcome already sent stands",
+                              existing->name, existing->rank, now - existing->welcomed_at),
                   now);
       return;
     }
@@ -191,6 +192,7 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
   membership_.at(*rank).key = from.key;
   worker_summary_.joined(from.peer, *rank, hello);
   plane_->joined(*rank, hello);
+  membership_.at(*rank).welcomed_at = now;
   welcome(*rank);
 }
 

@@ -287,7 +287,7 @@ void ExchangePlane::accept(uint32_t rank, Message report, double now) {
   // report says of the round), the ones left are asked to end it
   // (cancel_overdue_members). A member that reports early (failed, or
   // lying) asks nothing of those still inside the plan's compute bound.
-  round_clock_.arrived(rank, now, c.compute_seconds());
+  round_clock_.arrived(rank, now, c.compute_seconds(), x.heard_from_all());
   if (x.ok()) return;
   if (x.cancelled()) {
     c_.log_->info("worker '{}' (rank {}) ended the round of step {} when asked",
@@ -412,9 +412,21 @@ void ExchangePlane::take_out_silent_members(double now) {
   // late, as the star's late worker (a missed step, counted towards
   // liveness.release_after_missed_steps), whatever it reports. Not a failed
   // round: its control plane is alive, and a slow compute is no fault of
-  // its links (take_out_stopped_members strikes a silent process).
+  // its links (take_out_stopped_members strikes a silent process). Before
+  // that, on the word of members that heard from all: cut from the step
+  // (its micro-batches requeued), counted against nobody.
+  const double deadline = round_deadline_.seconds();
   for (uint32_t rank : exchange_members_) {
     if (!c_.reducer_.expects(rank)) continue;
+    if (!round_clock_.past_bound(now, deadline)) {
+      c_.log_->warn(
+          "worker '{}' (rank {}) did not answer within the round deadline when asked to end its "
+          "round, which members that heard from every member had ended: cut from step {} (inside "
+          "the plan's compute bound: no missed step)",
+          c_.membership_.at(rank).name, rank, c_.step_);
+      c_.remove(rank, Removal::kCut, "the round was ended without it");
+      continue;
+    }
     c_.lose_if_awaited(
         rank, fmt::format("it did not report its exchange round (nor end it when asked) by {:.3g} "
                           "s after its plan (the plan's compute bound and two round deadlines)",

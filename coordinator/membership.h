@@ -19,6 +19,7 @@ struct Member {
   double last_heard = 0.0;  // seconds, on the coordinator's clock
   uint32_t threads = 1;
   bool ready = false;            // took its welcome and loaded its data: may be planned
+  double welcomed_at = -1e300;   // when its last welcome was sent (coordinator's clock)
   // Steps it was planned in and missed (its deadline passed, or it was
   // taken out of the exchange's round) since its last contribution; kept
   // when it comes back under its name.

@@ -13,6 +13,8 @@ void RoundClock::plan(double now, double tau, double grace, bool redo) {
   redo_ = redo;
   arrivals_.clear();
   first_arrival_.reset();
+  heard_from_all_ = 0;
+  corroborated_at_.reset();
   if (redo) {
     // Members that still compute the step keep the first round's bound.
     compute_bound_ = std::max(0.0, earlier_bound_end - now);
@@ -26,8 +28,11 @@ void RoundClock::plan(double now, double tau, double grace, bool redo) {
   }
 }
 
-void RoundClock::arrived(uint32_t rank, double now, double compute_seconds) {
+void RoundClock::arrived(uint32_t rank, double now, double compute_seconds,
+                         bool heard_from_all) {
+  if (arrivals_.contains(rank)) return;  // its first report of the round counts
   if (!first_arrival_) first_arrival_ = now;
+  if (heard_from_all && ++heard_from_all_ == 2) corroborated_at_ = now;
   const double since_plan = std::max(0.0, now - planned_at_);
   // A redo's members computed before it was planned: its time is the round's.
   double compute = redo_ || !std::isfinite(compute_seconds) ? 0.0 : compute_seconds;
@@ -37,8 +42,15 @@ void RoundClock::arrived(uint32_t rank, double now, double compute_seconds) {
 
 std::optional<double> RoundClock::overdue_at(double round_deadline) const {
   const double bound_end = compute_bound_end();
-  if (!std::isfinite(bound_end)) return std::nullopt;
-  return std::max(first_arrival_.value_or(bound_end), bound_end) + round_deadline;
+  std::optional<double> at;
+  if (std::isfinite(bound_end)) {
+    at = std::max(first_arrival_.value_or(bound_end), bound_end) + round_deadline;
+  }
+  if (corroborated_at_) {
+    const double corroborated = *corroborated_at_ + round_deadline;
+    at = at ? std::min(*at, corroborated) : corroborated;
+  }
+  return at;
 }
 
 std::optional<double> RoundClock::round_seconds() const {

@@ -14,7 +14,12 @@
 //   report (a member that holds the round past tau is late by this clock,
 //   whatever it reports). One member reporting early ("failed", "heard
 //   from all") moves nothing: the others are inside the plan's bounds
-//   until the bound has passed.
+//   until the bound has passed. Two or more reports that heard from every
+//   member corroborate each other (the members not yet reported sent their
+//   parts, so their compute is done): then the round deadline after the
+//   second of them, if sooner. A member taken out before the bound has
+//   passed is cut from the step on that word, never counted late
+//   (past_bound()).
 // - The round's own time, for the round deadline: for each member, its
 //   report's arrival less the plan and its compute (the compute it claims,
 //   held within [0, the arrival]); the round's time is the lower median of
@@ -40,8 +45,9 @@ class RoundClock {
   // A round planned at `now` under `tau` (+ `grace`): the step's first
   // round when `redo` is false, else a redo among members that computed.
   void plan(double now, double tau, double grace, bool redo);
-  // A member's report arrived at `now`, claiming `compute_seconds` of compute.
-  void arrived(uint32_t rank, double now, double compute_seconds);
+  // A member's report arrived at `now`, claiming `compute_seconds` of
+  // compute and, with `heard_from_all`, that every member's parts came.
+  void arrived(uint32_t rank, double now, double compute_seconds, bool heard_from_all);
 
   double planned_at() const { return planned_at_; }
   // The end of the plan's compute bound, on this clock.
@@ -49,6 +55,11 @@ class RoundClock {
   // When the members that have not reported are overdue under
   // `round_deadline`; none without a finite compute bound and a report.
   std::optional<double> overdue_at(double round_deadline) const;
+  // Whether `now` is past the plan's compute bound and `round_deadline`
+  // after it: a member not reported then is late by this clock alone.
+  bool past_bound(double now, double round_deadline) const {
+    return now > compute_bound_end() + round_deadline;
+  }
   // The round's time as measured here (see above); none without a report.
   std::optional<double> round_seconds() const;
   // A committed round: its span (plan to last report) joins those that
@@ -66,6 +77,8 @@ class RoundClock {
   bool redo_ = false;
   std::map<uint32_t, Arrival> arrivals_;
   std::optional<double> first_arrival_;
+  size_t heard_from_all_ = 0;                // reports that say so
+  std::optional<double> corroborated_at_;  // the second of those
   std::deque<double> spans_;  // committed first rounds, plan to last report
 };
 

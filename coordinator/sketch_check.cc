@@ -41,6 +41,13 @@ std::optional<std::string> SketchCheck::take(uint32_t rank, const v1::Contributi
                                       [](double v) { return std::isfinite(v); })) {
     problem = "its sketch holds NaN or infinite values";
   }
+  // No float gradient's sketch comes near: a bucket sums at most the
+  // shard's floats (< 2^128 each), and its square must not overflow.
+  if (problem.empty() && !std::all_of(answer.values().begin(), answer.values().end(),
+                                      [](double v) { return std::fabs(v) <= kMostSketchValue; })) {
+    problem = fmt::format("its sketch holds values beyond {:g}, which no contribution can make",
+                          kMostSketchValue);
+  }
   if (!problem.empty()) {
     failed_[rank] = problem;
     return problem;
@@ -90,9 +97,38 @@ std::map<uint32_t, SketchCheck::Estimate> SketchCheck::estimate(std::span<const 
   return out;
 }
 
+std::map<uint32_t, SketchCheck::Estimate> SketchCheck::as_reported() const {
+  std::map<uint32_t, Estimate> out;
+  for (const auto& [rank, sketch] : sketches_) {
+    double gradient = 0.0, statistics = 0.0;
+    for (size_t shard = 0; shard < members_.size(); ++shard) {
+      gradient += squared_norm(sketch, shape_.gradient_at(shard), shape_.buckets);
+      statistics += squared_norm(sketch, shape_.statistics_at(shard), shape_.buckets);
+    }
+    Estimate e;
+    e.gradient = std::sqrt(gradient);
+    e.statistics = std::sqrt(statistics);
+    out[rank] = e;
+  }
+  return out;
+}
+
 std::vector<Refused> SketchCheck::judge(std::span<const float> sum, const UpdateGuard& guard,
                                         const std::map<uint32_t, uint64_t>& samples) const {
-  const std::map<uint32_t, Estimate> estimates = estimate(sum);
+  // The answers as given first: a member's sketch far beyond the others'
+  // (or, having computed nothing, beyond rounding) is refused before
+  // anything is implied from it, since an owner's implied part is the sum
+  // less the others' answers, and one inflated answer would make every
+  // owner's look as large (and the median with them).
+  std::vector<Refused> reported = judge_norms(as_reported(), guard, samples, "as it sketched it");
+  if (!reported.empty()) return reported;
+  return judge_norms(estimate(sum), guard, samples, "");
+}
+
+std::vector<Refused> SketchCheck::judge_norms(const std::map<uint32_t, Estimate>& estimates,
+                                              const UpdateGuard& guard,
+                                              const std::map<uint32_t, uint64_t>& samples,
+                                              const std::string& reported) const {
   std::set<uint32_t> computed;
   std::map<uint32_t, double> gradients, statistics;
   for (const auto& [rank, e] : estimates) {
@@ -133,6 +169,11 @@ std::vector<Refused> SketchCheck::judge(std::span<const float> sum, const Update
   }
   std::vector<Refused> out;
   for (auto& [rank, text] : why) {
+    if (!reported.empty()) {
+      text += fmt::format(" ({}: its own answer, before anything is implied from it)", reported);
+      out.push_back({rank, std::move(text)});
+      continue;
+    }
     const Estimate& e = estimates.at(rank);
     const size_t shard = static_cast<size_t>(
         std::lower_bound(members_.begin(), members_.end(), rank) - members_.begin());

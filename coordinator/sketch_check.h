@@ -43,6 +43,10 @@ namespace dctrain {
 
 class SketchCheck {
  public:
+  // Beyond this a sketch value is refused (an answer, not a contribution:
+  // a bucket of float parts never gets there, and its square stays finite).
+  static constexpr double kMostSketchValue = 1e100;
+
   // The check of the round of `members` (ascending ranks, shard i owned by
   // members[i]) under `attempt`, over [gradient | statistics] of
   // `parameters` + `buffers` floats, with `seed` drawn when it is asked.
@@ -79,15 +83,29 @@ class SketchCheck {
   };
   std::map<uint32_t, Estimate> estimate(std::span<const float> sum) const;
 
+  // Each member's norms from its own answer alone (all its shards as it
+  // sketched them).
+  std::map<uint32_t, Estimate> as_reported() const;
+
   // The members the guard refuses, ascending, with why: each member that
   // computed samples (`samples`: every member's completed samples) compared
   // per sample with the median of the others that did
   // (UpdateGuard::per_sample), and a member that computed nothing whose part
-  // is more than the sum's rounding, whatever the others computed.
+  // is more than the sum's rounding, whatever the others computed. First on
+  // the answers as given (as_reported(): an inflated answer is refused
+  // before it can inflate the owners' implied parts), then, if none is
+  // refused there, on the estimates with the owners' parts implied.
   std::vector<Refused> judge(std::span<const float> sum, const UpdateGuard& guard,
                              const std::map<uint32_t, uint64_t>& samples) const;
 
  private:
+  // judge() on `estimates`; `reported` names answers taken as given ("":
+  // estimates with the owners' parts implied).
+  std::vector<Refused> judge_norms(const std::map<uint32_t, Estimate>& estimates,
+                                   const UpdateGuard& guard,
+                                   const std::map<uint32_t, uint64_t>& samples,
+                                   const std::string& reported) const;
+
   uint32_t attempt_;
   std::vector<uint32_t> members_;
   SketchShape shape_;

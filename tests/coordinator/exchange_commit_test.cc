@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -279,6 +280,75 @@ TEST_F(ExchangeCommitTest, ARoundInWhichNoMemberComputedASampleSettlesWithoutIts
   EXPECT_FALSE(log.contains("did not succeed")) << log.text.str();
   EXPECT_EQ(coordinator->totals().microbatches_dropped(), planned);
   EXPECT_EQ(coordinator->totals().microbatches_orphaned(), 0u);
+}
+
+TEST_F(ExchangeCommitTest, ARunThatAppliedNoUpdateEndsWithAnErrorAtItsStop) {
+  // Every member drops every micro-batch of the only step (an attacker, or
+  // tau below any micro-batch): max steps is reached, but nothing trained.
+  config.mutable_stop()->set_max_steps(1);
+  std::map<std::string, Message> first = join();
+  for (const std::string& name : order) {
+    Message r = report(name, first[name], name == "a");
+    v1::Contribution& c = *r.envelope.mutable_contribution();
+    for (const v1::MicroBatchTime& t : c.completed()) c.add_dropped(t.id());
+    c.clear_completed();
+    c.set_samples(0);
+    c.set_loss_terms(0);
+    c.set_loss_sum(0.0);
+    c.mutable_exchange()->set_samples(0);
+    receive(name, std::move(r));
+  }
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->exit_code(), 1);
+  EXPECT_NE(coordinator->stop_reason().find("max steps 1 reached, but no update was applied in 1 "
+                                            "steps"),
+            std::string::npos)
+      << coordinator->stop_reason();
+}
+
+TEST_F(ExchangeCommitTest, AHelloRepeatedBeforeTheWelcomeIsTakenQueuesNoSecondCopyOfTheState) {
+  start();
+  const auto hello = [&] {
+    Message m = workers.at("a").hello();
+    m.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
+    m.envelope.mutable_hello()->set_exchange_token(std::string(16, 't'));
+    receive("a", std::move(m));
+  };
+  for (int i = 0; i < 200; ++i) {
+    hello();
+    now += 0.01;
+  }
+  EXPECT_EQ(count(take("a"), v1::Envelope::kWelcome), 1u)
+      << "one copy of the state, whatever the hellos";
+  // Past the silence (10 s) the welcome may have been lost: sent again.
+  now += 10.0;
+  hello();
+  EXPECT_EQ(count(take("a"), v1::Envelope::kWelcome), 1u);
+}
+
+TEST_F(ExchangeCommitTest, RotatingPeerNamesCostTheLogABoundedNumberOfLines) {
+  join();
+  // 500 names, each sending 10 errors, within 5 s.
+  for (int peer = 0; peer < 500; ++peer) {
+    const std::string name = fmt::format("rotating-{}", peer);
+    for (int i = 0; i < 10; ++i) {
+      Message m;
+      m.envelope = make_envelope(0, name);
+      m.envelope.mutable_error()->set_message("noise");
+      receive(name, std::move(m));
+    }
+    now += 0.01;
+  }
+  const std::string text = log.text.str();
+  size_t lines = 0;
+  for (size_t at = text.find("rotating-"); at != std::string::npos;
+       at = text.find('\n', at), at = text.find("rotating-", at)) {
+    ++lines;
+  }
+  // New names with lines of their own: 8 a period (10 s), 5 lines each,
+  // and the rest share one entry (5 lines, then one a period).
+  EXPECT_LE(lines, (PeerLog::kNewPeersPerPeriod + 1) * (PeerLog::kBurst + 1)) << text.size();
+  EXPECT_LT(text.size(), size_t{32} << 10);
 }
 
 TEST_F(ExchangeCommitTest, TheWallClockGivenStampsTheRunOfTheRoundsAndTheHeartbeats) {
@@ -1033,6 +1103,34 @@ TEST_F(ExchangeLiarTest, TwoCollidersCannotGetAnHonestMemberStruckOnlyThemselves
             std::string::npos)
       << text;
   EXPECT_NE(text.find("worker 'd' (rank 3) failed its exchange round"), std::string::npos) << text;
+}
+
+TEST_F(ExchangeLiarTest, TwoCollidersEndingTheRoundAtOnceCutHonestMembersButNeverCountAgainstThem) {
+  config.mutable_step()->set_tau(std::numeric_limits<double>::infinity());
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  // c and d both claim at once that they heard from every member: two
+  // words, so a and b (still computing) are asked to end the round a round
+  // deadline later, and cut from the step when they cannot answer in time.
+  lie("c", first["c"]);
+  lie("d", first["d"]);
+  EXPECT_EQ(cancels_until(2.0, order, {"a", "b"}), 0u);
+  EXPECT_EQ(cancels_until(2.25, order, {"a", "b"}), 2u);
+  cancels_until(4.5, order, {});
+  const std::string text = log.text.str();
+  for (const char* name : {"a", "b"}) {
+    EXPECT_NE(text.find(fmt::format("worker '{}' (rank {}) did not answer within the round "
+                                    "deadline when asked to end its round",
+                                    name, name[0] - 'a')),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find(fmt::format("worker '{}' (rank {}) failed its exchange round", name,
+                                    name[0] - 'a')),
+              std::string::npos)
+        << text;
+  }
+  EXPECT_EQ(coordinator->totals().workers_released(), 0u);
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
 }
 
 TEST_F(ExchangeLiarTest, AReportedRoundTimeMovesNoDeadline) {

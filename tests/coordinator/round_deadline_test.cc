@@ -81,31 +81,53 @@ TEST(RoundClock, AnEarlyReportMakesNobodyOverdueBeforeThePlansComputeBound) {
   clock.plan(100.0, 1.0, 0.5, false);
   EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 102.0) << "late by this clock, even with no report";
   // A member reports failed the moment its plan arrives: nothing moves.
-  clock.arrived(3, 100.01, 0.0);
+  clock.arrived(3, 100.01, 0.0, false);
   EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 102.0);
   // A first report after the bound: the round deadline counts from it.
   RoundClock later(10.0);
   later.plan(100.0, 1.0, 0.5, false);
-  later.arrived(0, 103.0, 1.2);
+  later.arrived(0, 103.0, 1.2, false);
   EXPECT_DOUBLE_EQ(*later.overdue_at(0.5), 103.5);
+}
+
+TEST(RoundClock, TwoMembersThatHeardFromAllCorroborateEachOther) {
+  RoundClock clock(10.0);
+  clock.plan(0.0, std::numeric_limits<double>::infinity(), 0.5, false);
+  // One says it heard from every member: its word alone moves nothing.
+  clock.arrived(0, 0.2, 0.1, true);
+  EXPECT_FALSE(clock.overdue_at(0.5).has_value());
+  clock.arrived(0, 0.3, 0.1, true);  // said twice: still one member
+  EXPECT_FALSE(clock.overdue_at(0.5).has_value());
+  // A second one says so: the round deadline after it.
+  clock.arrived(1, 0.4, 0.1, true);
+  EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 0.9);
+  EXPECT_FALSE(clock.past_bound(100.0, 0.5)) << "no compute bound: never late by this clock";
+  // Under a finite tau, the sooner of the two.
+  RoundClock tau(10.0);
+  tau.plan(0.0, 1.0, 0.5, false);
+  tau.arrived(0, 0.2, 0.1, true);
+  tau.arrived(1, 0.3, 0.1, true);
+  EXPECT_DOUBLE_EQ(*tau.overdue_at(0.5), 0.8);
+  EXPECT_FALSE(tau.past_bound(1.9, 0.5));
+  EXPECT_TRUE(tau.past_bound(2.1, 0.5));
 }
 
 TEST(RoundClock, UnderTauInfinityTheBoundFollowsCommittedRoundsAndIsNoneBeforeThem) {
   RoundClock clock(2.0);
   clock.plan(0.0, std::numeric_limits<double>::infinity(), 0.5, false);
-  clock.arrived(0, 0.01, 0.0);
+  clock.arrived(0, 0.01, 0.0, false);
   EXPECT_FALSE(clock.overdue_at(0.5).has_value()) << "no committed round yet: no bound";
   // A committed round that spanned 3 s: the next bound is 2 x 3 s.
   clock.plan(10.0, std::numeric_limits<double>::infinity(), 0.5, false);
-  clock.arrived(0, 12.0, 1.9);
-  clock.arrived(1, 13.0, 2.9);
+  clock.arrived(0, 12.0, 1.9, false);
+  clock.arrived(1, 13.0, 2.9, false);
   clock.committed();
   clock.plan(20.0, std::numeric_limits<double>::infinity(), 0.5, false);
   EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 26.5);
   // Spans under half the timeout: the timeout.
   RoundClock fast(2.0);
   fast.plan(0.0, std::numeric_limits<double>::infinity(), 0.5, false);
-  fast.arrived(0, 0.1, 0.05);
+  fast.arrived(0, 0.1, 0.05, false);
   fast.committed();
   fast.plan(1.0, std::numeric_limits<double>::infinity(), 0.5, false);
   EXPECT_DOUBLE_EQ(*fast.overdue_at(0.5), 3.5);
@@ -115,20 +137,20 @@ TEST(RoundClock, ARoundsTimeIsTheLowerMedianOfTheMembersMeasuredTimes) {
   RoundClock clock(10.0);
   clock.plan(0.0, 1.0, 0.5, false);
   // Three honest members: 50, 60 and 70 ms of round after their compute.
-  clock.arrived(0, 1.05, 1.0);
-  clock.arrived(1, 0.86, 0.8);
-  clock.arrived(2, 0.97, 0.9);
+  clock.arrived(0, 1.05, 1.0, false);
+  clock.arrived(1, 0.86, 0.8, false);
+  clock.arrived(2, 0.97, 0.9, false);
   EXPECT_NEAR(*clock.round_seconds(), 0.06, 1e-9);
   // A fourth claims no compute at all (its round looks 1.1 s long): the
   // lower median of four stays an honest member's.
-  clock.arrived(3, 1.1, 0.0);
+  clock.arrived(3, 1.1, 0.0, false);
   EXPECT_NEAR(*clock.round_seconds(), 0.06, 1e-9);
   // A claim of more compute than the time since the plan, or none that is a
   // number, counts as all of it, or none.
   RoundClock two(10.0);
   two.plan(0.0, 1.0, 0.5, false);
-  two.arrived(0, 0.5, 100.0);
-  two.arrived(1, 0.6, std::numeric_limits<double>::quiet_NaN());
+  two.arrived(0, 0.5, 100.0, false);
+  two.arrived(1, 0.6, std::numeric_limits<double>::quiet_NaN(), false);
   EXPECT_DOUBLE_EQ(*two.round_seconds(), 0.0);
 }
 
@@ -139,7 +161,7 @@ TEST(RoundClock, ARedoKeepsWhatIsLeftOfTheFirstRoundsBound) {
   EXPECT_DOUBLE_EQ(clock.compute_bound_end(), 2.5);
   EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 3.0);
   // A redo's time is the round's alone: the compute was done before it.
-  clock.arrived(0, 1.2, 0.9);
+  clock.arrived(0, 1.2, 0.9, false);
   EXPECT_NEAR(*clock.round_seconds(), 0.2, 1e-12);
   clock.plan(5.0, 2.0, 0.5, true);  // past the bound: nothing left of it
   EXPECT_DOUBLE_EQ(*clock.overdue_at(0.5), 5.5);

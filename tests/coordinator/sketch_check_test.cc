@@ -93,7 +93,7 @@ TEST_F(SketchCheckTest, AnOwnerThatForgesItsShardIsRefusedThoughItReportsHonestl
   EXPECT_NE(by_statistics[0].why.find("batch statistics norm"), std::string::npos);
 }
 
-TEST_F(SketchCheckTest, APoisonedPartIsRefusedAndALiarCannotFrameAnOwnerAlone) {
+TEST_F(SketchCheckTest, APoisonedPartIsRefusedAndALiarCannotFrameAnOwner) {
   // Rank 0 contributes 100 times a typical part and says so.
   {
     SketchCheck c = check();
@@ -108,7 +108,9 @@ TEST_F(SketchCheckTest, APoisonedPartIsRefusedAndALiarCannotFrameAnOwnerAlone) {
     EXPECT_EQ(refused[0].why.find("owner"), std::string::npos) << refused[0].why;
   }
   // Rank 1 reports its part of shard 3 inflated (it sent the honest one):
-  // rank 3's implied part shrinks by as much, and rank 1 is out with it.
+  // rank 3's implied part shrinks by as much, but rank 1's answer is far
+  // beyond the others' as given, and is refused before anything is implied
+  // from it: rank 3 is not framed.
   SketchCheck c = check();
   std::vector<float> lie = parts_[1];
   const ExchangePlan plan(kLength, 4, 1);
@@ -116,7 +118,37 @@ TEST_F(SketchCheckTest, APoisonedPartIsRefusedAndALiarCannotFrameAnOwnerAlone) {
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, r == 1 ? lie : parts_[r])));
   std::vector<uint32_t> out;
   for (const Refused& r : c.judge(sum(), guard_, kAll)) out.push_back(r.rank);
-  EXPECT_EQ(out, (std::vector<uint32_t>{1, 3}));
+  EXPECT_EQ(out, (std::vector<uint32_t>{1}));
+}
+
+TEST_F(SketchCheckTest, AForgingOwnerIsRefusedHoweverItAnswersTheSketchRequest) {
+  const ExchangePlan plan(kLength, 4, 1);
+  std::vector<float> forged = sum();
+  forged[plan.shard_begin(2) + 3] += 500.0f;  // rank 2 forged its shard
+  // It answers with its honest part but inflates its sketch of the other
+  // shards, so that every other owner's implied part (the sum less the
+  // others' answers) looks as large as its own: refused on its answer.
+  for (const float inflation : {10.0f, 1e3f, 1e30f}) {
+    SketchCheck c = check();
+    std::vector<float> lie = parts_[2];
+    for (size_t i = 0; i < kLength; ++i) {
+      if (i < plan.shard_begin(2) || i >= plan.shard_begin(3)) lie[i] *= inflation;
+    }
+    for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, r == 2 ? lie : parts_[r])));
+    const std::vector<Refused> refused = c.judge(forged, guard_, kAll);
+    ASSERT_EQ(refused.size(), 1u) << inflation;
+    EXPECT_EQ(refused[0].rank, 2u) << inflation;
+    EXPECT_NE(refused[0].why.find("its own answer"), std::string::npos) << refused[0].why;
+  }
+  // It answers 1e300 everywhere: no contribution makes such a sketch; the
+  // answer fails (the member is out of the step and counts a failed round).
+  SketchCheck c = check();
+  v1::ContributionSketch huge = answer(c, parts_[2]);
+  for (double& v : *huge.mutable_values()) v = 1e300;
+  const std::optional<std::string> problem = c.take(2, huge);
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_NE(problem->find("beyond 1e+100"), std::string::npos) << *problem;
+  EXPECT_TRUE(c.failed().contains(2));
 }
 
 TEST_F(SketchCheckTest, AMemberGivenMoreSamplesIsComparedPerSample) {
