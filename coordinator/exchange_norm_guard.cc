@@ -56,6 +56,9 @@ bool ExchangePlane::check_contribution_norms(double now) {
     return true;
   }
   std::map<uint32_t, std::string> out = sketch_check_->failed();
+  // An unusable answer (not finite, beyond any contribution's): this
+  // process saw it, so it counts a failed round.
+  for (const auto& [rank, why] : out) strike(rank, "its sketch was unusable: " + why);
   if (!exchange_sum_) {
     out.emplace(lowest, fmt::format("its sum did not come within {:.3g} s", timeout));
     strike(lowest, "it withheld the round's sum");

@@ -243,6 +243,70 @@ TEST(GuardProcesses, ExchangeShardOwnerForgingItsShardIsRefusedByTheNormGuard) {
   EXPECT_LT(records.evals.back().eval_loss(), 5.0) << records.evals.back().ShortDebugString();
 }
 
+TEST(GuardProcesses, ExchangeShardOwnerForgingItsShardIsRefusedHoweverItAnswersTheSketch) {
+  // The forging owner of the test above, answering the sketch request with
+  // its part of the other shards inflated (so that every other owner's
+  // implied part, and the median, would be as large), or with 1e300
+  // everywhere: refused on its own answer, or its answer is unusable; the
+  // forgery is never applied.
+  for (const std::string inflation : {"1e3", "1e300"}) {
+    GuardRun run("exchange-inflated-sketch-" + inflation,
+                 exchange_config("guard { norm_multiple: 10 }\nstop { max_epochs: 1 }"));
+    start_exchange_run(run, {"--poison-every-step", "1", "--value", "1e3", "--forge-shard", "1",
+                             "--inflate-sketch", inflation});
+    run.expect_finish();
+    const std::string log = run.log();
+    if (inflation == "1e3") {
+      EXPECT_NE(log.find("the contribution of worker 'peer' (rank 2) is refused: it computed no "
+                         "samples"),
+                std::string::npos)
+          << log;
+      EXPECT_NE(log.find("its own answer, before anything is implied from it"), std::string::npos)
+          << log;
+    } else {
+      EXPECT_NE(log.find("worker 'peer' (rank 2) sent no usable sketch of its contribution: its "
+                         "sketch holds values beyond 1e+100"),
+                std::string::npos)
+          << log;
+    }
+    EXPECT_EQ(log.find("the contribution of worker 'w"), std::string::npos) << log;
+    const MetricsRecords records = run.records();
+    ASSERT_FALSE(records.evals.empty());
+    EXPECT_LT(records.evals.back().eval_loss(), 5.0) << records.evals.back().ShortDebugString();
+  }
+}
+
+TEST(GuardProcesses, ExchangeMemberEndingEveryRoundAtOnceIsReleasedAndNoHonestWorkerIsStruck) {
+  // From step 4 on, the peer (rank 2) reports every round failed the
+  // moment its plan arrives, claiming it heard from every member and that
+  // rounds take 100 s, while w0 and w1 compute 1.2 s a step. Nobody is
+  // asked to end a round on its word alone: w0 and w1 finish their compute,
+  // lack its parts, and say so; it is struck each time, and released at the
+  // third. Neither honest worker fails a round or leaves the run.
+  GuardRun run("exchange-ends-at-once",
+               exchange_config("delay { kind: \"constant\" seconds: 0.6 }\nstop { max_steps: 14 }"));
+  start_exchange_run(run, {"--end-rounds-at-once-from", "4"});
+  run.expect_finish();
+  const std::string log = run.log();
+  EXPECT_NE(log.find("worker 'peer' (rank 2) failed its exchange round"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("worker 'peer' (rank 2) released from the run"), std::string::npos) << log;
+  for (const char* w : {"w0", "w1"}) {
+    EXPECT_EQ(log.find(fmt::format("worker '{}' (rank {}) failed its exchange round", w, w[1] - '0')),
+              std::string::npos)
+        << log;
+  }
+  const v1::RunSummary summary = run.summary();
+  EXPECT_EQ(summary.workers_released(), 1u) << summary.ShortDebugString();
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  // The peer reports the plan's checksum whatever it holds (a mismatch of
+  // its own after each return); the honest members never differ.
+  EXPECT_FALSE(std::regex_search(
+      log, std::regex("worker 'w[01]' \\(rank \\d\\) is out of step \\d+ because its replica "
+                      "differs")))
+      << log;
+}
+
 TEST(GuardProcesses, ExchangeLowestMemberDyingBeforeItsSumIsStoodInForByTheNextMember) {
   // The coordinator commits step 0 on the reports alone; the member that
   // said its sum would follow dies instead, and the next member is asked for

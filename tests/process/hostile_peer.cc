@@ -6,6 +6,7 @@
 //                [--answer-seconds S] [--exchange-bind ADDRESS]
 //                [--poison-every-step 1] [--leave-after-poison 1] [--forge-sum 1]
 //                [--die-before-sum 1] [--withhold-sum 1] [--forge-shard 1]
+//                [--end-rounds-at-once-from K] [--inflate-sketch V]
 //
 // It says hello as NAME (claiming a data root). Once welcomed it says Ready
 // and answers every plan with a well-formed contribution: at step K it
@@ -39,7 +40,13 @@
 // else the same as replacing the shard's sum after it.) It answers a
 // request for a sketch of its contribution with the sketch of the honest
 // one (nothing), as an owner hiding its forgery would; at other steps with
-// the sketch of what it sent.
+// the sketch of what it sent. With --inflate-sketch, V is added to every
+// value of its answer outside its own shard (its part of the others' shards,
+// as if inflated), or, V >= 1e100, to every value.
+// With --end-rounds-at-once-from K, from step K on it takes no part in any
+// round: it reports each one failed the moment its plan arrives, saying it
+// heard from every member and that the round took 100 s; asked to say hello
+// again (it was taken out), it does, so that it lies again until released.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -94,6 +101,8 @@ int main(int argc, char** argv) {
   std::string exchange_bind;
   bool poison_every_step = false, leave_after_poison = false, forge_sum = false;
   bool die_before_sum = false, withhold_sum = false, forge_shard = false;
+  int64_t end_rounds_from = -1;
+  double inflate_sketch = 0.0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], arg = argv[i + 1];
     if (flag == "--connect") {
@@ -120,6 +129,10 @@ int main(int argc, char** argv) {
       withhold_sum = arg == "1";
     } else if (flag == "--forge-shard") {
       forge_shard = arg == "1";
+    } else if (flag == "--end-rounds-at-once-from") {
+      end_rounds_from = std::stoll(arg);
+    } else if (flag == "--inflate-sketch") {
+      inflate_sketch = std::stod(arg);
     } else {
       std::fprintf(stderr, "hostile_peer: unknown flag %s\n", flag.c_str());
       return 2;
@@ -149,9 +162,11 @@ int main(int argc, char** argv) {
     hello.envelope.mutable_hello()->set_exchange_endpoint(exchange->endpoint());
     hello.envelope.mutable_hello()->set_exchange_token(exchange->token());
   }
+  const dctrain::v1::Envelope first_hello = hello.envelope;
   send(socket, std::move(hello));
 
   uint64_t parameters = 0, buffers = 0;
+  size_t own_shard = 0;  // its shard in its last round
   // The last round's sum, [gradient | statistics], and its round.
   std::vector<float> sum;
   uint64_t sum_step = 0;
@@ -257,6 +272,20 @@ int main(int argc, char** argv) {
           reported = buffer;
           reported_step = e.step();
           const auto own = std::find(members.begin(), members.end(), rank);
+          if (own != members.end()) own_shard = static_cast<size_t>(own - members.begin());
+          if (end_rounds_from >= 0 && static_cast<int64_t>(e.step()) >= end_rounds_from) {
+            dctrain::v1::ExchangeReport& report = *body.mutable_exchange();
+            report.set_ok(false);
+            report.set_attempt(x.attempt());
+            report.set_heard_from_all(true);
+            report.set_round_seconds(100.0);
+            report.set_error("ended at once");
+            send(socket, std::move(c));
+            last_sent = Clock::now();
+            std::printf("hostile_peer '%s': step %llu: ended the round at once\n", name.c_str(),
+                        static_cast<unsigned long long>(e.step()));
+            break;
+          }
           if (poisoned_step && forge_shard && own != members.end()) {
             const dctrain::ExchangePlan plan(buffer.size(), members.size(), 1);
             const auto shard = static_cast<size_t>(own - members.begin());
@@ -331,8 +360,12 @@ int main(int argc, char** argv) {
       case dctrain::v1::Envelope::kSketchRequest: {
         const dctrain::v1::SketchRequest& r = e.sketch_request();
         if (reported.empty() || e.step() != reported_step) break;
-        const std::vector<double> sketch = dctrain::sketch_shards(
+        std::vector<double> sketch = dctrain::sketch_shards(
             reported, {parameters, reported.size(), r.shards(), r.buckets(), r.seed()});
+        const size_t per_shard = 2 * static_cast<size_t>(r.buckets());
+        for (size_t i = 0; i < sketch.size() && inflate_sketch != 0.0; ++i) {
+          if (i / per_shard != own_shard || inflate_sketch >= 1e100) sketch[i] += inflate_sketch;
+        }
         dctrain::Message a;
         a.envelope = dctrain::make_envelope(e.step(), name);
         a.envelope.mutable_contribution_sketch()->set_attempt(r.attempt());
@@ -348,6 +381,14 @@ int main(int argc, char** argv) {
           std::printf("hostile_peer '%s': step %llu: sending the round's sum, as asked\n",
                       name.c_str(), static_cast<unsigned long long>(sum_step));
           send(socket, sum_message());
+        }
+        break;
+      case dctrain::v1::Envelope::kError:
+        if (end_rounds_from >= 0 && e.error().rejoin()) {
+          std::printf("hostile_peer '%s': asked to say hello again: says it\n", name.c_str());
+          dctrain::Message again;
+          again.envelope = first_hello;
+          send(socket, std::move(again));
         }
         break;
       default:
