@@ -183,6 +183,9 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
   // for CURVE's framing, which the limit counts: ZeroMQ closes a connection
   // that sends one instead of holding it.
   inbox_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.piece_bytes + kFrameSlack));
+  // A connection whose handshake is not done by then (a bare TCP one, a key
+  // nobody admits) is closed by ZeroMQ; the cap shuts it down too.
+  inbox_.set(zmq::sockopt::handshake_ivl, static_cast<int>(handshake_deadline().count()));
   if (options_.security.curve) {
     // Before the bind, so that no connection goes unauthenticated.
     zap_ = std::make_unique<ZapHandler>(context_, AllowList::of(options_.allowed_keys),
@@ -197,7 +200,11 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
         "for any free port, or ipc://* on one host)",
         rank_, bind_address, e.what()));
   }
-  cap_ = std::make_unique<ConnectionCap>(context_, inbox_, kConnectionMargin * 4);
+  cap_ = std::make_unique<ConnectionCap>(
+      context_, inbox_, kConnectionMargin * 4,
+      options_.security.curve ? ConnectionCap::kCurveHandshakeBytes
+                              : ConnectionCap::kNullHandshakeBytes,
+      handshake_deadline());
 }
 
 ExchangePeer::~ExchangePeer() {

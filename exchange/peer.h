@@ -221,10 +221,13 @@ class ExchangePeer {
                            std::span<float> result, std::chrono::steady_clock::time_point deadline,
                            std::chrono::nanoseconds after_all_heard = {});
 
-  // The inbox's connections: open now, and shut down so far for being over
-  // its cap (twice the group's size and 16 more: each member's connection,
-  // its reconnection while the old one closes, and a margin).
+  // The inbox's connections: open now, of those authenticated, and shut
+  // down so far for being over its cap (twice the group's size and 16 more:
+  // each member's connection, its reconnection while the old one closes,
+  // and a margin; pending ones, not authenticated yet, are bounded apart:
+  // exchange/connection_cap.h).
   size_t inbox_connections() const { return cap_->open(); }
+  size_t inbox_authenticated() const { return cap_->authenticated(); }
   uint64_t inbox_connections_refused() const { return cap_->refused(); }
 
   // ExchangeOptions::digest_sum, from the next round on.
@@ -234,6 +237,11 @@ class ExchangePeer {
   RoundCancel& cancel() { return cancel_; }
 
  private:
+  // How long a connection to the inbox may take to authenticate: longer than
+  // the ZAP handler holds a key not admitted yet (ExchangeOptions::key_hold).
+  std::chrono::milliseconds handshake_deadline() const {
+    return options_.key_hold + std::chrono::milliseconds(2000);
+  }
   struct Outgoing {
     zmq::message_t header;
     zmq::message_t payload;

@@ -10,8 +10,12 @@
 // its members' keys, and a member cannot send as another.
 #include "exchange/peer.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -981,6 +985,47 @@ TEST(Exchange, WithCurveTheSumIsTheSameBitsAndAKeyNotAdmittedGetsNothingIn) {
   o.security.own = keys[0];
   ExchangePeer lone(0, "tcp://127.0.0.1:*", o);
   EXPECT_THROW(lone.connect({"", group.endpoints[1]}), std::invalid_argument);
+}
+
+TEST(Exchange, WithCurveBareConnectionsNeverTakeAMembersPlaceInTheInbox) {
+  // An outsider without a key opens 300 bare TCP connections to rank 0's
+  // inbox (CURVE on: its cap is 2 x 2 + 16). None of them authenticates, so
+  // none holds a member's place: rank 1, reconnecting after the flood (a
+  // restart), authenticates at once and the round goes through. (When the
+  // cap counted accepted connections, the flood filled it and rank 1 was
+  // shut out until ZeroMQ's handshake timeout closed the bare ones.)
+  const std::vector<CurveKeyPair> keys = {generate_curve_keypair(), generate_curve_keypair()};
+  Group group = curve_group(keys, {0, 1});
+  const std::vector<uint32_t> members{0, 1};
+  const auto warm = contributions_for(2, 1001, 51);
+  expect_rank_order_sum(run_round(group, {1, 0}, members, warm, milliseconds(60000)), members,
+                        warm);
+  const std::string endpoint = group.endpoints[0];
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(std::stoul(endpoint.substr(endpoint.rfind(':') + 1))));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> flood;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+    flood.push_back(fd);
+  }
+  const size_t cap = 2 * 2 + 16;
+  const auto settled = Clock::now() + std::chrono::seconds(20);
+  while (group.peers[0]->inbox_connections_refused() < 300 - cap && Clock::now() < settled) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_GE(group.peers[0]->inbox_connections_refused(), 300 - cap);
+  EXPECT_LE(group.peers[0]->inbox_authenticated(), 2u) << "rank 1's links, never a bare one";
+  // Rank 1 reconnects (its old connections close) and the next round, with
+  // a budget well under ZeroMQ's handshake timeout, goes through.
+  group.peers[1]->connect(group.endpoints);
+  const auto c = contributions_for(2, 1001, 52);
+  expect_rank_order_sum(run_round(group, {2, 0}, members, c, milliseconds(5000)), members, c);
+  EXPECT_LE(group.peers[0]->inbox_authenticated(), 3u);
+  for (int fd : flood) ::close(fd);
 }
 
 TEST(Exchange, WithCurveAFirstConnectionBeforeItsKeyIsAdmittedWaitsForIt) {
