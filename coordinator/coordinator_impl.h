@@ -104,6 +104,11 @@ class CoordinatorImpl {
   // remove(rank, Removal::kLost, why) while the step still waits for the
   // worker's contribution or report; nothing once it arrived.
   void lose_if_awaited(uint32_t rank, const std::string& why);
+  // The worker is presumed dead (it left, died, restarted, went silent, or
+  // was released): out of the open step if the step waits for it
+  // (lose_if_awaited), and its slot free; heard again, it is asked to say
+  // hello. The caller logs why.
+  void declare_dead(uint32_t rank, const std::string& why);
   // Logs the workers that became or stopped being standbys (rebalance).
   void log_standby(const StepShares& shares);
   // Whether a member missed liveness.release_after_missed_steps steps in a

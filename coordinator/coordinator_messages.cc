@@ -155,8 +155,7 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
     // The worker restarted (or lost its state) before we noticed.
     log_->warn("worker '{}' (rank {}) said hello again: it restarted; welcoming it afresh",
                existing->name, existing->rank);
-    if (phase_ == Phase::kStepping) lose_if_awaited(existing->rank, "it restarted during the step");
-    membership_.mark_dead(existing->rank);
+    declare_dead(existing->rank, "it restarted during the step");
   }
   const std::optional<uint32_t> rank = membership_.admit(from.peer, hello.threads(), now);
   if (rank) speed_planner_.forget(*rank);  // a new worker: the old one's speed is not its own
@@ -235,8 +234,7 @@ void CoordinatorImpl::on_bye(const std::string& peer, const Message& message, do
                       fmt::format("worker '{}' (rank {}) left: {}", peer, rank,
                                   peer_text(message.envelope.bye().reason())),
                       now);
-  if (phase_ == Phase::kStepping) lose_if_awaited(rank, "it left during the step");
-  membership_.mark_dead(rank);
+  declare_dead(rank, "it left during the step");
 }
 
 void CoordinatorImpl::on_ready(const std::string& peer, double now) {
@@ -420,8 +418,7 @@ void CoordinatorImpl::declare_disconnected(const std::string& peer, double now) 
       peer, rank);
   v1::RunTotals& t = metrics_.totals();
   t.set_workers_disconnected(t.workers_disconnected() + 1);
-  if (phase_ == Phase::kStepping) lose_if_awaited(rank, "it died (its connection closed)");
-  membership_.mark_dead(rank);
+  declare_dead(rank, "it died (its connection closed)");
   plane_->members_lost(now);
   if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
 }

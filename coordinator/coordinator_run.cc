@@ -234,8 +234,7 @@ void CoordinatorImpl::advance(double now) {
     const Member& m = membership_.at(rank);
     log_->warn("worker '{}' (rank {}) silent for {:.1f} s: presumed dead", m.name, rank,
                now - m.last_heard);
-    if (phase_ == Phase::kStepping) lose_if_awaited(rank, "it died");
-    membership_.mark_dead(rank);
+    declare_dead(rank, "it died");
   }
 
   switch (phase_) {

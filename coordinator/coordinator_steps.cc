@@ -22,6 +22,11 @@ void CoordinatorImpl::lose_if_awaited(uint32_t rank, const std::string& why) {
   if (reducer_.expects(rank)) remove(rank, Removal::kLost, why);
 }
 
+void CoordinatorImpl::declare_dead(uint32_t rank, const std::string& why) {
+  if (stepping()) lose_if_awaited(rank, why);
+  membership_.mark_dead(rank);
+}
+
 void CoordinatorImpl::remove(uint32_t rank, Removal removal, const std::string& why) {
   auto it = planned_.find(rank);
   if (it == planned_.end() || it->second.out()) return;

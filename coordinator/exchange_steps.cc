@@ -337,8 +337,7 @@ void ExchangePlane::take_out_stopped_members(double now) {
         "worker '{}' (rank {}) silent for {:.2f} s (3 heartbeats) while its round waits on it: "
         "presumed dead (stopped or hung), not after liveness.silence_seconds",
         m.name, rank, now - m.last_heard);
-    c_.lose_if_awaited(rank, "it went silent during the step");
-    c_.membership_.mark_dead(rank);
+    c_.declare_dead(rank, "it went silent during the step");
     strike(rank, "silent during the step");
   }
 }
@@ -427,11 +426,10 @@ void ExchangePlane::take_out_silent_members(double now) {
       c_.remove(rank, Removal::kCut, "the round was ended without it");
       continue;
     }
-    c_.lose_if_awaited(
+    c_.declare_dead(
         rank, fmt::format("it did not report its exchange round (nor end it when asked) by {:.3g} "
                           "s after its plan (the plan's compute bound and two round deadlines)",
                           now - round_clock_.planned_at()));
-    c_.membership_.mark_dead(rank);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 
+#include "common/median.h"
 #include "common/random.h"
 
 namespace dctrain {
@@ -54,15 +55,7 @@ double median_overhead(const std::vector<StepObservation>& window) {
     all.push_back(s.overhead_seconds);
     if (s.overhead_known) known.push_back(s.overhead_seconds);
   }
-  std::vector<double>& values = known.empty() ? all : known;
-  if (values.empty()) return 0.0;
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid), values.end());
-  if (values.size() % 2 == 1) return values[mid];
-  const double upper = values[mid];
-  const double lower =
-      *std::max_element(values.begin(), values.begin() + static_cast<ptrdiff_t>(mid));
-  return 0.5 * (lower + upper);
+  return median(known.empty() ? std::move(all) : std::move(known));
 }
 
 Threshold::Threshold(const v1::StepConfig& step, uint64_t seed)
