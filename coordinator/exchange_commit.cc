@@ -140,8 +140,8 @@ void ExchangePlane::chase_committed_sum(double now) {
   CommittedAhead& c = *committed_ahead_;
   const Member& source = c_.membership_.at(c.source);
   // The sum follows its report as a round's pieces follow each other: the
-  // round deadline (the data plane's timeout until rounds are measured).
-  const double timeout = round_deadline_.seconds();
+  // round deadline (in the first round, from that round's own time).
+  const double timeout = answer_seconds();
   if (source.live && now - c.asked_at < timeout) return;
   c_.log_->warn(
       "step {}: the sum of the committed round did not come from worker '{}' (rank {}): {}",

@@ -51,7 +51,7 @@ bool ExchangePlane::check_contribution_norms(double now) {
                         {{lowest, "the sum it forwarded is not the one the members hold"}},
                         "the round's sum could not be checked");
   }
-  const double timeout = round_deadline_.seconds();
+  const double timeout = answer_seconds();
   if ((!exchange_sum_ || !sketch_check_->complete()) && now - sketch_check_->asked_at() < timeout) {
     return true;
   }

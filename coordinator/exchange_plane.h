@@ -100,6 +100,10 @@ class ExchangePlane final : public DataPlane {
   // A member failed a round by its own fault: counted (Member::
   // failed_rounds_in_a_row), and released at the limit.
   void strike(uint32_t rank, const std::string& why);
+  // How long this process waits for a member's answer (a committed sum, a
+  // sketch) in the current round: the round deadline, or in a run's first
+  // round the multiple of that round's own measured time.
+  double answer_seconds() const;
   // A committed round's time, as this process's clock measured it
   // (round_clock_), into the round deadline.
   void observe_round();

@@ -397,6 +397,11 @@ void ExchangePlane::strike(uint32_t rank, const std::string& why) {
   }
 }
 
+double ExchangePlane::answer_seconds() const {
+  const std::optional<double> measured = round_clock_.round_seconds();
+  return measured ? round_deadline_.seconds_given(*measured) : round_deadline_.seconds();
+}
+
 void ExchangePlane::observe_round() {
   if (const std::optional<double> seconds = round_clock_.round_seconds()) {
     round_deadline_.observe(*seconds);

@@ -31,6 +31,11 @@ double RoundDeadline::percentile() const {
   return sorted[std::max<size_t>(rank, 1) - 1];
 }
 
+double RoundDeadline::seconds_given(double this_round) const {
+  if (!recent_.empty() || !std::isfinite(this_round) || this_round < 0.0) return seconds();
+  return std::clamp(multiple_ * this_round, floor_, ceiling_);
+}
+
 double RoundDeadline::seconds() const {
   if (recent_.empty()) return ceiling_;
   return std::clamp(multiple_ * percentile(), floor_, ceiling_);

@@ -34,6 +34,11 @@ class RoundDeadline {
   void observe(double round_seconds);
   // The limit in force.
   double seconds() const;
+  // The same, or before any round was observed, the multiple of
+  // `this_round` (the round in flight, as measured so far) within the floor
+  // and the ceiling: what the coordinator waits for a member's answer in a
+  // run's first round, rather than the ceiling.
+  double seconds_given(double this_round) const;
   size_t observed() const { return recent_.size(); }
   // The high percentile the limit is a multiple of (0 before any round).
   double percentile() const;

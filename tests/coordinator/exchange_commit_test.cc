@@ -400,13 +400,16 @@ TEST_F(ExchangeCommitTest, AMemberThatDoesNotAnswerWithinTheTimeoutIsPassedOver)
   receive("b", report("b", first["b"], false));
   take("a");
   take("b");
-  now += 1.0;
+  // The run's first round: no round measured yet, so the wait is this
+  // round's own time (its reports came at once) times 4, at least the floor
+  // (0.5 s), not the timeout (2 s).
+  now += 0.4;
   coordinator->tick(now);
-  EXPECT_EQ(count(take("b"), v1::Envelope::kSumRequest), 0u) << "within the timeout (2 s)";
-  now += 1.5;
+  EXPECT_EQ(count(take("b"), v1::Envelope::kSumRequest), 0u) << "within the floor (0.5 s)";
+  now += 0.2;
   coordinator->tick(now);
   EXPECT_EQ(count(take("b"), v1::Envelope::kSumRequest), 1u);
-  EXPECT_NE(log.text.str().find("did not come from worker 'a' (rank 0): not within 2 s"),
+  EXPECT_NE(log.text.str().find("did not come from worker 'a' (rank 0): not within 0.5 s"),
             std::string::npos)
       << log.text.str();
   // Whichever sum comes first closes the step (the same bits from either):
@@ -1332,14 +1335,16 @@ TEST_F(ExchangeNormGuardTest, AMemberThatDoesNotAnswerTheSketchRequestIsTakenOut
     receive(name, sketch(name, only(name, v1::Envelope::kSketchRequest), contributions[name]));
   }
   take("c");
-  now += 1.0;
+  // The run's first round: the wait is 4 x its own measured time (its
+  // reports came at once), at least the floor (0.5 s).
+  now += 0.4;
   coordinator->tick(now);
-  EXPECT_EQ(count(take("a"), v1::Envelope::kPlan), 0u) << "within the timeout (2 s)";
-  now += 1.5;
+  EXPECT_EQ(count(take("a"), v1::Envelope::kPlan), 0u) << "within the floor (0.5 s)";
+  now += 0.2;
   coordinator->tick(now);
   const std::string text = log.text.str();
   EXPECT_NE(text.find("worker 'c' (rank 2) is out of step 0 because it did not answer the request "
-                      "for a sketch of its contribution within 2 s"),
+                      "for a sketch of its contribution within 0.5 s"),
             std::string::npos)
       << text;
   const Message redo = only("a", v1::Envelope::kPlan);

@@ -28,6 +28,16 @@ TEST(RoundDeadline, IsTheTimeoutOnlyBeforeTheFirstMeasuredRound) {
   EXPECT_DOUBLE_EQ(d.seconds(), 1.6);
 }
 
+TEST(RoundDeadline, BeforeAnyRoundTheAnswerWaitIsAMultipleOfTheRoundInFlight) {
+  RoundDeadline d(4.0, 0.5, 10.0);
+  EXPECT_DOUBLE_EQ(d.seconds_given(0.3), 1.2);
+  EXPECT_DOUBLE_EQ(d.seconds_given(0.01), 0.5) << "the floor";
+  EXPECT_DOUBLE_EQ(d.seconds_given(5.0), 10.0) << "the ceiling";
+  EXPECT_DOUBLE_EQ(d.seconds_given(std::numeric_limits<double>::quiet_NaN()), 10.0);
+  d.observe(0.2);
+  EXPECT_DOUBLE_EQ(d.seconds_given(3.0), 0.8) << "once rounds are measured, they decide";
+}
+
 TEST(RoundDeadline, IsAMultipleOfThe95thPercentileBetweenTheFloorAndTheTimeout) {
   RoundDeadline d(4.0, 0.5, 10.0);
   // 19 rounds of 0.2 s and one of 0.3 s: the 95th percentile (nearest rank,
