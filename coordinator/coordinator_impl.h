@@ -104,6 +104,11 @@ class CoordinatorImpl {
   // remove(rank, Removal::kLost, why) while the step still waits for the
   // worker's contribution or report; nothing once it arrived.
   void lose_if_awaited(uint32_t rank, const std::string& why);
+  // The open step is dropped for the worker through no fault of its own
+  // (the exchange's rounds are spent, or its round failed for all): the
+  // step no longer waits for it, what it reported is dropped, and its
+  // micro-batches are requeued (lost without requeue); no missed step.
+  void drop_from_step(uint32_t rank);
   // The worker is presumed dead (it left, died, restarted, went silent, or
   // was released): out of the open step if the step waits for it
   // (lose_if_awaited), and its slot free; heard again, it is asked to say

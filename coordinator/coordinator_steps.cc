@@ -22,6 +22,12 @@ void CoordinatorImpl::lose_if_awaited(uint32_t rank, const std::string& why) {
   if (reducer_.expects(rank)) remove(rank, Removal::kLost, why);
 }
 
+void CoordinatorImpl::drop_from_step(uint32_t rank) {
+  reducer_.forget(rank);  // nothing once it settled
+  if (auto p = planned_.find(rank); p != planned_.end()) p->second.contribution.reset();
+  ledger_.orphan_worker(rank);
+}
+
 void CoordinatorImpl::declare_dead(uint32_t rank, const std::string& why) {
   if (stepping()) lose_if_awaited(rank, why);
   membership_.mark_dead(rank);

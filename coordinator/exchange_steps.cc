@@ -374,9 +374,7 @@ void ExchangePlane::members_lost(double now) {
       "step is dropped",
       c_.step_, fmt::join(lost, ", "), c_.config_.data_plane().rounds_per_step());
   for (uint32_t rank : left) {
-    if (!c_.reducer_.expects(rank)) continue;
-    c_.reducer_.forget(rank);
-    c_.ledger_.orphan_worker(rank);
+    if (c_.reducer_.expects(rank)) c_.drop_from_step(rank);
   }
 }
 
@@ -603,8 +601,7 @@ GuardedStep ExchangePlane::settle() {
   uint32_t dropped = 0;
   for (auto& [rank, p] : c_.planned_) {
     if (!p.contribution) continue;  // abandoned: already requeued
-    p.contribution.reset();
-    c_.ledger_.orphan_worker(rank);
+    c_.drop_from_step(rank);
     dropped += static_cast<uint32_t>(p.micro_batches.size());
   }
   const char* fate = c_.config_.step().requeue() ? "requeued" : "lost";
