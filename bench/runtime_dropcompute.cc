@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/child_process.h"
+#include "common/run_files.h"
 #include "metrics/metrics_json.h"
 
 namespace {
@@ -160,7 +161,7 @@ stop {{ max_steps: {} }}
                    (dir / (name + ".log")).c_str());
       return std::nullopt;
     }
-    return summarise(read_steps(dir / name / "metrics.jsonl"), kWarmup);
+    return summarise(read_steps(dir / name / dctrain::run_files::kMetrics), kWarmup);
   };
 
   // Baseline and DropCompute runs alternate, so that a change in the
@@ -185,7 +186,7 @@ stop {{ max_steps: {} }}
       std::printf(
           "tau = %.4f s: the 90th percentile of %zu worker step compute times at tau = inf\n", tau,
           computes.size());
-      print_blas(dir / "baseline-0" / "summary.json");
+      print_blas(dir / "baseline-0" / dctrain::run_files::kSummary);
     }
     auto drop_run = launch(fmt::format("dropcompute-{}", round), fmt::format("{:.6f}", tau));
     if (!drop_run) return 1;

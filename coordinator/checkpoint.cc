@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "common/files.h"
+#include "common/run_files.h"
 #include "model/param_table.h"
 
 namespace dctrain {
@@ -101,7 +102,7 @@ Parsed parse(const std::filesystem::path& path) {
 }  // namespace
 
 std::filesystem::path checkpoint_path(const std::filesystem::path& run_dir) {
-  return run_dir / "checkpoint.bin";
+  return run_dir / run_files::kCheckpoint;
 }
 
 void save_checkpoint(const std::filesystem::path& path, v1::CheckpointHeader header,

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/files.h"
+#include "common/run_files.h"
 #include "coordinator/coordinator_impl.h"
 #include "metrics/metrics_json.h"
 
@@ -92,7 +93,7 @@ void CoordinatorImpl::resume_evaluations(double now) {
   if (evaluations_ == nullptr || setup_.run_dir.empty()) return;
   const uint64_t at = setup_.resume->next_step();  // steps done at the checkpoint
   const MetricsRecords kept = parse_metrics(
-      read_file_if_present(setup_.run_dir / "metrics.jsonl").value_or(""), "metrics.jsonl");
+      read_file_if_present(setup_.run_dir / run_files::kMetrics).value_or(""), run_files::kMetrics);
   v1::RunTotals& t = metrics_.totals();
   // An evaluation off the step loop finishes after the checkpoint of its
   // step was written: its record survived, its result is not in the totals.

@@ -9,6 +9,7 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
+#include "common/run_files.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator_impl.h"
 #include "runtime/model_file.h"
@@ -160,7 +161,7 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
       worker_summary_.add_to(summary, 3.0 * forward);
       summary.set_completed(exit_code_ == kCoordinatorDone);
       summary.set_exit_status(exit_code_);
-      write_summary(setup_.run_dir / "summary.json", summary);
+      write_summary(setup_.run_dir / run_files::kSummary, summary);
     } catch (const std::exception& e) {
       // A run without its summary did not end well, whatever its reason.
       log_->error("summary.json not written: {}", e.what());
@@ -184,7 +185,7 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
 
 void CoordinatorImpl::write_model_files() {
   const std::vector<std::filesystem::path> written =
-      write_model_file(setup_.run_dir / "model.safetensors", replica_.model(),
+      write_model_file(setup_.run_dir / run_files::kModel, replica_.model(),
                        {to_text(config_), config_.run_id(), replica_.optimizer_steps()});
   std::vector<std::string> names;
   for (const std::filesystem::path& path : written) names.push_back(path.string());

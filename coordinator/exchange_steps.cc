@@ -461,8 +461,7 @@ void ExchangePlane::judge_exchange_round() {
     return fmt::format("worker '{}' (rank {})", c_.membership_.at(rank).name, rank);
   };
   for (uint32_t rank : blame.out) {
-    const bool unfounded =
-        std::binary_search(blame.unfounded.begin(), blame.unfounded.end(), rank);
+    const bool unfounded = std::binary_search(blame.unfounded.begin(), blame.unfounded.end(), rank);
     // Why: a member that complained about it, else the one it complained
     // about (then neither report can say which end of their link failed,
     // unless others contradict its complaint).
@@ -480,9 +479,10 @@ void ExchangePlane::judge_exchange_round() {
                         "it blamed {}, whom another member heard from in full and who does not "
                         "blame it",
                         name(to))
-                  : fmt::format("it did not get the part of {}, and nothing tells which end of "
-                                "their link failed",
-                                name(to));
+                  : fmt::format(
+                        "it did not get the part of {}, and nothing tells which end of "
+                        "their link failed",
+                        name(to));
         break;
       }
     }

@@ -50,8 +50,7 @@ void PeerLog::limited(Entries& entries, const char* kind, const std::string& pee
   }
   // Still full, or too many new names this period: the new peer shares the
   // entry of all such peers.
-  const bool shared =
-      !known && (entries.size() >= kMaxPeers || new_peers_ >= kNewPeersPerPeriod);
+  const bool shared = !known && (entries.size() >= kMaxPeers || new_peers_ >= kNewPeersPerPeriod);
   if (!known && !shared) ++new_peers_;
   Entry& e = entries[shared ? std::string() : peer];
   ++e.count;

@@ -18,6 +18,7 @@
 #include "common/blas_runtime.h"
 #include "common/cli.h"
 #include "common/files.h"
+#include "common/run_files.h"
 #include "common/stop_signals.h"
 #include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
@@ -51,7 +52,7 @@ void apply_overrides(const CoordinatorOptions& options, v1::RunConfig& config) {
 std::shared_ptr<spdlog::logger> make_logger(const fs::path& run_dir, const std::string& level) {
   auto console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
   auto file =
-      std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir / "coordinator.log").string());
+      std::make_shared<spdlog::sinks::basic_file_sink_mt>((run_dir / run_files::kLog).string());
   auto log =
       std::make_shared<spdlog::logger>("coordinator", spdlog::sinks_init_list{console, file});
   log->set_level(spdlog::level::from_str(level));
@@ -235,13 +236,13 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     log->info("data: {} ({} used), held out: {} ({} evaluated), loaded in {:.1f} s",
               train->describe(), train_size, test->describe(), test_samples(config, *test),
               std::chrono::duration<double>(Clock::now() - load_begin).count());
-    write_file_atomically(run_dir / "config.cfg", to_text(config));
+    write_file_atomically(run_dir / run_files::kConfig, to_text(config));
     // The whole config (defaults included) is the run folder's config.cfg;
     // the console gets one line of it.
     log->info(
         "run config in {}: model {}, {} workers, global batch {} in micro-batches of {}, tau {}{}, "
         "delay {}, data plane {}",
-        (run_dir / "config.cfg").string(), word(config.model().name()), config.workers(),
+        (run_dir / run_files::kConfig).string(), word(config.model().name()), config.workers(),
         config.step().global_batch(), config.step().micro_batch(),
         config.step().tau_policy() == v1::TAU_POLICY_AUTO ? std::string("auto")
         : std::isfinite(config.step().tau()) ? fmt::format("{:g} s", config.step().tau())
@@ -273,7 +274,7 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     RouterTransport transport(context, options.bind, log, transport_limits(config, replica),
                               security.socket);
     const std::string endpoint = transport.endpoint();
-    write_file_atomically(run_dir / "endpoint", endpoint + "\n");
+    write_file_atomically(run_dir / run_files::kEndpoint, endpoint + "\n");
     log->info("listening on {}; waiting for {} workers (dctrain-worker --connect {})", endpoint,
               config.workers(), endpoint);
 
@@ -285,11 +286,11 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
                                 make_model(model_spec(config, train->shape(), options.threads)));
     }
     std::unique_ptr<MetricsServer> metrics_server;
-    fs::remove(run_dir / "metrics_endpoint", ec);  // a resumed run's is stale
+    fs::remove(run_dir / run_files::kMetricsEndpoint, ec);  // a resumed run's is stale
     if (options.run.metrics_port >= 0) {
       metrics_server = std::make_unique<MetricsServer>(
           options.run.metrics_address, static_cast<uint16_t>(options.run.metrics_port), log);
-      write_file_atomically(run_dir / "metrics_endpoint", metrics_server->url() + "\n");
+      write_file_atomically(run_dir / run_files::kMetricsEndpoint, metrics_server->url() + "\n");
       log->info("metrics: Prometheus text at {} (try: curl -s {})", metrics_server->url(),
                 metrics_server->url());
     }

@@ -28,8 +28,7 @@ void RoundClock::plan(double now, double tau, double grace, bool redo) {
   }
 }
 
-void RoundClock::arrived(uint32_t rank, double now, double compute_seconds,
-                         bool heard_from_all) {
+void RoundClock::arrived(uint32_t rank, double now, double compute_seconds, bool heard_from_all) {
   if (arrivals_.contains(rank)) return;  // its first report of the round counts
   if (!first_arrival_) first_arrival_ = now;
   if (heard_from_all && ++heard_from_all_ == 2) corroborated_at_ = now;

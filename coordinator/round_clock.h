@@ -77,9 +77,9 @@ class RoundClock {
   bool redo_ = false;
   std::map<uint32_t, Arrival> arrivals_;
   std::optional<double> first_arrival_;
-  size_t heard_from_all_ = 0;                // reports that say so
+  size_t heard_from_all_ = 0;              // reports that say so
   std::optional<double> corroborated_at_;  // the second of those
-  std::deque<double> spans_;  // committed first rounds, plan to last report
+  std::deque<double> spans_;               // committed first rounds, plan to last report
 };
 
 }  // namespace dctrain

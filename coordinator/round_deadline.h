@@ -22,7 +22,7 @@ namespace dctrain {
 
 class RoundDeadline {
  public:
-  static constexpr size_t kWindow = 50;   // rounds kept
+  static constexpr size_t kWindow = 50;  // rounds kept
   static constexpr double kQuantile = 0.95;
 
   RoundDeadline(double multiple, double floor_seconds, double ceiling_seconds);

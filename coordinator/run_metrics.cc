@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "common/files.h"
+#include "common/run_files.h"
 #include "common/source_version.h"
 #include "runtime/text_format.h"
 
@@ -54,7 +55,7 @@ uint64_t keep_records_before(const std::filesystem::path& path, uint64_t next_st
 RunMetrics::RunMetrics(const std::filesystem::path& run_dir, std::string run_id,
                        std::optional<uint64_t> resume_step)
     : run_id_(std::move(run_id)) {
-  const std::filesystem::path path = run_dir / "metrics.jsonl";
+  const std::filesystem::path path = run_dir / run_files::kMetrics;
   if (resume_step) superseded_ = keep_records_before(path, *resume_step);
   out_ = std::make_unique<AppendFile>(path, !resume_step);
 }

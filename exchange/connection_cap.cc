@@ -127,9 +127,9 @@ void ConnectionCap::watch(const std::string& endpoint) {
       if (!pending.empty() && pending.size() >= limit_.load()) {
         // The oldest pending one makes room: a flood of new connections
         // does not keep a member's (newer, about to authenticate) out.
-        const auto oldest = std::min_element(
-            pending.begin(), pending.end(),
-            [](const auto& a, const auto& b) { return a.second < b.second; });
+        const auto oldest =
+            std::min_element(pending.begin(), pending.end(),
+                             [](const auto& a, const auto& b) { return a.second < b.second; });
         shut(oldest->first);
         pending.erase(oldest);
       }

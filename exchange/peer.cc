@@ -200,11 +200,11 @@ ExchangePeer::ExchangePeer(uint32_t rank, const std::string& bind_address, Excha
         "for any free port, or ipc://* on one host)",
         rank_, bind_address, e.what()));
   }
-  cap_ = std::make_unique<ConnectionCap>(
-      context_, inbox_, kConnectionMargin * 4,
-      options_.security.curve ? ConnectionCap::kCurveHandshakeBytes
-                              : ConnectionCap::kNullHandshakeBytes,
-      handshake_deadline());
+  cap_ =
+      std::make_unique<ConnectionCap>(context_, inbox_, kConnectionMargin * 4,
+                                      options_.security.curve ? ConnectionCap::kCurveHandshakeBytes
+                                                              : ConnectionCap::kNullHandshakeBytes,
+                                      handshake_deadline());
 }
 
 ExchangePeer::~ExchangePeer() {

@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/run_files.h"
 #include "metrics/metrics_json.h"
 #include "proto/config.pb.h"
 
@@ -20,15 +21,15 @@ namespace {
 // The files that show a folder holds a run; then those a run writes too
 // that on their own are no sign of one (a coordinator that stopped before
 // training leaves a log and an endpoint).
-constexpr const char* kRunFiles[] = {"config.cfg", "metrics.jsonl", "checkpoint.bin",
-                                     "summary.json"};
-constexpr const char* kOtherRunFiles[] = {"trace.json", "coordinator.log", "endpoint",
-                                          "metrics_endpoint"};
+constexpr const char* kRunFiles[] = {run_files::kConfig, run_files::kMetrics,
+                                     run_files::kCheckpoint, run_files::kSummary};
+constexpr const char* kOtherRunFiles[] = {run_files::kTrace, run_files::kLog, run_files::kEndpoint,
+                                          run_files::kMetricsEndpoint};
 
 // Calls `visit` with the header of each metrics.jsonl record that parses.
 template <typename Visit>
 void for_each_record(const std::filesystem::path& dir, Visit visit) {
-  std::ifstream in(dir / "metrics.jsonl");
+  std::ifstream in(dir / run_files::kMetrics);
   for (std::string line; std::getline(in, line);) {
     if (const std::optional<v1::RecordHeader> header = parse_record_header(line)) visit(*header);
   }
@@ -68,7 +69,7 @@ std::optional<FolderRun> run_in_folder(const std::filesystem::path& dir) {
     if (std::filesystem::exists(dir / name)) run.files.push_back(name);
   }
   if (run.files.empty()) return std::nullopt;
-  if (std::ifstream config(dir / "config.cfg"); config) {
+  if (std::ifstream config(dir / run_files::kConfig); config) {
     std::stringstream text;
     text << config.rdbuf();
     v1::RunConfig parsed;

@@ -10,6 +10,7 @@
 
 #include "common/cli.h"
 #include "common/exit_codes.h"
+#include "common/run_files.h"
 #include "runtime/run_config.h"
 #include "sim/simulation.h"
 
@@ -76,7 +77,7 @@ int main(int argc, char** argv) try {
   if (steps > 0) o.config.mutable_stop()->set_max_steps(steps);
   if (!tau.empty()) dctrain::apply_tau_option(tau, *o.config.mutable_step());
   o.run_dir = out;
-  if (std::filesystem::exists(o.run_dir / "metrics.jsonl")) {
+  if (std::filesystem::exists(o.run_dir / dctrain::run_files::kMetrics)) {
     if (!overwrite) {
       std::fprintf(stderr, "dctrain-simulate: %s holds a run; pass --overwrite to replace it\n",
                    out.c_str());

@@ -18,6 +18,7 @@
 #include "comm/framing.h"
 #include "common/files.h"
 #include "common/random.h"
+#include "common/run_files.h"
 #include "coordinator/coordinator.h"
 #include "data/dataset.h"
 #include "data/dataset_factory.h"
@@ -495,7 +496,7 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   log->info("network: {}", network_text);
 
   std::filesystem::create_directories(o.run_dir);
-  write_file_atomically(o.run_dir / "config.cfg", to_text(config));
+  write_file_atomically(o.run_dir / run_files::kConfig, to_text(config));
   write_simulation_json(o, config, model_parameters, compute, network, network_text);
   // The coordinator runs the star's code whatever the plane (the sums of a
   // stand-in model are not the point); the messages cost what the plane's

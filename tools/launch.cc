@@ -31,6 +31,7 @@
 #include "common/child_process.h"
 #include "common/cli.h"
 #include "common/exit_codes.h"
+#include "common/run_files.h"
 #include "common/run_flags.h"
 #include "common/stop_signals.h"
 #include "metrics/run_identity.h"
@@ -393,7 +394,7 @@ std::optional<std::string> wait_for_endpoint(std::vector<Child>& children, const
           *children[0].status == dctrain::kExitUsage ? dctrain::kExitUsage : dctrain::kExitFailed;
       return std::nullopt;
     }
-    std::ifstream in(run_dir / "endpoint");
+    std::ifstream in(run_dir / dctrain::run_files::kEndpoint);
     std::getline(in, endpoint);
     if (Clock::now() > give_up) {
       refuse("the coordinator did not report its endpoint in 120 s");
@@ -474,9 +475,10 @@ int main(int argc, char** argv) try {
   // The run's config: the one given, or the one the resumed run wrote into
   // its folder when it began. One that does not parse or validate is
   // refused here, before any folder is made.
-  const std::string source = o.run.resume_dir.empty()
-                                 ? o.run.config_path
-                                 : (fs::path(o.run.resume_dir) / "config.cfg").string();
+  const std::string source =
+      o.run.resume_dir.empty()
+          ? o.run.config_path
+          : (fs::path(o.run.resume_dir) / dctrain::run_files::kConfig).string();
   dctrain::v1::RunConfig run_config;
   try {
     run_config = dctrain::load_run_config(source);
@@ -504,7 +506,7 @@ int main(int argc, char** argv) try {
     }
   }
   fs::create_directories(run_dir);
-  fs::remove(run_dir / "endpoint");
+  fs::remove(run_dir / dctrain::run_files::kEndpoint);
 
   // Keys: made once (--keys), or throwaway ones for this host's processes.
   const fs::path keys = o.curve ? make_throwaway_keys(run_dir, o) : fs::path(o.keys_dir);

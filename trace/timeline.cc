@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/run_files.h"
 #include "trace/recorder.h"
 
 namespace dctrain {
@@ -69,7 +70,7 @@ Timeline::Timeline(const std::filesystem::path& run_dir, const v1::TraceConfig& 
                    double origin, std::shared_ptr<spdlog::logger> log)
     : selection_(config), origin_(origin), log_(std::move(log)) {
   if (run_dir.empty() || !selection_.any()) return;
-  writer_ = std::make_unique<TraceWriter>(run_dir / "trace.json");
+  writer_ = std::make_unique<TraceWriter>(run_dir / run_files::kTrace);
   writer_->process_name(kCoordinatorPid, "coordinator", 0);
   writer_->thread_name(kCoordinatorPid, 0, "steps");
   flush();

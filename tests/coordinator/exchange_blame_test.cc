@@ -112,8 +112,8 @@ TEST(ExchangeBlame, OneLiarsComplaintAgainstAMemberOthersHeardInFullStrikesTheLi
 
 TEST(ExchangeBlame, TwoCollidersCannotGetAMemberStruckThatAThirdHeardInFull) {
   // Ranks 2 and 3 both say they lacked rank 0's parts; rank 1 got them all.
-  RoundBlame b =
-      blame_exchange_round({succeeded(0), succeeded(1), failed(2, {0}, {}), failed(3, {0}, {})}, {});
+  RoundBlame b = blame_exchange_round(
+      {succeeded(0), succeeded(1), failed(2, {0}, {}), failed(3, {0}, {})}, {});
   EXPECT_EQ(b.out, Ranks({0, 2, 3}));
   EXPECT_EQ(b.struck, Ranks({2, 3})) << "their complaints are contradicted";
   // The same, withholding their own parts from rank 0 so that it blames
@@ -132,8 +132,7 @@ TEST(ExchangeBlame, AMemberEveryOtherMemberLackedIsStruck) {
   EXPECT_EQ(b.out, Ranks({3}));
   EXPECT_EQ(b.struck, Ranks({3}));
   // Its inbox unreachable: it lacks every contribution, the others its sum.
-  b = blame_exchange_round({failed(0, {}, {2}), failed(1, {}, {2}), failed(2, {0, 1}, {0, 1})},
-                           {});
+  b = blame_exchange_round({failed(0, {}, {2}), failed(1, {}, {2}), failed(2, {0, 1}, {0, 1})}, {});
   EXPECT_EQ(b.out, Ranks({2}));
   EXPECT_EQ(b.struck, Ranks({2}));
   // One link between two members, which a third cannot judge: nobody.

@@ -4,7 +4,6 @@
 // as the rounds do; and a member's failed rounds follow its identity across
 // a restart under a new name (coordinator/membership.h).
 #include "coordinator/round_deadline.h"
-#include "coordinator/round_clock.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +11,7 @@
 #include <limits>
 
 #include "coordinator/membership.h"
+#include "coordinator/round_clock.h"
 
 namespace dctrain {
 namespace {

@@ -1003,7 +1003,8 @@ TEST(Exchange, WithCurveBareConnectionsNeverTakeAMembersPlaceInTheInbox) {
   const std::string endpoint = group.endpoints[0];
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(std::stoul(endpoint.substr(endpoint.rfind(':') + 1))));
+  address.sin_port =
+      htons(static_cast<uint16_t>(std::stoul(endpoint.substr(endpoint.rfind(':') + 1))));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::vector<int> flood;
   for (int i = 0; i < 300; ++i) {

@@ -283,17 +283,18 @@ TEST(GuardProcesses, ExchangeMemberEndingEveryRoundAtOnceIsReleasedAndNoHonestWo
   // asked to end a round on its word alone: w0 and w1 finish their compute,
   // lack its parts, and say so; it is struck each time, and released at the
   // third. Neither honest worker fails a round or leaves the run.
-  GuardRun run("exchange-ends-at-once",
-               exchange_config("delay { kind: \"constant\" seconds: 0.6 }\nstop { max_steps: 14 }"));
+  GuardRun run(
+      "exchange-ends-at-once",
+      exchange_config("delay { kind: \"constant\" seconds: 0.6 }\nstop { max_steps: 14 }"));
   start_exchange_run(run, {"--end-rounds-at-once-from", "4"});
   run.expect_finish();
   const std::string log = run.log();
-  EXPECT_NE(log.find("worker 'peer' (rank 2) failed its exchange round"), std::string::npos)
-      << log;
+  EXPECT_NE(log.find("worker 'peer' (rank 2) failed its exchange round"), std::string::npos) << log;
   EXPECT_NE(log.find("worker 'peer' (rank 2) released from the run"), std::string::npos) << log;
   for (const char* w : {"w0", "w1"}) {
-    EXPECT_EQ(log.find(fmt::format("worker '{}' (rank {}) failed its exchange round", w, w[1] - '0')),
-              std::string::npos)
+    EXPECT_EQ(
+        log.find(fmt::format("worker '{}' (rank {}) failed its exchange round", w, w[1] - '0')),
+        std::string::npos)
         << log;
   }
   const v1::RunSummary summary = run.summary();

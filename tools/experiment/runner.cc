@@ -15,6 +15,7 @@
 
 #include "common/child_process.h"
 #include "common/files.h"
+#include "common/run_files.h"
 #include "common/stop_signals.h"
 #include "coordinator/exit_codes.h"
 #include "runtime/run_config.h"
@@ -79,8 +80,8 @@ std::string last_lines(const fs::path& path, size_t count) {
 // tau of a percentile case, from its baseline's metrics.jsonl.
 double percentile_tau(const fs::path& baseline_dir, double p, std::string& how) {
   const std::vector<v1::StepRecord> steps =
-      parse_metrics(read_text_file(baseline_dir / "metrics.jsonl"),
-                    (baseline_dir / "metrics.jsonl").string())
+      parse_metrics(read_text_file(baseline_dir / run_files::kMetrics),
+                    (baseline_dir / run_files::kMetrics).string())
           .steps;
   const size_t skip = warmup_steps(steps.size());
   const std::vector<double> times = worker_compute_times(steps, skip);
@@ -108,12 +109,13 @@ CaseFolder inspect_case(const fs::path& dir) {
     return folder;
   }
   // A folder with only the sweep's case.txt and input.cfg never started.
-  if (!fs::exists(dir / "config.cfg") && !fs::exists(dir / "metrics.jsonl")) return folder;
+  if (!fs::exists(dir / run_files::kConfig) && !fs::exists(dir / run_files::kMetrics))
+    return folder;
   int status = -1;  // no summary: the run was killed
   folder.why = "stopped without a summary (killed?)";
-  if (const std::optional<std::string> text = read_file_if_present(dir / "summary.json")) {
+  if (const std::optional<std::string> text = read_file_if_present(dir / run_files::kSummary)) {
     try {
-      const v1::RunSummary s = parse_summary(*text, (dir / "summary.json").string());
+      const v1::RunSummary s = parse_summary(*text, (dir / run_files::kSummary).string());
       status = s.exit_status();
       folder.why = fmt::format("{} (exit status {}: {})",
                                status == kCoordinatorInterrupted ? "interrupted" : "failed", status,
@@ -127,8 +129,8 @@ CaseFolder inspect_case(const fs::path& dir) {
   // would fail again from there: it starts over.
   const bool from_outside =
       status == -1 || status == kCoordinatorInterrupted || status == kCoordinatorRunFolderFailed;
-  const bool resumable =
-      fs::exists(dir / "checkpoint.bin") && fs::exists(dir / "config.cfg") && from_outside;
+  const bool resumable = fs::exists(dir / run_files::kCheckpoint) &&
+                         fs::exists(dir / run_files::kConfig) && from_outside;
   folder.state = resumable ? CaseFolder::kResume : CaseFolder::kRerun;
   return folder;
 }
@@ -287,8 +289,8 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
                    last_lines(dir / "launch.log", 15).c_str());
       failed.push_back(name);
     } else {
-      const v1::RunSummary s =
-          parse_summary(read_text_file(dir / "summary.json"), (dir / "summary.json").string());
+      const v1::RunSummary s = parse_summary(read_text_file(dir / run_files::kSummary),
+                                             (dir / run_files::kSummary).string());
       const std::optional<double> accuracy = optional_number(s.final_eval_accuracy());
       std::fprintf(
           out,

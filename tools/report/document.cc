@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "common/files.h"
+#include "common/run_files.h"
 
 namespace dctrain {
 
@@ -82,7 +83,7 @@ constexpr const char* kTimelineNote =
 std::vector<std::pair<std::string, std::string>> timelines(const Experiment& e) {
   std::vector<std::pair<std::string, std::string>> out;
   for (const RunFolder& run : e.runs) {
-    const fs::path trace = run.dir / "trace.json";
+    const fs::path trace = run.dir / run_files::kTrace;
     std::error_code error;
     if (fs::is_regular_file(trace, error)) {
       out.emplace_back(run.dir.filename().string(), fs::absolute(trace).string());

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "common/files.h"
+#include "common/run_files.h"
 #include "runtime/run_config.h"
 
 namespace dctrain {
@@ -17,10 +18,10 @@ namespace dctrain {
 namespace fs = std::filesystem;
 
 bool run_finished(const fs::path& dir) {
-  const std::optional<std::string> text = read_file_if_present(dir / "summary.json");
+  const std::optional<std::string> text = read_file_if_present(dir / run_files::kSummary);
   if (!text) return false;
   try {
-    const v1::RunSummary summary = parse_summary(*text, (dir / "summary.json").string());
+    const v1::RunSummary summary = parse_summary(*text, (dir / run_files::kSummary).string());
     return !summary.has_completed() || summary.completed();
   } catch (const std::exception&) {
     return false;  // not a summary this build reads: the run is done again
@@ -43,10 +44,10 @@ v1::CaseInfo case_info_from_config(const v1::RunConfig& config, const std::strin
 }
 
 std::string unfinished_reason(const fs::path& dir) {
-  const std::optional<std::string> text = read_file_if_present(dir / "summary.json");
+  const std::optional<std::string> text = read_file_if_present(dir / run_files::kSummary);
   if (!text) return "no summary.json: it failed, or is still running";
   try {
-    const v1::RunSummary summary = parse_summary(*text, (dir / "summary.json").string());
+    const v1::RunSummary summary = parse_summary(*text, (dir / run_files::kSummary).string());
     return fmt::format("{} after {} steps, exit status {}",
                        summary.stop_reason().empty() ? "stopped" : summary.stop_reason(),
                        summary.steps(), summary.exit_status());
@@ -73,7 +74,8 @@ std::vector<fs::path> find_run_folders(const std::vector<fs::path>& paths,
       if (!entry.is_directory()) continue;
       if (run_finished(entry.path())) {
         inside.push_back(entry.path());
-      } else if (fs::exists(entry.path() / "config.cfg") || fs::exists(entry.path() / "case.txt")) {
+      } else if (fs::exists(entry.path() / run_files::kConfig) ||
+                 fs::exists(entry.path() / "case.txt")) {
         ++unfinished;
         if (left_out != nullptr) {
           left_out->push_back(
@@ -103,11 +105,12 @@ RunFolder read_run_folder(const fs::path& dir) {
   }
   RunFolder run;
   run.dir = dir;
-  run.summary =
-      parse_summary(read_text_file(dir / "summary.json"), (dir / "summary.json").string());
-  run.config = parse_run_config(read_text_file(dir / "config.cfg"), (dir / "config.cfg").string());
-  MetricsRecords records =
-      parse_metrics(read_text_file(dir / "metrics.jsonl"), (dir / "metrics.jsonl").string());
+  run.summary = parse_summary(read_text_file(dir / run_files::kSummary),
+                              (dir / run_files::kSummary).string());
+  run.config = parse_run_config(read_text_file(dir / run_files::kConfig),
+                                (dir / run_files::kConfig).string());
+  MetricsRecords records = parse_metrics(read_text_file(dir / run_files::kMetrics),
+                                         (dir / run_files::kMetrics).string());
   run.steps = std::move(records.steps);
   run.evals = std::move(records.evals);
   const fs::path case_file = dir / "case.txt";
