@@ -6,8 +6,9 @@
 //   planned + tau + grace (finite tau); with tau = inf, until twice the
 //   longest span (plan to last report, this clock) of the recent committed
 //   rounds, at least the data plane's timeout; before any round was
-//   committed, no bound (a run's first steps wait for their reports). A redo keeps what is left
-//   of the first round's bound (members may still compute), nothing more.
+//   committed, no bound (a run's first steps wait for their reports). A
+//   redo keeps what is left of the first round's bound (members may still
+//   compute), nothing more.
 // - When the members that have not reported are overdue (asked to end the
 //   round): the round deadline after the later of the first report's
 //   arrival and the compute bound; with a finite bound, also without any
