@@ -308,6 +308,45 @@ TEST(GuardProcesses, ExchangeMemberEndingEveryRoundAtOnceIsReleasedAndNoHonestWo
       << log;
 }
 
+TEST(GuardProcesses, ExchangeTwoCollidersEndingEveryRoundAtOnceNeverGetAnHonestWorkerStruck) {
+  // Two peers (ranks 2 and 3) both report every round failed the moment
+  // their plans arrive from step 3 on, each claiming it heard from every
+  // member: two words, so w0 and w1, still computing (1.2 s a step), are
+  // asked to end the round a round deadline later and cut from the step
+  // when they cannot answer in time. They are never counted a failed round,
+  // nor a missed step towards a release, and never released: the colluders
+  // can stall the run's steps, not evict anyone.
+  std::string config = exchange_config(
+      "delay { kind: \"constant\" seconds: 0.6 }\nstop { max_steps: 8 }");
+  config.replace(config.find("workers: 3"), 10, "workers: 4");
+  GuardRun run("exchange-two-colluders", config);
+  run.start_coordinator();
+  run.start_worker("w0");
+  run.start_worker("w1");
+  ASSERT_TRUE(eventually([&] { return run.joined() == 2; }, 60s)) << run.log();
+  for (const char* peer : {"p2", "p3"}) {
+    run.start_peer(peer, {"--name", peer, "--exchange-bind", "tcp://127.0.0.1:*",
+                          "--end-rounds-at-once-from", "3"});
+    ASSERT_TRUE(eventually([&] { return run.log().find(fmt::format("worker '{}' joined", peer)) !=
+                                        std::string::npos; },
+                           60s))
+        << run.log();
+  }
+  run.expect_finish({}, 300s);
+  const std::string log = run.log();
+  for (const char* w : {"w0", "w1"}) {
+    EXPECT_EQ(log.find(fmt::format("worker '{}' (rank {}) failed its exchange round", w, w[1] - '0')),
+              std::string::npos)
+        << log;
+  }
+  const v1::RunSummary summary = run.summary();
+  // Cut (or, on a loaded machine where the measured round deadline is
+  // longer than their compute, answering the request in time), their steps
+  // show as missed in their totals, but none counts towards a release.
+  EXPECT_EQ(summary.workers_released(), 0u) << summary.ShortDebugString();
+  EXPECT_EQ(summary.samples_lost(), 0u);
+}
+
 TEST(GuardProcesses, ExchangeLowestMemberDyingBeforeItsSumIsStoodInForByTheNextMember) {
   // The coordinator commits step 0 on the reports alone; the member that
   // said its sum would follow dies instead, and the next member is asked for
