@@ -31,14 +31,17 @@ double RoundDeadline::percentile() const {
   return sorted[std::max<size_t>(rank, 1) - 1];
 }
 
+double RoundDeadline::limit_for(double round_seconds) const {
+  return std::clamp(multiple_ * round_seconds, floor_, ceiling_);
+}
+
 double RoundDeadline::seconds_given(double this_round) const {
   if (!recent_.empty() || !std::isfinite(this_round) || this_round < 0.0) return seconds();
-  return std::clamp(multiple_ * this_round, floor_, ceiling_);
+  return limit_for(this_round);
 }
 
 double RoundDeadline::seconds() const {
-  if (recent_.empty()) return ceiling_;
-  return std::clamp(multiple_ * percentile(), floor_, ceiling_);
+  return recent_.empty() ? ceiling_ : limit_for(percentile());
 }
 
 }  // namespace dctrain

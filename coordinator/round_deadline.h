@@ -44,6 +44,9 @@ class RoundDeadline {
   double percentile() const;
 
  private:
+  // multiple x `round_seconds`, within the floor and the ceiling.
+  double limit_for(double round_seconds) const;
+
   double multiple_;
   double floor_;
   double ceiling_;
