@@ -89,6 +89,7 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
         a.warmup_steps(), a.reestimate_every_steps(), a.window_steps());
   }
   log_->info("data plane: {}", plane_->description());
+  log_norm_guard();
   // A resumed run starts its automatic threshold afresh, with a warm-up.
   metrics_.totals().set_tau(threshold_.tau());
   metrics_.totals().set_steps_at_tau(0);

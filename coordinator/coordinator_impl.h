@@ -167,6 +167,8 @@ class CoordinatorImpl {
   void resume_evaluations(double now);
   // Hands a snapshot of the live metrics to setup_.publish_metrics.
   void publish_live(double now);
+  // Says at the start whether the norm guard is on, and why not.
+  void log_norm_guard() const;
   std::optional<std::string> stop_reached(double now) const;
   void finish(std::string reason, int exit_code, double now);
   // tick()'s and on_disconnected()'s work; those stop the run when it

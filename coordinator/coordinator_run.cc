@@ -330,4 +330,32 @@ void CoordinatorImpl::progress(double now) {
   progress_samples_ = 0;
 }
 
+void CoordinatorImpl::log_norm_guard() const {
+  if (!guard_.norm_guard()) {
+    log_->info("norm guard: off (guard.norm_multiple 0)");
+    return;
+  }
+  if (config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
+    if (!config_.data_plane().check_sums()) {
+      log_->warn(
+          "norm guard: off, as data_plane.check_sums is off: no member's contribution is bounded "
+          "(docs/security.md)");
+      return;
+    }
+    if (config_.workers() < 3) {
+      log_->warn(
+          "norm guard: off with fewer than 3 members in a round ({} workers): no member's "
+          "contribution is bounded (docs/security.md)",
+          config_.workers());
+      return;
+    }
+  }
+  log_->info(
+      "norm guard: refuses a contribution beyond {:g} x the recent median, or of a member "
+      "whose last {} steps were scaled beyond {:g} x the others' or flipped against their sum "
+      "(guard.norm_multiple {:g})",
+      ContributionRecord::kSpikeFactor * guard_.norm_multiple(), ContributionRecord::kWindow,
+      guard_.norm_multiple(), guard_.norm_multiple());
+}
+
 }  // namespace dctrain

@@ -80,7 +80,7 @@ bool ExchangePlane::check_contribution_norms(double now) {
   for (uint32_t rank : exchange_members_) {
     samples[rank] = c_.planned_.at(rank).contribution->samples();
   }
-  for (Refused& r : sketch_check_->judge(sum, c_.guard_, samples)) {
+  for (Refused& r : sketch_check_->judge(sum, c_.guard_, c_.step_, samples)) {
     c_.log_->error("step {}: the contribution of worker '{}' (rank {}) is refused: {}", c_.step_,
                    c_.membership_.at(r.rank).name, r.rank, r.why);
     out.emplace(r.rank, "its contribution is refused by the norm guard");

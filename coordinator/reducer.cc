@@ -1,6 +1,8 @@
 #include "coordinator/reducer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "comm/framing.h"
 
@@ -34,7 +36,10 @@ bool Reducer::has(uint32_t rank) const {
 void Reducer::add(uint32_t rank, Message contribution) {
   if (!expects(rank)) return;
   settled_[rank] = true;
-  if (holding_) added_[rank].norm = tensor_norm(contribution, 0);
+  if (holding_) {
+    added_[rank].norm = tensor_norm(contribution, 0);
+    if (!statistics_.empty()) added_[rank].statistics_norm = tensor_norm(contribution, 1);
+  }
   waiting_.emplace(rank, std::move(contribution));
   advance();
 }
@@ -83,6 +88,25 @@ void Reducer::advance() {
     }
     ++next_;
   }
+}
+
+std::map<uint32_t, double> Reducer::cosines_with_the_others() {
+  std::map<uint32_t, double> out;
+  if (!holding_ || released_) return out;
+  // gradient_ holds nothing until release(): the held contributions' sum
+  // meanwhile.
+  for (const auto& [rank, message] : waiting_) add_and_measure(message, 0, gradient_);
+  double whole = 0.0;
+  for (float g : gradient_) whole += static_cast<double>(g) * g;
+  for (const auto& [rank, message] : waiting_) {
+    const double dot = tensor_dot(message, 0, gradient_);
+    const double own = added_.at(rank).norm * added_.at(rank).norm;
+    const double others = whole - 2.0 * dot + own;  // |sum - own|^2
+    out[rank] = own > 0.0 && others > 1e-12 * whole ? (dot - own) / std::sqrt(own * others)
+                                                    : std::numeric_limits<double>::quiet_NaN();
+  }
+  std::fill(gradient_.begin(), gradient_.end(), 0.0f);
+  return out;
 }
 
 void Reducer::release(const std::set<uint32_t>& refused) {

@@ -50,6 +50,9 @@ class Reducer {
   // until release(), which sums them but `refused`, in rank order.
   void set_holding(bool holding) { holding_ = holding; }
   void release(const std::set<uint32_t>& refused);
+  // Holding, before release(): each held contribution's cosine with the sum
+  // of the other held ones' gradients (NaN where either is 0).
+  std::map<uint32_t, double> cosines_with_the_others();
   // Zeroes both sums (a step whose update is discarded).
   void clear();
 

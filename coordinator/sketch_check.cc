@@ -72,12 +72,6 @@ std::map<uint32_t, SketchCheck::Estimate> SketchCheck::estimate(std::span<const 
   for (size_t owner = 0; owner < members_.size(); ++owner) {
     const uint32_t rank = members_[owner];
     const std::vector<double>& own = sketches_.at(rank);
-    double gradient = 0.0, statistics = 0.0;
-    for (size_t shard = 0; shard < members_.size(); ++shard) {
-      if (shard == owner) continue;
-      gradient += squared_norm(own, shape_.gradient_at(shard), buckets);
-      statistics += squared_norm(own, shape_.statistics_at(shard), buckets);
-    }
     // Its own shard: the sum's sketch minus every other member's part.
     const size_t at = shape_.gradient_at(owner);
     std::copy_n(whole.begin() + static_cast<std::ptrdiff_t>(at), 2 * buckets, implied.begin());
@@ -85,10 +79,26 @@ std::map<uint32_t, SketchCheck::Estimate> SketchCheck::estimate(std::span<const 
       if (other == rank) continue;
       for (size_t b = 0; b < 2 * buckets; ++b) implied[b] -= sketch[at + b];
     }
-    const double implied_gradient = squared_norm(implied, 0, buckets);
+    // Its gradient's sketch, shard by shard (its own implied), against the
+    // sum's: its norm, its dot with the others' sum, and that sum's norm.
+    double gradient = 0.0, statistics = 0.0, with_others = 0.0, others = 0.0;
+    for (size_t shard = 0; shard < members_.size(); ++shard) {
+      const size_t g = shape_.gradient_at(shard);
+      const double* part = shard == owner ? implied.data() : own.data() + g;
+      for (size_t b = 0; b < buckets; ++b) {
+        const double rest = whole[g + b] - part[b];
+        gradient += part[b] * part[b];
+        with_others += part[b] * rest;
+        others += rest * rest;
+      }
+      if (shard != owner) statistics += squared_norm(own, shape_.statistics_at(shard), buckets);
+    }
     const double implied_statistics = squared_norm(implied, buckets, buckets);
     Estimate e;
-    e.gradient = std::sqrt(gradient + implied_gradient);
+    e.cosine = gradient > 0.0 && others > 0.0 ? with_others / std::sqrt(gradient * others)
+                                              : std::numeric_limits<double>::quiet_NaN();
+    const double implied_gradient = squared_norm(implied, 0, buckets);
+    e.gradient = std::sqrt(gradient);
     e.statistics = std::sqrt(statistics + implied_statistics);
     e.implied_own = std::sqrt(implied_gradient + implied_statistics);
     e.reported_own = std::sqrt(squared_norm(own, at, 2 * buckets));
@@ -113,39 +123,41 @@ std::map<uint32_t, SketchCheck::Estimate> SketchCheck::as_reported() const {
   return out;
 }
 
-std::vector<Refused> SketchCheck::judge(std::span<const float> sum, const UpdateGuard& guard,
+std::vector<Refused> SketchCheck::judge(std::span<const float> sum, UpdateGuard& guard,
+                                        uint64_t step,
                                         const std::map<uint32_t, uint64_t>& samples) const {
   // The answers as given first: a member's sketch far beyond the others'
   // (or, having computed nothing, beyond rounding) is refused before
   // anything is implied from it, since an owner's implied part is the sum
   // less the others' answers, and one inflated answer would make every
-  // owner's look as large (and the median with them).
-  std::vector<Refused> reported = judge_norms(as_reported(), guard, samples, "as it sketched it");
+  // owner's look as large (and the median with them). Only the estimates
+  // join the guard's record.
+  std::vector<Refused> reported =
+      judge_norms(as_reported(), guard, step, samples, "as it sketched it");
   if (!reported.empty()) return reported;
-  return judge_norms(estimate(sum), guard, samples, "");
+  return judge_norms(estimate(sum), guard, step, samples, "");
 }
 
 std::vector<Refused> SketchCheck::judge_norms(const std::map<uint32_t, Estimate>& estimates,
-                                              const UpdateGuard& guard,
+                                              UpdateGuard& guard, uint64_t step,
                                               const std::map<uint32_t, uint64_t>& samples,
                                               const std::string& reported) const {
   std::set<uint32_t> computed;
-  std::map<uint32_t, double> gradients, statistics;
+  std::map<uint32_t, Measured> measured;
   for (const auto& [rank, e] : estimates) {
     const auto n = samples.find(rank);
     if (n == samples.end() || n->second == 0) continue;  // the rounding rule below
     computed.insert(rank);
-    gradients[rank] = e.gradient;
-    statistics[rank] = e.statistics;
+    Measured& m = measured[rank];
+    m.gradient = e.gradient;
+    m.statistics = e.statistics;
+    m.samples = n->second;
+    m.has_cosine = !std::isnan(e.cosine);
+    if (m.has_cosine) m.cosine = e.cosine;
   }
   std::map<uint32_t, std::string> why;
-  for (Refused& r : guard.refuse_by_norm(gradients, samples, "gradient")) {
+  for (Refused& r : guard.refuse_by_norm(step, measured, reported.empty())) {
     why[r.rank] = std::move(r.why);
-  }
-  if (shape_.length > shape_.parameters) {
-    for (Refused& r : guard.refuse_by_norm(statistics, samples, "batch statistics")) {
-      if (!why.contains(r.rank)) why[r.rank] = std::move(r.why);
-    }
   }
   // A member that computed nothing contributes nothing: its part (its own
   // shard's as the sum implies it) may hold only the sum's float rounding,

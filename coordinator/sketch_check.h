@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -75,6 +76,8 @@ class SketchCheck {
   struct Estimate {
     double gradient = 0.0;
     double statistics = 0.0;
+    // Its gradient's cosine with the other members' sum (NaN: not known).
+    double cosine = std::numeric_limits<double>::quiet_NaN();
     // Of its own shard: the norm of the part the sum implies, and of the
     // part it reported (they differ, beyond rounding, when the sum it made
     // of its shard is not the sum of the parts the members report).
@@ -87,22 +90,22 @@ class SketchCheck {
   // sketched them).
   std::map<uint32_t, Estimate> as_reported() const;
 
-  // The members the guard refuses, ascending, with why: each member that
-  // computed samples (`samples`: every member's completed samples) compared
-  // per sample with the median of the others that did
-  // (UpdateGuard::per_sample), and a member that computed nothing whose part
-  // is more than the sum's rounding, whatever the others computed. First on
-  // the answers as given (as_reported(): an inflated answer is refused
-  // before it can inflate the owners' implied parts), then, if none is
-  // refused there, on the estimates with the owners' parts implied.
-  std::vector<Refused> judge(std::span<const float> sum, const UpdateGuard& guard,
+  // The members the guard refuses at `step`, ascending, with why: the
+  // members that computed samples (`samples`: every member's completed
+  // samples) by the guard's record (coordinator/contribution_record.h), and
+  // a member that computed nothing whose part is more than the sum's
+  // rounding, whatever the others computed. First on the answers as given
+  // (as_reported(): an inflated answer is refused before it can inflate the
+  // owners' implied parts), then, if none is refused there, on the
+  // estimates with the owners' parts implied, which join the record.
+  std::vector<Refused> judge(std::span<const float> sum, UpdateGuard& guard, uint64_t step,
                              const std::map<uint32_t, uint64_t>& samples) const;
 
  private:
   // judge() on `estimates`; `reported` names answers taken as given ("":
-  // estimates with the owners' parts implied).
+  // estimates with the owners' parts implied, remembered by the guard).
   std::vector<Refused> judge_norms(const std::map<uint32_t, Estimate>& estimates,
-                                   const UpdateGuard& guard,
+                                   UpdateGuard& guard, uint64_t step,
                                    const std::map<uint32_t, uint64_t>& samples,
                                    const std::string& reported) const;
 

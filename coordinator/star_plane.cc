@@ -60,15 +60,21 @@ GuardedStep StarPlane::settle() {
   v1::RunTotals& t = c_.metrics_.totals();
   const char* fate = c_.config_.step().requeue() ? "requeued" : "lost";
   if (c_.guard_.norm_guard()) {
-    std::map<uint32_t, double> norms;
-    std::map<uint32_t, uint64_t> samples;  // as counted from the plan (on_contribution)
+    const std::map<uint32_t, double> cosines = c_.reducer_.cosines_with_the_others();
+    std::map<uint32_t, Measured> measured;
     for (const auto& [rank, added] : c_.reducer_.added()) {
       if (!c_.reducer_.has(rank)) continue;
-      norms[rank] = added.norm;
-      samples[rank] = c_.planned_.at(rank).contribution->samples();
+      Measured& m = measured[rank];
+      m.gradient = added.norm;
+      m.statistics = added.statistics_norm;
+      // As counted from the plan (on_contribution), not as the worker says.
+      m.samples = c_.planned_.at(rank).contribution->samples();
+      const auto cosine = cosines.find(rank);
+      m.has_cosine = cosine != cosines.end() && !std::isnan(cosine->second);
+      if (m.has_cosine) m.cosine = cosine->second;
     }
     std::set<uint32_t> refused;
-    for (const Refused& r : c_.guard_.refuse_by_norm(norms, samples)) {
+    for (const Refused& r : c_.guard_.refuse_by_norm(c_.step_, measured)) {
       const Planned& p = c_.planned_.at(r.rank);
       c_.log_->warn(
           "refused worker '{}' (rank {})'s contribution for step {}: {}; its {} micro-batches "

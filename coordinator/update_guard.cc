@@ -40,9 +40,13 @@ AddedContribution add_and_measure(const Message& message, size_t index, std::spa
   return out;
 }
 
-double tensor_norm(const Message& message, size_t index) {
+namespace {
+
+// Calls visit(block, count, offset) over tensor `index` of `message` in
+// blocks of at most kBlock floats copied out of its frames.
+template <typename Visit>
+void for_each_block(const Message& message, size_t index, Visit visit) {
   const uint64_t count = message.envelope.tensors(static_cast<int>(index)).count();
-  double total = 0.0;
   size_t frame = first_frame_of(message.envelope, index);
   for (uint64_t begin = 0; begin < count; begin += kMaxFrameFloats, ++frame) {
     const zmq::message_t& f = message.frames[frame];
@@ -52,17 +56,41 @@ double tensor_norm(const Message& message, size_t index) {
     for (size_t i = 0; i < n; i += kBlock) {
       const size_t m = std::min(kBlock, n - i);
       std::memcpy(block, bytes + i * sizeof(float), m * sizeof(float));
-      // Four partial sums: the additions of one are independent of the
-      // others', which keeps the loop from waiting on one chain.
-      double part[4] = {0.0, 0.0, 0.0, 0.0};
-      for (size_t j = 0; j < m; ++j) {
-        const auto v = static_cast<double>(block[j]);
-        part[j % 4] += v * v;
-      }
-      total += (part[0] + part[1]) + (part[2] + part[3]);
+      visit(static_cast<const float*>(block), m, begin + i);
     }
   }
+}
+
+// Four partial sums: the additions of one are independent of the others',
+// which keeps the loop from waiting on one chain.
+template <typename Term>
+double sum_of(size_t m, Term term) {
+  double part[4] = {0.0, 0.0, 0.0, 0.0};
+  for (size_t j = 0; j < m; ++j) part[j % 4] += term(j);
+  return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+}  // namespace
+
+double tensor_norm(const Message& message, size_t index) {
+  double total = 0.0;
+  for_each_block(message, index, [&](const float* block, size_t m, uint64_t) {
+    total += sum_of(m, [&](size_t j) {
+      const auto v = static_cast<double>(block[j]);
+      return v * v;
+    });
+  });
   return std::sqrt(total);
+}
+
+double tensor_dot(const Message& message, size_t index, std::span<const float> with) {
+  double total = 0.0;
+  for_each_block(message, index, [&](const float* block, size_t m, uint64_t at) {
+    total += sum_of(m, [&](size_t j) {
+      return static_cast<double>(block[j]) * static_cast<double>(with[at + j]);
+    });
+  });
+  return total;
 }
 
 bool tensors_finite(const Message& message) {
@@ -78,47 +106,16 @@ bool tensors_finite(const Message& message) {
   return true;
 }
 
-UpdateGuard::UpdateGuard(const v1::GuardConfig& config) : config_(config) {}
+UpdateGuard::UpdateGuard(const v1::GuardConfig& config)
+    : config_(config),
+      norm_multiple_(config.has_norm_multiple() ? config.norm_multiple() : kDefaultNormMultiple),
+      record_(norm_multiple_) {}
 
-std::map<uint32_t, double> UpdateGuard::per_sample(const std::map<uint32_t, double>& norms,
-                                                   const std::map<uint32_t, uint64_t>& samples) {
-  std::map<uint32_t, double> out;
-  for (const auto& [rank, norm] : norms) {
-    const auto it = samples.find(rank);
-    const uint64_t n = it == samples.end() ? 0 : it->second;
-    out[rank] = n > 0 ? norm / static_cast<double>(n)
-                      : (norm == 0.0 ? 0.0 : std::numeric_limits<double>::infinity());
-  }
-  return out;
-}
-
-std::vector<Refused> UpdateGuard::refuse_by_norm(const std::map<uint32_t, double>& norms,
-                                                 const std::map<uint32_t, uint64_t>& samples,
-                                                 std::string_view what) const {
-  std::vector<Refused> out;
-  if (!norm_guard()) return out;
-  const double multiple = config_.norm_multiple();
-  const std::map<uint32_t, double> per = per_sample(norms, samples);
-  for (const auto& [rank, norm] : per) {
-    std::vector<double> others;
-    for (const auto& [r, n] : per) {
-      const auto held = samples.find(r);
-      if (r != rank && held != samples.end() && held->second > 0) others.push_back(n);
-    }
-    if (others.size() < 2) continue;
-    // The median of the others: the lower middle one for an even count, so
-    // one poisoned peer among few cannot lift it.
-    const size_t middle = (others.size() - 1) / 2;
-    std::nth_element(others.begin(), others.begin() + static_cast<ptrdiff_t>(middle), others.end());
-    const double median = others[middle];
-    if (!(norm <= multiple * median)) {
-      out.push_back({rank, fmt::format("its per-sample {} norm {:.4g} is more than {:g} times the "
-                                       "median {:.4g} of the step's other contributions "
-                                       "(guard.norm_multiple)",
-                                       what, norm, multiple, median)});
-    }
-  }
-  return out;
+std::vector<Refused> UpdateGuard::refuse_by_norm(uint64_t step,
+                                                 const std::map<uint32_t, Measured>& measured,
+                                                 bool remember) {
+  if (!norm_guard()) return {};
+  return record_.judge(step, measured, remember);
 }
 
 std::optional<Discard> UpdateGuard::judge(

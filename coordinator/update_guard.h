@@ -13,9 +13,9 @@
 // Steps that fail in a row stop the run with an error, so a run never ends
 // "successfully" at chance accuracy.
 //
-// The norm guard (guard.norm_multiple, off by default) is for a contribution
-// that is valid but poisoned: its gradient's L2 norm is more than the
-// multiple times the median of the step's other contributions' norms.
+// The norm guard (guard.norm_multiple, 3 unless set, 0: off) is for a
+// contribution that is valid but poisoned: scaled far beyond the others',
+// or scaled or flipped step after step (coordinator/contribution_record.h).
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,7 @@
 
 #include "comm/message.h"
 #include "common/usable_values.h"  // usable(), kOverflowMagnitude: shared with the exchange
+#include "coordinator/contribution_record.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {
@@ -38,20 +39,18 @@ struct AddedContribution {
   bool overflows = false;       // it holds a value at or beyond kOverflowMagnitude
   bool sum_overflowed = false;  // the running sum reached it (or NaN) with this addition
   double norm = 0.0;            // its gradient's L2 norm; only measured for the norm guard
+  double statistics_norm = 0.0;  // its batch statistics' L2 norm, the same
 };
 
 // sum += tensor `index` of `message` (sized to its count), and what it showed.
 AddedContribution add_and_measure(const Message& message, size_t index, std::span<float> sum);
 // The L2 norm (accumulated in double) of tensor `index` of `message`.
 double tensor_norm(const Message& message, size_t index);
+// The dot product (accumulated in double) of tensor `index` of `message`
+// with `with`, of its size.
+double tensor_dot(const Message& message, size_t index, std::span<const float> with);
 // Every tensor of `message` finite (it was refused for NaN or infinity).
 bool tensors_finite(const Message& message);
-
-// A contribution left out of a step by the guard.
-struct Refused {
-  uint32_t rank = 0;
-  std::string why;
-};
 
 // A step's update that must not be applied.
 struct Discard {
@@ -69,23 +68,16 @@ class UpdateGuard {
  public:
   explicit UpdateGuard(const v1::GuardConfig& config);
 
-  bool norm_guard() const { return config_.norm_multiple() > 0.0; }
+  // guard.norm_multiple when set, else this.
+  static constexpr double kDefaultNormMultiple = 3.0;
 
-  // Norms per sample, as the guard compares them: a contribution's norm
-  // grows with the samples it sums (rebalancing gives a fast worker more than
-  // the others), its norm per sample does not. One that computed no sample
-  // may hold nothing: 0 when its norm is 0, else infinite. `samples`: each
-  // rank's completed samples, as the coordinator counted them from its plan.
-  static std::map<uint32_t, double> per_sample(const std::map<uint32_t, double>& norms,
-                                               const std::map<uint32_t, uint64_t>& samples);
+  double norm_multiple() const { return norm_multiple_; }
+  bool norm_guard() const { return norm_multiple_ > 0.0; }
 
-  // Contributions whose norm per sample (per_sample) is more than
-  // norm_multiple times the median of the other contributions' that hold
-  // samples (needs at least two of those), ascending; `what` names the norm
-  // in the reason ("gradient": "its per-sample gradient norm ...").
-  std::vector<Refused> refuse_by_norm(const std::map<uint32_t, double>& norms,
-                                      const std::map<uint32_t, uint64_t>& samples,
-                                      std::string_view what = "gradient") const;
+  // The contributions of `step` the norm guard refuses, ascending by rank,
+  // with why (ContributionRecord::judge); none when it is off.
+  std::vector<Refused> refuse_by_norm(uint64_t step, const std::map<uint32_t, Measured>& measured,
+                                      bool remember = true);
 
   // The step's summed gradient and statistics, and what each addition showed
   // (by rank): nothing when the update may be applied.
@@ -105,6 +97,8 @@ class UpdateGuard {
 
  private:
   v1::GuardConfig config_;
+  double norm_multiple_;
+  ContributionRecord record_;
   uint32_t bad_in_a_row_ = 0;
   uint32_t nonfinite_this_step_ = 0;
 };

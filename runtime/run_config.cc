@@ -477,7 +477,7 @@ void check_liveness_and_guard(const v1::RunConfig& c, Problems& p) {
   }
   const v1::GuardConfig& guard = c.guard();
   if (guard.norm_multiple() != 0.0 && !(guard.norm_multiple() > 1.0)) {
-    p.add("guard.norm_multiple is {}; use a multiple of the median > 1 (e.g. 10), or 0 for off",
+    p.add("guard.norm_multiple is {}; use a multiple of the median > 1 (e.g. 3), or 0 for off",
           guard.norm_multiple());
   }
   if (guard.peer_log_seconds() < 0.0) {
@@ -512,11 +512,12 @@ void check_data_plane(const v1::RunConfig& c, Problems& p) {
   // norms against the sum they agreed on (coordinator/sketch_check.h), so it
   // needs the digests; and the members' round waits for every member.
   if (c.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
-    if (c.guard().norm_multiple() != 0.0 && !c.data_plane().check_sums()) {
+    if (c.guard().has_norm_multiple() && c.guard().norm_multiple() != 0.0 &&
+        !c.data_plane().check_sums()) {
       p.add(
           "guard.norm_multiple on the data plane 'exchange' checks each member's part against "
           "the sum the members agree on, which needs data_plane.check_sums: leave check_sums on "
-          "or the norm guard off");
+          "or set guard.norm_multiple to 0 (off)");
     }
     if (c.step().policy() == v1::POLICY_BACKUP) {
       p.add(

@@ -43,6 +43,7 @@ step { global_batch: 24 micro_batch: 4 tau: inf }
 data_plane { kind: "exchange" timeout_seconds: 2 }
 liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_timeout_seconds: 120 }
 stop { max_steps: 4 }
+guard { norm_multiple: 0 }  # rounds scripted without sketches; the norm guard's tests set it
 )";
 
 // The same run with three members: "a", "b", "c" (ranks 0, 1, 2).

@@ -53,6 +53,7 @@ optimizer { kind: "sgd" lr: 0.1 momentum: 0.9 }
 step { global_batch: 24 micro_batch: 4 tau: inf }
 liveness { heartbeat_seconds: 0.5 silence_seconds: 10 grace_seconds: 0.5 join_timeout_seconds: 120 }
 stop { max_steps: 4 }
+guard { norm_multiple: 0 }  # the update guard alone; the norm guard's tests set it
 )";
 
 // Overwrites every gradient value of a contribution with f(value).
@@ -277,7 +278,54 @@ TEST_F(GuardTest, NormGuardRefusesAContributionFarBeyondTheOthersAndRequeuesIt) 
   expect_replicas_identical();
 }
 
-TEST_F(GuardTest, NormGuardIsOffByDefault) {
+TEST_F(GuardTest, NormGuardIsOnByDefault) {
+  config.mutable_stop()->set_max_steps(1);
+  config.mutable_guard()->clear_norm_multiple();
+  start();
+  tamper = [&](const std::string& name, uint64_t, Message& c) {
+    if (name == "b") rewrite_gradient(c, [](float v) { return 1000.0f * v + 1.0f; });
+  };
+  pump();
+  ASSERT_TRUE(coordinator->finished());
+  EXPECT_EQ(coordinator->totals().contributions_refused_norm(), 1u);
+  EXPECT_EQ(metrics().steps.at(0).samples(), 16u);
+}
+
+TEST_F(GuardTest, AMemberSendingThreeTimesItsGradientFlippedIsRefusedAndNoHonestOneIs) {
+  // Four workers, each with its real replica; d sends -3 times the gradient
+  // it computed, every step, under the default guard. From its 16th step on
+  // its record shows it, and its contributions are refused; a, b and c are
+  // never refused.
+  config.mutable_guard()->clear_norm_multiple();
+  config.set_workers(4);
+  config.mutable_step()->set_global_batch(32);
+  config.mutable_dataset()->set_train_limit(600);
+  config.mutable_stop()->set_max_steps(60);
+  order.push_back("d");
+  start();
+  std::map<std::string, std::set<uint64_t>> refused;
+  tamper = [&](const std::string& name, uint64_t, Message& c) {
+    if (name == "d") rewrite_gradient(c, [](float v) { return -3.0f * v; });
+  };
+  pump();
+  ASSERT_TRUE(coordinator->finished()) << log.text.str();
+  EXPECT_EQ(coordinator->exit_code(), 0);
+  for (const v1::StepRecord& step : metrics().steps) {
+    for (const v1::WorkerStep& w : step.workers()) {
+      if (w.refused() == "norm") refused[w.name()].insert(step.step());
+    }
+  }
+  EXPECT_EQ(refused.size(), 1u) << "only d";
+  ASSERT_TRUE(refused.contains("d")) << log.text.str();
+  size_t late = 0;
+  for (uint64_t s : refused.at("d")) late += s >= ContributionRecord::kLeastSteps ? 1 : 0;
+  EXPECT_GE(late, 40u) << "refused at " << refused.at("d").size() << " steps";
+  EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
+  EXPECT_TRUE(log.contains("a flipped gradient") || log.contains("a scaled gradient"))
+      << log.text.str();
+}
+
+TEST_F(GuardTest, NormGuardAtZeroIsOff) {
   config.mutable_stop()->set_max_steps(1);
   start();
   tamper = [&](const std::string& name, uint64_t, Message& c) {
@@ -385,52 +433,6 @@ TEST_F(GuardTest, WorkerWhoseConnectionClosesIsDeadAtOnceAndItsSlotFree) {
     d_contributed |= w.name() == "d" && w.contributed();
   }
   EXPECT_TRUE(d_contributed);
-}
-
-// Every contribution of one sample: norms per sample are the norms.
-std::map<uint32_t, uint64_t> one_sample_each(const std::map<uint32_t, double>& norms) {
-  std::map<uint32_t, uint64_t> out;
-  for (const auto& [rank, norm] : norms) out[rank] = 1;
-  return out;
-}
-
-std::vector<Refused> refuse(const UpdateGuard& guard, const std::map<uint32_t, double>& norms) {
-  return guard.refuse_by_norm(norms, one_sample_each(norms));
-}
-
-TEST(UpdateGuard, NormOutliersAgainstTheMedianOfTheOthers) {
-  v1::GuardConfig config;
-  config.set_norm_multiple(10.0);
-  const UpdateGuard guard(config);
-  // Too few to judge: two contributions say nothing about which is wrong.
-  EXPECT_TRUE(refuse(guard, {{0, 1.0}, {1, 1e9}}).empty());
-  const auto refused = refuse(guard, {{0, 1.0}, {1, 1.2}, {2, 0.9}, {3, 50.0}});
-  ASSERT_EQ(refused.size(), 1u);
-  EXPECT_EQ(refused[0].rank, 3u);
-  EXPECT_TRUE(refuse(guard, {{0, 1.0}, {1, 1.2}, {2, 0.9}, {3, 9.0}}).empty());
-  // NaN is never below the bound.
-  EXPECT_EQ(refuse(guard, {{0, 1.0}, {1, 1.0}, {2, std::nan("")}}).size(), 1u);
-  // Off: nothing is refused.
-  EXPECT_TRUE(refuse(UpdateGuard(v1::GuardConfig()), {{0, 1.0}, {1, 1.0}, {2, 1e9}}).empty());
-}
-
-TEST(UpdateGuard, NormsAreComparedPerSample) {
-  // Rank 3 was given four times the samples (rebalancing) and its summed
-  // gradient is four times the others': per sample it is like them.
-  const std::map<uint32_t, double> norms = {{0, 1.0}, {1, 1.1}, {2, 0.9}, {3, 4.2}};
-  const std::map<uint32_t, uint64_t> samples = {{0, 8}, {1, 8}, {2, 8}, {3, 32}};
-  const std::map<uint32_t, double> per = UpdateGuard::per_sample(norms, samples);
-  EXPECT_DOUBLE_EQ(per.at(3), 4.2 / 32);
-  v1::GuardConfig config;
-  config.set_norm_multiple(3.0);
-  const UpdateGuard guard(config);
-  EXPECT_EQ(refuse(guard, norms).size(), 1u) << "in all, rank 3 is beyond 3x";
-  EXPECT_TRUE(guard.refuse_by_norm(norms, samples).empty());
-  // A contribution that computed no sample may hold nothing.
-  const std::map<uint32_t, double> none =
-      UpdateGuard::per_sample({{0, 0.0}, {1, 1e-3}}, {{0, 0}, {1, 0}});
-  EXPECT_EQ(none.at(0), 0.0);
-  EXPECT_TRUE(std::isinf(none.at(1)));
 }
 
 TEST(UpdateGuard, UsableMeansFiniteWithASquareThatFitsAFloat) {

@@ -69,17 +69,19 @@ TEST_F(SketchCheckTest, HonestMembersPassAndTheirEstimatesAreCloseToTheirNorms) 
     EXPECT_NEAR(estimates.at(r).gradient / std::sqrt(g), 1.0, 0.3) << r;
     EXPECT_NEAR(estimates.at(r).statistics / (8.0 * std::sqrt(kBuffers)), 1.0, 0.3) << r;
   }
-  EXPECT_TRUE(c.judge(sum(), guard_, kAll).empty());
+  EXPECT_TRUE(c.judge(sum(), guard_, 0, kAll).empty());
 }
 
 TEST_F(SketchCheckTest, AnOwnerThatForgesItsShardIsRefusedThoughItReportsHonestly) {
   SketchCheck c = check();
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
   std::vector<float> forged = sum();
-  // Rank 2 owns shard 2: one value of it moved far (a sparse forgery).
+  // Rank 2 owns shard 2: one value of it moved far (a sparse forgery),
+  // 100 times a typical part's norm (one step is judged against 10 x
+  // norm_multiple the typical).
   const ExchangePlan plan(kLength, 4, 1);
-  forged[plan.shard_begin(2) + 3] += 500.0f;
-  const std::vector<Refused> refused = c.judge(forged, guard_, kAll);
+  forged[plan.shard_begin(2) + 3] += 5000.0f;
+  const std::vector<Refused> refused = c.judge(forged, guard_, 0, kAll);
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].rank, 2u);
   EXPECT_NE(refused[0].why.find("as the owner of shard 2"), std::string::npos) << refused[0].why;
@@ -87,7 +89,7 @@ TEST_F(SketchCheckTest, AnOwnerThatForgesItsShardIsRefusedThoughItReportsHonestl
   // Its batch statistics forged instead: the same.
   std::vector<float> statistics = sum();
   statistics[kLength - 1] += 1e4f;  // the last shard's, rank 3's
-  const std::vector<Refused> by_statistics = c.judge(statistics, guard_, kAll);
+  const std::vector<Refused> by_statistics = c.judge(statistics, guard_, 0, kAll);
   ASSERT_EQ(by_statistics.size(), 1u);
   EXPECT_EQ(by_statistics[0].rank, 3u);
   EXPECT_NE(by_statistics[0].why.find("batch statistics norm"), std::string::npos);
@@ -101,7 +103,7 @@ TEST_F(SketchCheckTest, APoisonedPartIsRefusedAndALiarCannotFrameAnOwner) {
     for (size_t i = 0; i < kParameters; ++i) poisoned[i] *= 100.0f;
     std::swap(parts_[0], poisoned);
     for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
-    const std::vector<Refused> refused = c.judge(sum(), guard_, kAll);
+    const std::vector<Refused> refused = c.judge(sum(), guard_, 0, kAll);
     std::swap(parts_[0], poisoned);
     ASSERT_EQ(refused.size(), 1u);
     EXPECT_EQ(refused[0].rank, 0u);
@@ -114,28 +116,28 @@ TEST_F(SketchCheckTest, APoisonedPartIsRefusedAndALiarCannotFrameAnOwner) {
   SketchCheck c = check();
   std::vector<float> lie = parts_[1];
   const ExchangePlan plan(kLength, 4, 1);
-  for (uint64_t i = plan.shard_begin(3); i < plan.shard_begin(3) + 100; ++i) lie[i] += 50.0f;
+  for (uint64_t i = plan.shard_begin(3); i < plan.shard_begin(3) + 100; ++i) lie[i] += 500.0f;
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, r == 1 ? lie : parts_[r])));
   std::vector<uint32_t> out;
-  for (const Refused& r : c.judge(sum(), guard_, kAll)) out.push_back(r.rank);
+  for (const Refused& r : c.judge(sum(), guard_, 0, kAll)) out.push_back(r.rank);
   EXPECT_EQ(out, (std::vector<uint32_t>{1}));
 }
 
 TEST_F(SketchCheckTest, AForgingOwnerIsRefusedHoweverItAnswersTheSketchRequest) {
   const ExchangePlan plan(kLength, 4, 1);
   std::vector<float> forged = sum();
-  forged[plan.shard_begin(2) + 3] += 500.0f;  // rank 2 forged its shard
+  forged[plan.shard_begin(2) + 3] += 5000.0f;  // rank 2 forged its shard
   // It answers with its honest part but inflates its sketch of the other
   // shards, so that every other owner's implied part (the sum less the
   // others' answers) looks as large as its own: refused on its answer.
-  for (const float inflation : {10.0f, 1e3f, 1e30f}) {
+  for (const float inflation : {100.0f, 1e3f, 1e30f}) {
     SketchCheck c = check();
     std::vector<float> lie = parts_[2];
     for (size_t i = 0; i < kLength; ++i) {
       if (i < plan.shard_begin(2) || i >= plan.shard_begin(3)) lie[i] *= inflation;
     }
     for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, r == 2 ? lie : parts_[r])));
-    const std::vector<Refused> refused = c.judge(forged, guard_, kAll);
+    const std::vector<Refused> refused = c.judge(forged, guard_, 0, kAll);
     ASSERT_EQ(refused.size(), 1u) << inflation;
     EXPECT_EQ(refused[0].rank, 2u) << inflation;
     EXPECT_NE(refused[0].why.find("its own answer"), std::string::npos) << refused[0].why;
@@ -152,20 +154,20 @@ TEST_F(SketchCheckTest, AForgingOwnerIsRefusedHoweverItAnswersTheSketchRequest) 
 }
 
 TEST_F(SketchCheckTest, AMemberGivenMoreSamplesIsComparedPerSample) {
-  // Rebalancing gave rank 3 five times the others' samples: its part is
-  // five times as large (beyond norm_multiple 4 in all), the same per
+  // Rebalancing gave rank 3 fifty times the others' samples: its part is
+  // fifty times as large (beyond 10 x norm_multiple 4 in all), the same per
   // sample, and passes; a part 100 times the others' per sample does not.
-  for (float& v : parts_[3]) v *= 5.0f;
+  for (float& v : parts_[3]) v *= 50.0f;
   SketchCheck c = check();
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
   std::map<uint32_t, uint64_t> samples = kAll;
-  samples[3] = 40;
-  EXPECT_EQ(c.judge(sum(), guard_, kAll).size(), 1u) << "in all, it is an outlier";
-  EXPECT_TRUE(c.judge(sum(), guard_, samples).empty()) << "per sample, it is not";
+  samples[3] = 400;
+  EXPECT_EQ(c.judge(sum(), guard_, 0, kAll).size(), 1u) << "in all, it is an outlier";
+  EXPECT_TRUE(c.judge(sum(), guard_, 0, samples).empty()) << "per sample, it is not";
   for (float& v : parts_[2]) v *= 100.0f;
   SketchCheck d = check();
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(d.take(r, answer(d, parts_[r])));
-  const std::vector<Refused> refused = d.judge(sum(), guard_, samples);
+  const std::vector<Refused> refused = d.judge(sum(), guard_, 0, samples);
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].rank, 2u);
   EXPECT_NE(refused[0].why.find("per-sample gradient norm"), std::string::npos) << refused[0].why;
@@ -179,18 +181,18 @@ TEST_F(SketchCheckTest, MembersThatComputedNothingDoNotMakeTheMedianZero) {
   std::fill(parts_[1].begin(), parts_[1].end(), 0.0f);
   SketchCheck c = check();
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
-  EXPECT_FALSE(c.judge(sum(), guard_, kAll).empty()) << "against zeros every part is too large";
+  EXPECT_FALSE(c.judge(sum(), guard_, 0, kAll).empty()) << "against zeros every part is too large";
   // With ranks 0 and 2 computing, 1 and 3 not: rank 1 forging shard 1 is
   // refused against them; the others pass.
   parts_[0] = parts_[2];
   std::fill(parts_[3].begin(), parts_[3].end(), 0.0f);
   SketchCheck d = check();
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(d.take(r, answer(d, parts_[r])));
-  EXPECT_TRUE(d.judge(sum(), guard_, {{0, 8}, {2, 8}}).empty());
+  EXPECT_TRUE(d.judge(sum(), guard_, 0, {{0, 8}, {2, 8}}).empty());
   std::vector<float> forged = sum();
   const ExchangePlan plan(kLength, 4, 1);
   forged[plan.shard_begin(1)] += 500.0f;
-  const std::vector<Refused> refused = d.judge(forged, guard_, {{0, 8}, {2, 8}});
+  const std::vector<Refused> refused = d.judge(forged, guard_, 0, {{0, 8}, {2, 8}});
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].rank, 1u);
 }
@@ -202,12 +204,12 @@ TEST_F(SketchCheckTest, AMemberThatComputedNothingMayHoldNothingWhateverTheOther
   for (uint32_t r = 1; r < 4; ++r) std::fill(parts_[r].begin(), parts_[r].end(), 0.0f);
   SketchCheck c = check();
   for (uint32_t r = 0; r < 4; ++r) EXPECT_FALSE(c.take(r, answer(c, parts_[r])));
-  EXPECT_TRUE(c.judge(sum(), guard_, {{0, 8}}).empty()) << "honest zeros pass";
+  EXPECT_TRUE(c.judge(sum(), guard_, 0, {{0, 8}}).empty()) << "honest zeros pass";
   // Rank 3 owns shard 3 and adds a small value to one float of it.
   std::vector<float> forged = sum();
   const ExchangePlan plan(kLength, 4, 1);
   forged[plan.shard_begin(3) + 1] += 0.5f;
-  const std::vector<Refused> refused = c.judge(forged, guard_, {{0, 8}});
+  const std::vector<Refused> refused = c.judge(forged, guard_, 0, {{0, 8}});
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].rank, 3u);
   EXPECT_NE(refused[0].why.find("it computed no samples, yet"), std::string::npos)

@@ -2,9 +2,11 @@
 // slice of real MNIST (label "slow": two runs of mnist-cnn, about 1.5
 // minutes on two cores):
 // - a peer speaking the protocol joins as a worker and sends one
-//   contribution whose gradient holds 1e30: the step is discarded and
-//   requeued, and the run ends with the final accuracy of the same run where
-//   that peer never poisons; nothing is lost;
+//   contribution whose gradient holds 1e30: the norm guard (on by default)
+//   refuses it and its micro-batches are requeued, and the run ends with the
+//   final accuracy of the same run where that peer never poisons; nothing
+//   is lost (with the norm guard off, the update guard discards the step:
+//   GuardTest.PoisonedContributionDiscardsTheStep...);
 // - a second connection with the name of a running worker is never heard:
 //   it can neither take the worker's place nor stop it.
 #include <fmt/format.h>
@@ -73,34 +75,36 @@ TEST(GuardProcesses, PoisonedContributionChangesNothingAndAWorkersNameCannotBeTa
   const std::string log = attacked.log();
   const MetricsRecords records = attacked.records();
 
-  // The poisoned step was discarded, its cause named; nothing was lost.
-  EXPECT_EQ(summary.steps_discarded(), 1u) << log;
-  EXPECT_NE(log.find("step 5 discarded: the reduced gradient holds NaN, infinite or overflowing "
-                     "values"),
+  // The poisoned contribution was refused, its sender named; nothing was
+  // lost, no step discarded.
+  EXPECT_EQ(summary.steps_discarded(), 0u) << log;
+  EXPECT_EQ(summary.contributions_refused_norm(), 1u) << log;
+  EXPECT_NE(log.find("refused worker 'peer' (rank 4)'s contribution for step 5: its per-sample "
+                     "gradient norm"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("caused by worker 'peer' (rank 4)"), std::string::npos) << log;
   EXPECT_EQ(summary.samples_lost(), 0u);
   EXPECT_EQ(summary.samples(), 1536u) << "the epoch, each sample exactly once";
   EXPECT_EQ(summary.audits_failed(), 0u);
   EXPECT_EQ(summary.epochs_audited(), 1u);
   EXPECT_EQ(summary.checksum_mismatches(), 0u);
-  size_t discarded = 0;
+  size_t refused = 0;
   for (const v1::StepRecord& s : records.steps) {
-    if (!s.discarded()) continue;
-    ++discarded;
-    EXPECT_EQ(s.step(), 5u);
     for (const v1::WorkerStep& w : s.workers()) {
-      EXPECT_EQ(w.refused(), w.name() == "peer" ? "update" : "discarded") << s.ShortDebugString();
+      if (w.refused().empty()) continue;
+      ++refused;
+      EXPECT_EQ(s.step(), 5u);
+      EXPECT_EQ(w.name(), "peer");
+      EXPECT_EQ(w.refused(), "norm") << s.ShortDebugString();
     }
   }
-  EXPECT_EQ(discarded, 1u);
+  EXPECT_EQ(refused, 1u);
 
-  // The final accuracy is the clean run's: the discarded step's micro-batches
+  // The final accuracy is the clean run's: the refused micro-batches
   // were planned again at the head of the queue, on other ranks (the planner
   // deals each step from the next rank), so only the order of the float sums
-  // differs, and which samples share a step. Poisoned and not discarded,
-  // the run would end at chance (10%).
+  // differs, and which samples share a step. Poisoned and taken, the run
+  // would end at chance (10%).
   const auto accuracy = optional_number(summary.final_eval_accuracy());
   const auto clean_accuracy = optional_number(baseline.final_eval_accuracy());
   const auto loss = optional_number(summary.final_eval_loss());
