@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What the exchange's norm guard costs on a training step: bert-tiny (MLM)
 # and resnet20 (CIFAR-10), 4 workers on this host through dctrain-launch on
-# the default data plane (the exchange), each run once without the guard and
-# once with `guard { norm_multiple: 10 }` (each round: once the members
+# the default data plane (the exchange), each run once without the guard
+# (`guard { norm_multiple: 0 }`) and once with the defaults, where it is on
+# (each round: once the members
 # agree on the sum, a sketch of every member's part, asked for and checked
 # before the commit; coordinator/sketch_check.h), the two taken in turn in
 # each round so that a busy machine weighs on both alike (bench/step_pairs.sh). A run's figure is
@@ -37,7 +38,7 @@ run_mode() {
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores shared by the coordinator and 4 workers"
 echo "steps per run: $steps (figures over the last $((steps - 3)) step cycles), rounds: $rounds"
 for model in $models; do
-  cp "$here/../experiments/$model.cfg" "$work/$model-plain.cfg"
-  { cat "$here/../experiments/$model.cfg"; echo 'guard { norm_multiple: 10 }'; } >"$work/$model-guarded.cfg"
+  { cat "$here/../experiments/$model.cfg"; echo 'guard { norm_multiple: 0 }'; } >"$work/$model-plain.cfg"
+  cp "$here/../experiments/$model.cfg" "$work/$model-guarded.cfg"
   compare_modes "$model" plain guarded "with the norm guard / without"
 done
