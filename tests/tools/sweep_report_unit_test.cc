@@ -17,8 +17,9 @@
 #include "tests/testing/paths.h"
 #include "tools/experiment/sweep.h"
 #include "tools/report/document.h"
+#include "tools/report/markdown.h"
 #include "tools/report/prediction.h"
-#include "tools/report/tables.h"
+#include "tools/report/report_json.h"
 #include "tools/runs/run_folder.h"
 
 namespace dctrain {

@@ -8,6 +8,8 @@
 
 #include "common/files.h"
 #include "common/run_files.h"
+#include "tools/report/markdown.h"
+#include "tools/report/report_json.h"
 
 namespace dctrain {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "tools/report/plots.h"
-#include "tools/report/tables.h"
+#include "tools/report/report.h"
 
 namespace dctrain {
 

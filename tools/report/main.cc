@@ -10,8 +10,9 @@
 #include "common/cli.h"
 #include "common/exit_codes.h"
 #include "tools/report/document.h"
+#include "tools/report/markdown.h"
 #include "tools/report/plots.h"
-#include "tools/report/tables.h"
+#include "tools/report/report_json.h"
 
 int main(int argc, char** argv) {
   CLI::App app{

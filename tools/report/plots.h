@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/report/tables.h"
+#include "tools/report/report.h"
 
 namespace dctrain {
 
