@@ -227,159 +227,193 @@ void tau_plot(const Experiment& e, PlotWriter& writer) {
 constexpr const char* kPolicyColors[] = {"#1b9e77", "#d95f02", "#7570b3", "#e7298a",
                                          "#66a61e", "#e6ab02", "#a6761d", "#666666"};
 
-// Speedup against worker count for each (model, delay), on a log-2 axis:
-// the predicted curves over 1..256 workers from each worker count's
-// baseline (i.i.d. workers drawn from its pooled worker steps), and at the
-// worker counts that ran, the measured speedup beside the replay of that
-// count's baseline under the case's tau.
-void speedup_plots(const Report& report, PlotWriter& writer) {
-  // Simulated experiments are a family of their own, beside the real one.
-  std::map<std::tuple<std::string, std::string, bool>, std::vector<const Experiment*>> families;
-  for (const Experiment& e : report.experiments) {
-    families[{e.model, e.delay, e.simulated}].push_back(&e);
-  }
-  for (const auto& [key, experiments] : families) {
-    // A simulated family shows its cases alone, each policy a line through
-    // its worker counts with the seeds' interval: the replayed baselines
-    // stand in for worker counts a real sweep could not run, which a
-    // simulation runs.
-    const bool simulated = std::get<2>(key);
-    std::map<std::string, size_t> colors;  // tau policy -> index into kPolicyColors
-    auto color = [&](const std::string& policy) {
-      if (policy == "best") return std::string("lc rgb '#000000'");
-      const size_t n = colors.emplace(policy, colors.size()).first->second;
-      return fmt::format("lc rgb '{}'", kPolicyColors[n % std::size(kPolicyColors)]);
-    };
-    std::string data, plot;
-    size_t blocks = 0;  // data blocks written
-    double y_lo = 1.0, y_hi = 1.0;
-    auto widen = [&](double y) {
-      if (!std::isfinite(y)) return;
-      y_lo = std::min(y_lo, y);
-      y_hi = std::max(y_hi, y);
-    };
-    auto add = [&](size_t block, const std::string& spec) {
-      plot +=
-          fmt::format("{}data index {} {}", plot.empty() ? "plot " : ", \\\n     ", block, spec);
-    };
+// One speedup plot being assembled: its data blocks, its plot command, the
+// y range its points span, and a colour per tau policy.
+class SpeedupPlot {
+ public:
+  explicit SpeedupPlot(bool simulated) : simulated_(simulated) {
     const std::vector<uint32_t> counts = curve_worker_counts();
-    std::set<uint32_t> worker_counts(counts.begin(), counts.end());
+    worker_counts_.insert(counts.begin(), counts.end());
+  }
 
-    // The curves first, so the measured points are drawn over them.
+  // The predicted curves of the experiments (none for a simulated family:
+  // its cases run at every worker count a curve would stand in for).
+  void add_predicted(const std::vector<const Experiment*>& experiments) {
+    if (simulated_) return;
     size_t with_curves = 0;
-    for (const Experiment* e : experiments) with_curves += e->predicted && !simulated ? 1 : 0;
+    for (const Experiment* e : experiments) with_curves += e->predicted ? 1 : 0;
     size_t experiment_index = 0;
     for (const Experiment* e : experiments) {
-      if (!e->predicted || simulated) continue;
-      const PredictedCurves& p = *e->predicted;
+      if (!e->predicted) continue;
       const std::string source =
           with_curves > 1 ? fmt::format(", from the {}-worker baseline", e->workers) : "";
-      for (const SpeedupCurve& curve : p.curves) {
-        data += fmt::format(
-            "# predicted, {}: i.i.d. workers drawn from the {}-worker baseline's {} worker steps, "
-            "overhead {} s\n"
-            "# workers tau_seconds predicted_speedup drop_rate step_seconds "
-            "baseline_step_seconds\n",
-            curve.label, p.recorded_workers, p.worker_steps, p.overhead_seconds);
-        for (const CurvePoint& c : curve.points) {
-          data += fmt::format("{} {} {} {} {} {}\n", c.workers, tau_text(c.tau), c.speedup,
-                              c.drop_rate, c.step_seconds, c.baseline_step_seconds);
-          widen(c.speedup);
-        }
-        data += "\n\n";
-        const bool best = curve.tau_policy == "best";
-        add(blocks++,
-            fmt::format("using 1:3 with linespoints lw {} pt 7 ps 0.6 dt {} {} title {}",
-                        best ? 3 : 2, experiment_index % 4 + 1, color(curve.tau_policy),
-                        gp_string(fmt::format("{}: predicted{}",
-                                              best ? "best tau for each worker count" : curve.label,
-                                              source))));
+      for (const SpeedupCurve& curve : e->predicted->curves) {
+        add_curve(*e->predicted, curve, experiment_index, source);
       }
       ++experiment_index;
     }
+  }
 
-    // Measured at the worker counts that ran, beside the replay, with the
-    // 95% interval over seeds when the speedup is on the samples/s basis.
-    struct Measured {
-      uint32_t workers = 0;
-      double measured = 0.0, replayed = 0.0, low = 0.0, high = 0.0;
-      bool operator<(const Measured& o) const { return workers < o.workers; }
-    };
-    std::map<std::string, std::vector<Measured>> series;  // by policy_key
+  // Measured at the worker counts that ran, beside the replay, with the
+  // 95% interval over seeds when the speedup is on the samples/s basis.
+  void add_measured(const std::vector<const Experiment*>& experiments) {
+    std::map<std::string, std::vector<Point>> series;  // by policy_key
     std::map<std::string, const CaseRow*> series_row;
     for (const Experiment* e : experiments) {
       if (!e->baseline_row) continue;
       const CaseRow& base_row = e->rows[*e->baseline_row];
-      const RunFolder& baseline = e->runs[base_row.runs.front()];
       for (const CaseRow& row : e->rows) {
         if (&row == &base_row || !row.speedup) continue;
-        // The replay models a threshold on even shares only.
-        const auto predicted = row.tau_policy == "inf"
-                                   ? std::nullopt
-                                   : predict_speedup(baseline, row.tau_seconds.mean);
-        // The measured figure is always throughput here, whatever the
-        // table's basis, to stand beside the throughput prediction.
-        Measured m;
-        m.workers = e->workers;
-        const double base_sps = base_row.samples_per_second.mean;
-        m.measured = base_sps > 0 ? row.samples_per_second.mean / base_sps : 0.0;
-        m.low = m.high = m.measured;
-        if (row.speedup_basis.starts_with("samples/s") && row.speedup_interval) {
-          m.measured = *row.speedup;
-          m.low = row.speedup_interval->low;
-          m.high = row.speedup_interval->high;
-        }
-        m.replayed = predicted ? predicted->speedup : std::nan("");
-        series[policy_key(row)].push_back(m);
+        series[policy_key(row)].push_back(measured_point(*e, base_row, row));
         series_row.emplace(policy_key(row), &row);
       }
     }
-    if (blocks == 0 && series.empty()) continue;
     for (auto& [policy, points] : series) {
-      const CaseRow& row = *series_row.at(policy);
       std::sort(points.begin(), points.end());
-      data += fmt::format(
-          "# {}\n# workers measured_speedup predicted_speedup interval_low interval_high "
-          "(95%, over seeds)\n",
-          policy);
-      for (const Measured& m : points) {
-        data += fmt::format("{} {} {} {} {}\n", m.workers, m.measured, m.replayed, m.low, m.high);
-        widen(m.low);
-        widen(m.high);
-        widen(m.replayed);
-        worker_counts.insert(m.workers);
-      }
-      data += "\n\n";
-      // The colour of the predicted curve of its tau, when the row's shares are even.
-      const bool even = row.policy.empty() || row.policy == "dropcompute" || row.policy == "sync";
-      const std::string line_color =
-          color(even ? row.tau_policy : row.policy + " " + row.tau_policy);
-      if (simulated) {
-        add(blocks++, fmt::format("using 1:2:4:5 with yerrorlines pt {} ps 1.2 lw 2 {} title {}",
-                                  row.requeue ? 7 : 5, line_color,
-                                  gp_string(policy + ": simulated, 95% interval")));
-        continue;
-      }
-      add(blocks, fmt::format("using 1:2:4:5 with yerrorbars pt {} ps 1.6 {} title {}",
-                              row.requeue ? 7 : 5, line_color, gp_string(policy + ": measured")));
-      add(blocks++,
-          fmt::format("using 1:3 with points pt {} ps 1.6 lw 2 {} title {}", row.requeue ? 6 : 4,
-                      line_color, gp_string(policy + ": baseline replayed")));
+      add_series(policy, *series_row.at(policy), points);
     }
+  }
 
+  bool empty() const { return blocks_ == 0; }
+  const std::string& data() const { return data_; }
+
+  // The gnuplot commands: axes, key, the line at 1, the plot.
+  std::string body() const {
     std::string tics;
-    for (uint32_t w : worker_counts) tics += (tics.empty() ? "(" : ", ") + std::to_string(w);
-    const double pad = std::max(0.02, 0.08 * (y_hi - y_lo));
-    const std::string body = fmt::format(
+    for (uint32_t w : worker_counts_) tics += (tics.empty() ? "(" : ", ") + std::to_string(w);
+    const double pad = std::max(0.02, 0.08 * (y_hi_ - y_lo_));
+    return fmt::format(
         "set xlabel 'workers (log scale)'\n"
         "set ylabel \"speedup over tau = inf, samples/s basis:\\n"
         "(1 - drop rate) x T_inf / T_tau, overhead in T\"\n"
         "set logscale x 2\nset xrange [0.8:{}]\nset xtics {})\nset yrange [{}:{}]\n"
         "set key default\nset key outside below center horizontal spacing 1.2\n"
         "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
-        *worker_counts.rbegin() * 1.25, tics, y_lo - pad, y_hi + pad, plot);
-    const std::string& model = std::get<0>(key);
-    const std::string& delay = std::get<1>(key);
+        *worker_counts_.rbegin() * 1.25, tics, y_lo_ - pad, y_hi_ + pad, plot_);
+  }
+
+ private:
+  struct Point {
+    uint32_t workers = 0;
+    double measured = 0.0, replayed = 0.0, low = 0.0, high = 0.0;
+    bool operator<(const Point& o) const { return workers < o.workers; }
+  };
+
+  std::string color(const std::string& policy) {
+    if (policy == "best") return "lc rgb '#000000'";
+    const size_t n = colors_.emplace(policy, colors_.size()).first->second;
+    return fmt::format("lc rgb '{}'", kPolicyColors[n % std::size(kPolicyColors)]);
+  }
+  void widen(double y) {
+    if (!std::isfinite(y)) return;
+    y_lo_ = std::min(y_lo_, y);
+    y_hi_ = std::max(y_hi_, y);
+  }
+  void add(size_t block, const std::string& spec) {
+    plot_ +=
+        fmt::format("{}data index {} {}", plot_.empty() ? "plot " : ", \\\n     ", block, spec);
+  }
+
+  void add_curve(const PredictedCurves& p, const SpeedupCurve& curve, size_t experiment_index,
+                 const std::string& source) {
+    data_ += fmt::format(
+        "# predicted, {}: i.i.d. workers drawn from the {}-worker baseline's {} worker steps, "
+        "overhead {} s\n"
+        "# workers tau_seconds predicted_speedup drop_rate step_seconds "
+        "baseline_step_seconds\n",
+        curve.label, p.recorded_workers, p.worker_steps, p.overhead_seconds);
+    for (const CurvePoint& c : curve.points) {
+      data_ += fmt::format("{} {} {} {} {} {}\n", c.workers, tau_text(c.tau), c.speedup,
+                           c.drop_rate, c.step_seconds, c.baseline_step_seconds);
+      widen(c.speedup);
+    }
+    data_ += "\n\n";
+    const bool best = curve.tau_policy == "best";
+    add(blocks_++,
+        fmt::format(
+            "using 1:3 with linespoints lw {} pt 7 ps 0.6 dt {} {} title {}", best ? 3 : 2,
+            experiment_index % 4 + 1, color(curve.tau_policy),
+            gp_string(fmt::format("{}: predicted{}",
+                                  best ? "best tau for each worker count" : curve.label, source))));
+  }
+
+  static Point measured_point(const Experiment& e, const CaseRow& base_row, const CaseRow& row) {
+    const RunFolder& baseline = e.runs[base_row.runs.front()];
+    // The replay models a threshold on even shares only.
+    const auto predicted =
+        row.tau_policy == "inf" ? std::nullopt : predict_speedup(baseline, row.tau_seconds.mean);
+    // The measured figure is always throughput here, whatever the table's
+    // basis, to stand beside the throughput prediction.
+    Point m;
+    m.workers = e.workers;
+    const double base_sps = base_row.samples_per_second.mean;
+    m.measured = base_sps > 0 ? row.samples_per_second.mean / base_sps : 0.0;
+    m.low = m.high = m.measured;
+    if (row.speedup_basis.starts_with("samples/s") && row.speedup_interval) {
+      m.measured = *row.speedup;
+      m.low = row.speedup_interval->low;
+      m.high = row.speedup_interval->high;
+    }
+    m.replayed = predicted ? predicted->speedup : std::nan("");
+    return m;
+  }
+
+  void add_series(const std::string& policy, const CaseRow& row, const std::vector<Point>& points) {
+    data_ += fmt::format(
+        "# {}\n# workers measured_speedup predicted_speedup interval_low interval_high "
+        "(95%, over seeds)\n",
+        policy);
+    for (const Point& m : points) {
+      data_ += fmt::format("{} {} {} {} {}\n", m.workers, m.measured, m.replayed, m.low, m.high);
+      widen(m.low);
+      widen(m.high);
+      widen(m.replayed);
+      worker_counts_.insert(m.workers);
+    }
+    data_ += "\n\n";
+    // The colour of the predicted curve of its tau, when the row's shares are even.
+    const bool even = row.policy.empty() || row.policy == "dropcompute" || row.policy == "sync";
+    const std::string line_color = color(even ? row.tau_policy : row.policy + " " + row.tau_policy);
+    if (simulated_) {
+      add(blocks_++, fmt::format("using 1:2:4:5 with yerrorlines pt {} ps 1.2 lw 2 {} title {}",
+                                 row.requeue ? 7 : 5, line_color,
+                                 gp_string(policy + ": simulated, 95% interval")));
+      return;
+    }
+    add(blocks_, fmt::format("using 1:2:4:5 with yerrorbars pt {} ps 1.6 {} title {}",
+                             row.requeue ? 7 : 5, line_color, gp_string(policy + ": measured")));
+    add(blocks_++,
+        fmt::format("using 1:3 with points pt {} ps 1.6 lw 2 {} title {}", row.requeue ? 6 : 4,
+                    line_color, gp_string(policy + ": baseline replayed")));
+  }
+
+  bool simulated_;
+  std::string data_, plot_;
+  size_t blocks_ = 0;  // data blocks written
+  double y_lo_ = 1.0, y_hi_ = 1.0;
+  std::map<std::string, size_t> colors_;  // tau policy -> index into kPolicyColors
+  std::set<uint32_t> worker_counts_;
+};
+
+// Speedup against worker count for each (model, delay), on a log-2 axis:
+// the predicted curves over 1..256 workers from each worker count's
+// baseline (i.i.d. workers drawn from its pooled worker steps), and at the
+// worker counts that ran, the measured speedup beside the replay of that
+// count's baseline under the case's tau. A simulated family (beside the
+// real one) shows its cases alone, each policy a line through its worker
+// counts with the seeds' interval.
+void speedup_plots(const Report& report, PlotWriter& writer) {
+  std::map<std::tuple<std::string, std::string, bool>, std::vector<const Experiment*>> families;
+  for (const Experiment& e : report.experiments) {
+    families[{e.model, e.delay, e.simulated}].push_back(&e);
+  }
+  for (const auto& [key, experiments] : families) {
+    const auto& [model, delay, simulated] = key;
+    SpeedupPlot plot(simulated);
+    // The curves first, so the measured points are drawn over them.
+    plot.add_predicted(experiments);
+    plot.add_measured(experiments);
+    if (plot.empty()) continue;
     writer.draw("", fmt::format("speedup_{}_{}{}", model, delay, simulated ? "_sim" : ""),
                 simulated ? fmt::format("{}, {} delays (simulated): speedup against worker count, "
                                         "each policy, 95% intervals over seeds",
@@ -387,7 +421,7 @@ void speedup_plots(const Report& report, PlotWriter& writer) {
                           : fmt::format("{}, {} delays: speedup against worker count, measured "
                                         "and predicted",
                                         model, delay),
-                data, body);
+                plot.data(), plot.body());
   }
 }
 
