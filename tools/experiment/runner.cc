@@ -135,22 +135,135 @@ CaseFolder inspect_case(const fs::path& dir) {
   return folder;
 }
 
+// The cases to run: all, or those matching --only plus their baselines,
+// in the plan's order.
+std::vector<size_t> selected_cases(const SweepPlan& plan, const RunnerOptions& options) {
+  std::set<size_t> chosen;
+  for (size_t i = 0; i < plan.cases.size(); ++i) {
+    const SweepCase& c = plan.cases[i];
+    if (!options.only.empty() && c.info.case_name().find(options.only) == std::string::npos)
+      continue;
+    chosen.insert(i);
+    if (c.baseline) chosen.insert(*c.baseline);
+  }
+  return {chosen.begin(), chosen.end()};
+}
+
+// --dry-run: each case and what would be done with it.
+void print_dry_run(const SweepPlan& plan, const RunnerOptions& options,
+                   const std::vector<size_t>& selected, std::FILE* out) {
+  const size_t n = selected.size();
+  for (size_t k = 0; k < n; ++k) {
+    const SweepCase& c = plan.cases[selected[k]];
+    const CaseFolder folder = inspect_case(options.out_dir / c.info.case_name());
+    std::string what =
+        fmt::format("{} steps, ~{}", c.expected_steps, format_duration(c.expected_seconds));
+    if (folder.state == CaseFolder::kFinished) what = "finished";
+    if (folder.state == CaseFolder::kResume) what = folder.why + ": will resume; " + what;
+    if (folder.state == CaseFolder::kRerun) what = folder.why + ": will rerun; " + what;
+    std::fprintf(out, "  [%zu/%zu] %s: %s\n", k + 1, n, c.info.case_name().c_str(), what.c_str());
+  }
+}
+
+// A percentile tau taken from the case's finished baseline into `config`
+// and `info`, with a note for the progress line; why not, if it cannot be.
+std::optional<std::string> resolve_percentile_tau(const SweepPlan& plan,
+                                                  const RunnerOptions& options, const SweepCase& c,
+                                                  v1::RunConfig& config, v1::CaseInfo& info,
+                                                  std::string& note) {
+  const fs::path baseline_dir = options.out_dir / plan.cases[*c.baseline].info.case_name();
+  if (!run_finished(baseline_dir)) {
+    return fmt::format("its baseline {} did not finish, so there is no p{:g} to take",
+                       baseline_dir.filename().string(), c.tau.value);
+  }
+  try {
+    std::string how;
+    const double tau = percentile_tau(baseline_dir, c.tau.value, how);
+    config.mutable_step()->set_tau(tau);
+    info.set_tau_seconds(tau);
+    note = fmt::format(", tau = {:.4g} s ({})", tau, how);
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+// A case's folder made anew: its axes (case.txt) and its config (input.cfg).
+void start_case_folder(const fs::path& dir, const v1::CaseInfo& info,
+                       const v1::RunConfig& config) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string info_text;
+  google::protobuf::TextFormat::PrintToString(info, &info_text);
+  std::ofstream(dir / "case.txt") << info_text;
+  std::ofstream(dir / "input.cfg") << to_text(config);
+}
+
+// The command that runs a case: dctrain-simulate, or dctrain-launch from
+// the start or resuming.
+std::vector<std::string> case_command(const SweepPlan& plan, const RunnerOptions& options,
+                                      const v1::RunConfig& config, const fs::path& dir,
+                                      bool resume) {
+  std::vector<std::string> argv = {(options.bin_dir / "dctrain-launch").string()};
+  if (plan.simulation) {
+    argv = {(options.bin_dir / "dctrain-simulate").string(),
+            "--workers",
+            std::to_string(config.workers()),
+            "--config",
+            (dir / "input.cfg").string(),
+            "--out",
+            dir.string()};
+    for (std::string& a : simulation_arguments(*plan.simulation)) argv.push_back(std::move(a));
+  } else if (resume) {
+    // The launcher takes the workers from the run's config.cfg.
+    argv.insert(argv.end(), {"--resume", dir.string()});
+  } else {
+    argv.insert(argv.end(), {"--workers", std::to_string(config.workers()), "--config",
+                             (dir / "input.cfg").string(), "--out", dir.string()});
+  }
+  if (!plan.simulation) argv.insert(argv.end(), {"--threads", std::to_string(options.threads)});
+  if (!options.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", options.data_dir});
+  return argv;
+}
+
+// The sweep's progress: what ran, what failed, and the expected and actual
+// seconds that scale the ETA.
+struct SweepProgress {
+  size_t n = 0;  // cases selected
+  double expected_done = 0.0, actual_done = 0.0, expected_left = 0.0;
+  std::vector<std::string> failed;
+  size_t ran = 0;
+
+  double scale() const { return expected_done > 0 ? actual_done / expected_done : 1.0; }
+};
+
+// The line that ends a case that ran: done with its figures, or failed with
+// the last lines of its log.
+void print_case_result(SweepProgress& p, size_t k, const std::string& name, const fs::path& dir,
+                       const std::vector<std::string>& argv, const LaunchResult& result,
+                       double seconds, std::FILE* out) {
+  if (result.status != 0 || !run_finished(dir)) {
+    std::fprintf(out, "[%zu/%zu] %s: FAILED (%s status %d) after %s; last lines of %s:\n%s",
+                 k + 1, p.n, name.c_str(), fs::path(argv.front()).filename().c_str(),
+                 result.status, format_duration(seconds).c_str(), (dir / "launch.log").c_str(),
+                 last_lines(dir / "launch.log", 15).c_str());
+    p.failed.push_back(name);
+    return;
+  }
+  const v1::RunSummary s = parse_summary(read_text_file(dir / run_files::kSummary),
+                                         (dir / run_files::kSummary).string());
+  const std::optional<double> accuracy = optional_number(s.final_eval_accuracy());
+  std::fprintf(
+      out, "[%zu/%zu] %s: done in %s: accuracy %s, %.0f samples/s, %.1f%% dropped; sweep ETA %s\n",
+      k + 1, p.n, name.c_str(), format_duration(seconds).c_str(),
+      accuracy ? fmt::format("{:.4f}", *accuracy).c_str() : "none", s.samples_per_second(),
+      100 * s.drop_rate(), format_duration(p.expected_left * p.scale()).c_str());
+}
+
 }  // namespace
 
 int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* out) {
-  // The cases to run: all, or those matching --only plus their baselines.
-  std::vector<size_t> selected;
-  {
-    std::set<size_t> chosen;
-    for (size_t i = 0; i < plan.cases.size(); ++i) {
-      const SweepCase& c = plan.cases[i];
-      if (!options.only.empty() && c.info.case_name().find(options.only) == std::string::npos)
-        continue;
-      chosen.insert(i);
-      if (c.baseline) chosen.insert(*c.baseline);
-    }
-    selected.assign(chosen.begin(), chosen.end());
-  }
+  const std::vector<size_t> selected = selected_cases(plan, options);
   double expected_total = 0.0;
   size_t finished_before = 0;
   for (size_t i : selected) {
@@ -167,16 +280,7 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
   std::fprintf(out, "  estimate: %s\n", plan.estimate_basis.c_str());
   std::fprintf(out, "  run folders: %s\n", options.out_dir.c_str());
   if (options.dry_run) {
-    for (size_t k = 0; k < n; ++k) {
-      const SweepCase& c = plan.cases[selected[k]];
-      const CaseFolder folder = inspect_case(options.out_dir / c.info.case_name());
-      std::string what =
-          fmt::format("{} steps, ~{}", c.expected_steps, format_duration(c.expected_seconds));
-      if (folder.state == CaseFolder::kFinished) what = "finished";
-      if (folder.state == CaseFolder::kResume) what = folder.why + ": will resume; " + what;
-      if (folder.state == CaseFolder::kRerun) what = folder.why + ": will rerun; " + what;
-      std::fprintf(out, "  [%zu/%zu] %s: %s\n", k + 1, n, c.info.case_name().c_str(), what.c_str());
-    }
+    print_dry_run(plan, options, selected, out);
     std::fflush(out);
     return 0;
   }
@@ -186,9 +290,9 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
   // Blocked while the sweep runs and read here, so a Ctrl-C reaches the
   // running case first; the caller's mask comes back afterwards.
   StopSignals signals(StopSignals::MaskAfter::kRestore);
-  double expected_done = 0.0, actual_done = 0.0, expected_left = expected_total;
-  std::vector<std::string> failed;
-  size_t ran = 0;
+  SweepProgress p;
+  p.n = n;
+  p.expected_left = expected_total;
   const auto sweep_start = Clock::now();
   for (size_t k = 0; k < n; ++k) {
     const SweepCase& c = plan.cases[selected[k]];
@@ -201,28 +305,14 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
       std::fprintf(out, "[%zu/%zu] %s: finished before, skipped\n", k + 1, n, name.c_str());
       continue;
     }
-    expected_left -= c.expected_seconds;
+    p.expected_left -= c.expected_seconds;
     v1::RunConfig config = c.config;
     v1::CaseInfo info = c.info;
     std::string tau_note;
     if (c.tau.kind == TauPolicy::Kind::kPercentile) {
-      const fs::path baseline_dir = options.out_dir / plan.cases[*c.baseline].info.case_name();
-      if (!run_finished(baseline_dir)) {
-        std::fprintf(
-            out,
-            "[%zu/%zu] %s: FAILED: its baseline %s did not finish, so there is no p%g to take\n",
-            k + 1, n, name.c_str(), baseline_dir.filename().c_str(), c.tau.value);
-        failed.push_back(name);
-        continue;
-      }
-      try {
-        const double tau = percentile_tau(baseline_dir, c.tau.value, tau_note);
-        config.mutable_step()->set_tau(tau);
-        info.set_tau_seconds(tau);
-        tau_note = fmt::format(", tau = {:.4g} s ({})", tau, tau_note);
-      } catch (const std::exception& e) {
-        std::fprintf(out, "[%zu/%zu] %s: FAILED: %s\n", k + 1, n, name.c_str(), e.what());
-        failed.push_back(name);
+      if (const auto why = resolve_percentile_tau(plan, options, c, config, info, tau_note)) {
+        std::fprintf(out, "[%zu/%zu] %s: FAILED: %s\n", k + 1, n, name.c_str(), why->c_str());
+        p.failed.push_back(name);
         continue;
       }
     }
@@ -234,84 +324,44 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
         std::fprintf(out, "[%zu/%zu] %s: %s: running it again from the start\n", k + 1, n,
                      name.c_str(), folder.why.c_str());
       }
-      fs::remove_all(dir);
-      fs::create_directories(dir);
-      std::string info_text;
-      google::protobuf::TextFormat::PrintToString(info, &info_text);
-      std::ofstream(dir / "case.txt") << info_text;
-      std::ofstream(dir / "input.cfg") << to_text(config);
+      start_case_folder(dir, info, config);
     }
 
-    const double scale = expected_done > 0 ? actual_done / expected_done : 1.0;
     std::fprintf(
         out, "[%zu/%zu] %s: %s, %llu steps, expected %s%s; sweep ETA %s\n", k + 1, n, name.c_str(),
         resume ? fmt::format("{}: resuming from its checkpoint", folder.why).c_str() : "running",
         static_cast<unsigned long long>(c.expected_steps),
-        format_duration(c.expected_seconds * scale).c_str(), tau_note.c_str(),
-        format_duration((expected_left + c.expected_seconds) * scale).c_str());
+        format_duration(c.expected_seconds * p.scale()).c_str(), tau_note.c_str(),
+        format_duration((p.expected_left + c.expected_seconds) * p.scale()).c_str());
     std::fflush(out);
 
-    std::vector<std::string> argv = {(options.bin_dir / "dctrain-launch").string()};
-    if (plan.simulation) {
-      argv = {(options.bin_dir / "dctrain-simulate").string(),
-              "--workers",
-              std::to_string(config.workers()),
-              "--config",
-              (dir / "input.cfg").string(),
-              "--out",
-              dir.string()};
-      for (std::string& a : simulation_arguments(*plan.simulation)) argv.push_back(std::move(a));
-    } else if (resume) {
-      // The launcher takes the workers from the run's config.cfg.
-      argv.insert(argv.end(), {"--resume", dir.string()});
-    } else {
-      argv.insert(argv.end(), {"--workers", std::to_string(config.workers()), "--config",
-                               (dir / "input.cfg").string(), "--out", dir.string()});
-    }
-    if (!plan.simulation) argv.insert(argv.end(), {"--threads", std::to_string(options.threads)});
-    if (!options.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", options.data_dir});
+    const std::vector<std::string> argv = case_command(plan, options, config, dir, resume);
     const auto start = Clock::now();
     const LaunchResult result = run_logged(argv, dir / "launch.log", signals);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    ++ran;
-    expected_done += c.expected_seconds;
-    actual_done += seconds;
+    ++p.ran;
+    p.expected_done += c.expected_seconds;
+    p.actual_done += seconds;
     if (result.interrupted) {
       std::fprintf(out, "[%zu/%zu] %s: interrupted; rerun the same command to continue the sweep\n",
                    k + 1, n, name.c_str());
       return 130;
     }
-    const double eta_scale = actual_done / expected_done;
-    if (result.status != 0 || !run_finished(dir)) {
-      std::fprintf(out, "[%zu/%zu] %s: FAILED (%s status %d) after %s; last lines of %s:\n%s",
-                   k + 1, n, name.c_str(), fs::path(argv.front()).filename().c_str(), result.status,
-                   format_duration(seconds).c_str(), (dir / "launch.log").c_str(),
-                   last_lines(dir / "launch.log", 15).c_str());
-      failed.push_back(name);
-    } else {
-      const v1::RunSummary s = parse_summary(read_text_file(dir / run_files::kSummary),
-                                             (dir / run_files::kSummary).string());
-      const std::optional<double> accuracy = optional_number(s.final_eval_accuracy());
-      std::fprintf(
-          out,
-          "[%zu/%zu] %s: done in %s: accuracy %s, %.0f samples/s, %.1f%% dropped; sweep ETA %s\n",
-          k + 1, n, name.c_str(), format_duration(seconds).c_str(),
-          accuracy ? fmt::format("{:.4f}", *accuracy).c_str() : "none", s.samples_per_second(),
-          100 * s.drop_rate(), format_duration(expected_left * eta_scale).c_str());
-    }
+    print_case_result(p, k, name, dir, argv, result, seconds, out);
     std::fflush(out);
   }
   const double total = std::chrono::duration<double>(Clock::now() - sweep_start).count();
-  std::fprintf(out, "sweep %s: %zu ran in %s, %zu finished before, %zu failed\n", plan.name.c_str(),
-               ran, format_duration(total).c_str(), finished_before, failed.size());
-  for (const std::string& f : failed)
+  std::fprintf(out, "sweep %s: %zu ran in %s, %zu finished before, %zu failed\n",
+               plan.name.c_str(), p.ran, format_duration(total).c_str(), finished_before,
+               p.failed.size());
+  for (const std::string& f : p.failed)
     std::fprintf(out, "  failed: %s (see its launch.log)\n", f.c_str());
-  if (failed.empty()) {
+  if (p.failed.empty()) {
     std::fprintf(out, "report: dctrain-report %s --out %s\n", options.out_dir.c_str(),
                  (options.out_dir / "report").c_str());
   }
   std::fflush(out);
-  return failed.empty() ? 0 : 1;
+  return p.failed.empty() ? 0 : 1;
 }
 
 }  // namespace dctrain

@@ -168,35 +168,27 @@ std::optional<std::string> clear_field(google::protobuf::Message& message,
 
 }  // namespace
 
-SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
-                     const std::string& default_name) {
-  std::vector<std::string> problems;
-  SweepPlan plan;
-  plan.name = sweep.name().empty() ? default_name : sweep.name();
-  if (sweep.configs().empty()) {
-    problems.push_back(
-        "the sweep names no run config: add configs: \"NAME.cfg\" (relative to the sweep file)");
-  }
+namespace {
 
-  std::vector<TauPolicy> taus;
+// One arm of the sweep: a policy at one tau.
+struct Arm {
+  v1::Policy policy = v1::POLICY_UNSET;  // unset: the config's
+  TauPolicy tau;
+};
+
+// The sweep's arms. The baseline runs first and always: tau = inf, with the
+// config's policy, or "sync" when the sweep has a policies axis. Then each
+// policy of the axis: those that run at tau = inf once, those with a
+// threshold at each finite tau of the taus axis.
+std::vector<Arm> plan_arms(const v1::Sweep& sweep, std::vector<std::string>& problems) {
+  std::vector<TauPolicy> finite;
   for (const std::string& t : sweep.taus()) {
     try {
-      taus.push_back(parse_tau_policy(t));
+      const TauPolicy tau = parse_tau_policy(t);
+      if (tau.kind != TauPolicy::Kind::kInfinity) finite.push_back(tau);
     } catch (const std::exception& e) {
       problems.push_back(fmt::format("taus: {}", e.what()));
     }
-  }
-  // The baseline runs first and always: tau = inf, with the config's
-  // policy, or "sync" when the sweep has a policies axis. Then each policy
-  // of the axis: those that run at tau = inf once, those with a threshold
-  // at each finite tau of the taus axis.
-  struct Arm {
-    v1::Policy policy = v1::POLICY_UNSET;  // unset: the config's
-    TauPolicy tau;
-  };
-  std::vector<TauPolicy> finite;
-  for (const TauPolicy& t : taus) {
-    if (t.kind != TauPolicy::Kind::kInfinity) finite.push_back(t);
   }
   std::vector<Arm> arms = {
       {sweep.policies().empty() ? v1::POLICY_UNSET : v1::POLICY_SYNC, parse_tau_policy("inf")}};
@@ -217,8 +209,7 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
     // An arm's word names its shares and whether it has a threshold
     // (sweep.proto): the config takes the shares (step.policy), the taus
     // axis the threshold.
-    const bool with_threshold = shares_of(policy) != policy;
-    if (!with_threshold) {
+    if (shares_of(policy) == policy) {
       arms.push_back({policy, parse_tau_policy("inf")});
       continue;
     }
@@ -228,6 +219,13 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
     }
     for (const TauPolicy& t : finite) arms.push_back({policy, t});
   }
+  return arms;
+}
+
+// The worker counts, the simulation and the delay names, checked; the
+// simulation (its trace made absolute) into `plan`.
+void check_axes(const v1::Sweep& sweep, const fs::path& sweep_dir, SweepPlan& plan,
+                std::vector<std::string>& problems) {
   // Real runs are one process per worker; a simulation is one process.
   const uint32_t max_workers = sweep.simulate() ? kMaxSimulatedWorkers : kMaxLaunchedWorkers;
   for (uint32_t w : sweep.workers()) {
@@ -263,40 +261,185 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
       problems.push_back(fmt::format("delays: the name '{}' is used twice", d.name()));
     }
   }
-  const double default_step = sweep.default_step_seconds() > 0 ? sweep.default_step_seconds() : 0.1;
-  const double startup = sweep.startup_seconds() > 0 ? sweep.startup_seconds() : 3.0;
+}
+
+// A config of the sweep with its clears and overrides, and the model name
+// its cases carry; nothing when it cannot be used (the problem added).
+std::optional<std::pair<v1::RunConfig, std::string>> base_config(
+    const v1::Sweep& sweep, const fs::path& sweep_dir, const std::string& config_file,
+    std::vector<std::string>& problems) {
+  v1::RunConfig base;
+  try {
+    base = load_run_config((sweep_dir / config_file).string());
+  } catch (const std::exception& e) {
+    problems.push_back(
+        fmt::format("configs: '{}' (relative to the sweep file): {}", config_file, e.what()));
+    return std::nullopt;
+  }
+  bool cleared = true;
+  for (const std::string& path : sweep.clear()) {
+    if (const std::optional<std::string> problem = clear_field(base, path)) {
+      problems.push_back(fmt::format("clear: {}", *problem));
+      cleared = false;
+    }
+  }
+  if (!cleared) return std::nullopt;
+  base.MergeFrom(sweep.overrides());
+  const std::string model =
+      base.name().empty() ? fs::path(config_file).stem().string() : base.name();
+  if (!name_safe(model)) {
+    problems.push_back(
+        fmt::format("'{}': the config's name '{}' must be letters, digits, '-' or '.' (it goes "
+                    "into folder names)",
+                    config_file, model));
+    return std::nullopt;
+  }
+  return std::make_pair(std::move(base), model);
+}
+
+// One case's axes.
+struct CaseAxes {
+  uint32_t workers = 0;
+  const v1::DelayCase* delay = nullptr;
+  uint64_t seed = 0;
+  const Arm* arm = nullptr;
+  bool baseline_arm = false;
+  bool requeue = true;
+};
+
+// The case of `base` at `axes`: its config, name and info (no baseline,
+// no estimate yet).
+SweepCase make_case(const v1::Sweep& sweep, const std::string& sweep_name,
+                    const v1::RunConfig& base, const std::string& model, const CaseAxes& axes) {
+  const TauPolicy& tau = axes.arm->tau;
+  const v1::Policy policy = axes.arm->policy;
+  SweepCase c;
+  c.tau = tau;
+  c.config = base;
+  c.config.set_workers(axes.workers);
+  if (sweep.worker_batch() > 0) {
+    c.config.mutable_step()->set_global_batch(sweep.worker_batch() * axes.workers);
+  }
+  *c.config.mutable_delay() = axes.delay->delay();
+  c.config.set_seed(axes.seed);
+  v1::StepConfig& step = *c.config.mutable_step();
+  step.set_requeue(axes.requeue);
+  // Requeue off is the original DropCompute: what was dropped is lost, and
+  // the step's gradient is still averaged over the nominal batch (normalize
+  // "nominal"), as in the paper.
+  if (!axes.requeue) step.set_normalize(v1::NORMALIZE_NOMINAL);
+  // As dctrain-launch --tau does: "auto" hands tau to the coordinator; any
+  // other policy is fixed (a percentile is resolved when its baseline has
+  // run).
+  step.set_tau(tau.kind == TauPolicy::Kind::kSeconds ? tau.value
+                                                     : std::numeric_limits<double>::infinity());
+  if (tau.kind == TauPolicy::Kind::kAuto) {
+    step.set_tau_policy(v1::TAU_POLICY_AUTO);
+  } else {
+    step.set_tau_policy(v1::TAU_POLICY_FIXED);
+    step.clear_auto_tau();
+  }
+  if (policy != v1::POLICY_UNSET) step.set_policy(policy);
+  const std::string name =
+      policy == v1::POLICY_UNSET || axes.baseline_arm
+          ? case_name(model, axes.workers, axes.delay->name(), tau, axes.requeue, axes.seed)
+          : case_name(model, axes.workers, axes.delay->name(), tau, axes.requeue, axes.seed,
+                      word(policy));
+  c.config.set_name(name);
+  c.info.set_sweep(sweep_name);
+  c.info.set_case_name(name);
+  c.info.set_model(model);
+  c.info.set_workers(axes.workers);
+  c.info.set_delay(axes.delay->name());
+  c.info.set_tau_policy(tau.text);
+  c.info.set_tau_seconds(c.config.step().tau());
+  c.info.set_requeue(axes.requeue);
+  c.info.set_seed(axes.seed);
+  if (policy != v1::POLICY_UNSET) c.info.set_policy(word(policy));
+  c.info.set_simulated(sweep.simulate());
+  return c;
+}
+
+// How long the sweep's cases are expected to take.
+struct Estimate {
+  double default_step = 0.1;  // seconds per step of a model without its own
+  double startup = 3.0;       // seconds a real case takes to start
+
+  explicit Estimate(const v1::Sweep& sweep)
+      : default_step(sweep.default_step_seconds() > 0 ? sweep.default_step_seconds() : 0.1),
+        startup(sweep.startup_seconds() > 0 ? sweep.startup_seconds() : 3.0) {}
+
+  // Sets c.expected_steps and c.expected_seconds from its finished config.
+  void of(const v1::Sweep& sweep, const v1::RunConfig& finished, double step_seconds,
+          SweepCase& c) const {
+    c.expected_steps = expected_steps(finished);
+    c.expected_seconds =
+        sweep.simulate()
+            ? kSimulationStartSeconds + static_cast<double>(c.expected_steps) *
+                                            c.info.workers() * kSimulatedWorkerStepSeconds
+            : startup + static_cast<double>(c.expected_steps) * step_seconds;
+    if (finished.stop().max_wall_seconds() > 0) {
+      c.expected_seconds = std::min(c.expected_seconds, startup + finished.stop().max_wall_seconds());
+    }
+  }
+
+  // The words of SweepPlan::estimate_basis.
+  std::string basis(const v1::Sweep& sweep, bool unknown_steps) const {
+    if (sweep.simulate()) {
+      return fmt::format(
+          "simulated: per case {} s + steps x workers x {} s (measured on a 2-core machine)",
+          kSimulationStartSeconds, kSimulatedWorkerStepSeconds);
+    }
+    std::string per_model;
+    for (const auto& [model, seconds] : sweep.step_seconds()) {
+      per_model += fmt::format("{}{} {} s", per_model.empty() ? "" : ", ", model, seconds);
+    }
+    return fmt::format(
+        "per case {} s start-up + steps x seconds per step ({}{}default {} s; set in the sweep "
+        "file, measured "
+        "on a 2-core machine){}",
+        startup, per_model, per_model.empty() ? "" : "; ", default_step,
+        unknown_steps
+            ? "; cases without stop.max_steps and a known training-set size count no steps"
+            : "");
+  }
+};
+
+// Every problem found, as one error.
+[[noreturn]] void refuse_sweep(const std::string& name, const std::vector<std::string>& problems) {
+  std::string text = fmt::format("sweep '{}' cannot run:", name);
+  for (const std::string& p : problems) {
+    std::string indented;
+    for (char ch : p) indented += ch == '\n' ? std::string("\n    ") : std::string(1, ch);
+    text += "\n  - " + indented;
+  }
+  throw std::runtime_error(text);
+}
+
+}  // namespace
+
+SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
+                     const std::string& default_name) {
+  std::vector<std::string> problems;
+  SweepPlan plan;
+  plan.name = sweep.name().empty() ? default_name : sweep.name();
+  if (sweep.configs().empty()) {
+    problems.push_back(
+        "the sweep names no run config: add configs: \"NAME.cfg\" (relative to the sweep file)");
+  }
+  const std::vector<Arm> arms = plan_arms(sweep, problems);
+  check_axes(sweep, sweep_dir, plan, problems);
+  const Estimate estimate(sweep);
 
   std::set<std::string> names;
   bool unknown_steps = false;
   for (const std::string& config_file : sweep.configs()) {
-    v1::RunConfig base;
-    try {
-      base = load_run_config((sweep_dir / config_file).string());
-    } catch (const std::exception& e) {
-      problems.push_back(
-          fmt::format("configs: '{}' (relative to the sweep file): {}", config_file, e.what()));
-      continue;
-    }
-    bool cleared = true;
-    for (const std::string& path : sweep.clear()) {
-      if (const std::optional<std::string> problem = clear_field(base, path)) {
-        problems.push_back(fmt::format("clear: {}", *problem));
-        cleared = false;
-      }
-    }
-    if (!cleared) continue;
-    base.MergeFrom(sweep.overrides());
-    const std::string model =
-        base.name().empty() ? fs::path(config_file).stem().string() : base.name();
-    if (!name_safe(model)) {
-      problems.push_back(
-          fmt::format("'{}': the config's name '{}' must be letters, digits, '-' or '.' (it goes "
-                      "into folder names)",
-                      config_file, model));
-      continue;
-    }
-    const double step_seconds =
-        sweep.step_seconds().count(model) > 0 ? sweep.step_seconds().at(model) : default_step;
+    const auto loaded = base_config(sweep, sweep_dir, config_file, problems);
+    if (!loaded) continue;
+    const auto& [base, model] = *loaded;
+    const double step_seconds = sweep.step_seconds().count(model) > 0
+                                    ? sweep.step_seconds().at(model)
+                                    : estimate.default_step;
     std::vector<uint32_t> workers(sweep.workers().begin(), sweep.workers().end());
     if (workers.empty()) workers.push_back(base.workers() > 0 ? base.workers() : 1);
     std::vector<v1::DelayCase> delays(sweep.delays().begin(), sweep.delays().end());
@@ -317,55 +460,12 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
         for (uint64_t seed : seeds) {
           std::optional<size_t> baseline;
           for (size_t arm = 0; arm < arms.size(); ++arm) {
-            const TauPolicy& tau = arms[arm].tau;
-            const v1::Policy policy = arms[arm].policy;
-            const bool infinite = tau.kind == TauPolicy::Kind::kInfinity;
+            const bool infinite = arms[arm].tau.kind == TauPolicy::Kind::kInfinity;
             for (size_t r = 0; r < (infinite ? 1 : requeues.size()); ++r) {
-              const bool requeue = infinite ? true : requeues[r];
-              SweepCase c;
-              c.tau = tau;
-              c.config = base;
-              c.config.set_workers(w);
-              if (sweep.worker_batch() > 0) {
-                c.config.mutable_step()->set_global_batch(sweep.worker_batch() * w);
-              }
-              *c.config.mutable_delay() = delay.delay();
-              c.config.set_seed(seed);
-              c.config.mutable_step()->set_requeue(requeue);
-              // Requeue off is the original DropCompute: what was dropped is
-              // lost, and the step's gradient is still averaged over the
-              // nominal batch (normalize "nominal"), as in the paper.
-              if (!requeue) c.config.mutable_step()->set_normalize(v1::NORMALIZE_NOMINAL);
-              // As dctrain-launch --tau does: "auto" hands tau to the
-              // coordinator; any other policy is fixed (a percentile is
-              // resolved when its baseline has run).
-              v1::StepConfig& step = *c.config.mutable_step();
-              step.set_tau(tau.kind == TauPolicy::Kind::kSeconds
-                               ? tau.value
-                               : std::numeric_limits<double>::infinity());
-              if (tau.kind == TauPolicy::Kind::kAuto) {
-                step.set_tau_policy(v1::TAU_POLICY_AUTO);
-              } else {
-                step.set_tau_policy(v1::TAU_POLICY_FIXED);
-                step.clear_auto_tau();
-              }
-              if (policy != v1::POLICY_UNSET) step.set_policy(policy);
-              const std::string name =
-                  policy == v1::POLICY_UNSET || arm == 0
-                      ? case_name(model, w, delay.name(), tau, requeue, seed)
-                      : case_name(model, w, delay.name(), tau, requeue, seed, word(policy));
-              c.config.set_name(name);
-              c.info.set_sweep(plan.name);
-              c.info.set_case_name(name);
-              c.info.set_model(model);
-              c.info.set_workers(w);
-              c.info.set_delay(delay.name());
-              c.info.set_tau_policy(tau.text);
-              c.info.set_tau_seconds(c.config.step().tau());
-              c.info.set_requeue(requeue);
-              c.info.set_seed(seed);
-              if (policy != v1::POLICY_UNSET) c.info.set_policy(word(policy));
-              c.info.set_simulated(sweep.simulate());
+              const CaseAxes axes{w, &delay, seed, &arms[arm], arm == 0,
+                                  infinite ? true : requeues[r]};
+              SweepCase c = make_case(sweep, plan.name, base, model, axes);
+              const std::string& name = c.info.case_name();
               if (arm > 0) {
                 c.baseline = baseline;
                 c.info.set_baseline(plan.cases[*baseline].info.case_name());
@@ -376,17 +476,8 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
               } catch (const std::exception& e) {
                 problems.push_back(fmt::format("case {}: {}", name, e.what()));
               }
-              c.expected_steps = expected_steps(check);
+              estimate.of(sweep, check, step_seconds, c);
               if (c.expected_steps == 0) unknown_steps = true;
-              c.expected_seconds =
-                  sweep.simulate()
-                      ? kSimulationStartSeconds +
-                            static_cast<double>(c.expected_steps) * w * kSimulatedWorkerStepSeconds
-                      : startup + static_cast<double>(c.expected_steps) * step_seconds;
-              if (check.stop().max_wall_seconds() > 0) {
-                c.expected_seconds =
-                    std::min(c.expected_seconds, startup + check.stop().max_wall_seconds());
-              }
               if (!names.insert(name).second) {
                 problems.push_back(fmt::format(
                     "case {} appears twice: two configs share a name, or an axis repeats a value",
@@ -400,32 +491,8 @@ SweepPlan plan_sweep(const v1::Sweep& sweep, const fs::path& sweep_dir,
       }
     }
   }
-  if (!problems.empty()) {
-    std::string text = fmt::format("sweep '{}' cannot run:", plan.name);
-    for (const std::string& p : problems) {
-      std::string indented;
-      for (char ch : p) indented += ch == '\n' ? std::string("\n    ") : std::string(1, ch);
-      text += "\n  - " + indented;
-    }
-    throw std::runtime_error(text);
-  }
-  std::string per_model;
-  for (const auto& [model, seconds] : sweep.step_seconds()) {
-    per_model += fmt::format("{}{} {} s", per_model.empty() ? "" : ", ", model, seconds);
-  }
-  if (sweep.simulate()) {
-    plan.estimate_basis = fmt::format(
-        "simulated: per case {} s + steps x workers x {} s (measured on a 2-core machine)",
-        kSimulationStartSeconds, kSimulatedWorkerStepSeconds);
-    return plan;
-  }
-  plan.estimate_basis = fmt::format(
-      "per case {} s start-up + steps x seconds per step ({}{}default {} s; set in the sweep file, "
-      "measured "
-      "on a 2-core machine){}",
-      startup, per_model, per_model.empty() ? "" : "; ", default_step,
-      unknown_steps ? "; cases without stop.max_steps and a known training-set size count no steps"
-                    : "");
+  if (!problems.empty()) refuse_sweep(plan.name, problems);
+  plan.estimate_basis = estimate.basis(sweep, unknown_steps);
   return plan;
 }
 
