@@ -149,6 +149,25 @@ std::vector<size_t> selected_cases(const SweepPlan& plan, const RunnerOptions& o
   return {chosen.begin(), chosen.end()};
 }
 
+// The selected cases finished before, and the expected seconds of the rest.
+struct SweepStart {
+  size_t finished_before = 0;
+  double expected_seconds = 0.0;
+};
+
+SweepStart sweep_start(const SweepPlan& plan, const RunnerOptions& options,
+                       const std::vector<size_t>& selected) {
+  SweepStart out;
+  for (size_t i : selected) {
+    if (run_finished(options.out_dir / plan.cases[i].info.case_name())) {
+      ++out.finished_before;
+    } else {
+      out.expected_seconds += plan.cases[i].expected_seconds;
+    }
+  }
+  return out;
+}
+
 // --dry-run: each case and what would be done with it.
 void print_dry_run(const SweepPlan& plan, const RunnerOptions& options,
                    const std::vector<size_t>& selected, std::FILE* out) {
@@ -264,15 +283,9 @@ void print_case_result(SweepProgress& p, size_t k, const std::string& name, cons
 
 int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* out) {
   const std::vector<size_t> selected = selected_cases(plan, options);
-  double expected_total = 0.0;
-  size_t finished_before = 0;
-  for (size_t i : selected) {
-    if (run_finished(options.out_dir / plan.cases[i].info.case_name())) {
-      ++finished_before;
-    } else {
-      expected_total += plan.cases[i].expected_seconds;
-    }
-  }
+  const SweepStart before = sweep_start(plan, options, selected);
+  const double expected_total = before.expected_seconds;
+  const size_t finished_before = before.finished_before;
   const size_t n = selected.size();
   std::fprintf(out, "sweep %s: %zu cases, %zu finished before, %zu to run; expected run time %s\n",
                plan.name.c_str(), n, finished_before, n - finished_before,
@@ -293,7 +306,7 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
   SweepProgress p;
   p.n = n;
   p.expected_left = expected_total;
-  const auto sweep_start = Clock::now();
+  const auto started = Clock::now();
   for (size_t k = 0; k < n; ++k) {
     const SweepCase& c = plan.cases[selected[k]];
     const std::string& name = c.info.case_name();
@@ -350,7 +363,7 @@ int run_sweep(const SweepPlan& plan, const RunnerOptions& options, std::FILE* ou
     print_case_result(p, k, name, dir, argv, result, seconds, out);
     std::fflush(out);
   }
-  const double total = std::chrono::duration<double>(Clock::now() - sweep_start).count();
+  const double total = std::chrono::duration<double>(Clock::now() - started).count();
   std::fprintf(out, "sweep %s: %zu ran in %s, %zu finished before, %zu failed\n",
                plan.name.c_str(), p.ran, format_duration(total).c_str(), finished_before,
                p.failed.size());
