@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <functional>
 #include <optional>
 
 #include "comm/security.h"
@@ -160,37 +161,47 @@ std::optional<std::string> resume_problem(const fs::path& run_dir, const v1::Run
   return std::nullopt;
 }
 
-}  // namespace
-
-int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
-  // SIGINT / SIGTERM end the run cleanly (bye to workers, summary written).
-  StopSignals signals;
-
-  const bool resuming = !options.run.resume_dir.empty();
-  std::optional<v1::CheckpointHeader> resume;
+// The run's config: a new run's from --config with the flags applied, or a
+// resumed run's from its checkpoint (with its header); the security flags
+// applied and the config finished. Nothing when it cannot be had (logged).
+struct LoadedConfig {
   v1::RunConfig config;
+  std::optional<v1::CheckpointHeader> resume;
+};
+
+std::optional<LoadedConfig> load_config(const CoordinatorOptions& options) {
+  LoadedConfig out;
   try {
-    if (resuming) {
-      resume = load_checkpoint_header(checkpoint_path(options.run.resume_dir));
-      config = resume->config();
+    if (!options.run.resume_dir.empty()) {
+      out.resume = load_checkpoint_header(checkpoint_path(options.run.resume_dir));
+      out.config = out.resume->config();
       if (options.run.steps > 0)
-        config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.run.steps));
+        out.config.mutable_stop()->set_max_steps(static_cast<uint64_t>(options.run.steps));
     } else {
       if (options.run.config_path.empty()) {
         spdlog::error(
             "no run config: pass --config FILE (see experiments/*.cfg) or --resume RUN_DIR");
-        return 2;
+        return std::nullopt;
       }
-      config = load_run_config(options.run.config_path);
-      apply_overrides(options, config);
+      out.config = load_run_config(options.run.config_path);
+      apply_overrides(options, out.config);
     }
-    apply_security_overrides(options, config);
-    finalize_run_config(config);
+    apply_security_overrides(options, out.config);
+    finalize_run_config(out.config);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
-    return 2;
+    return std::nullopt;
   }
-  fs::path run_dir = resuming ? fs::path(options.run.resume_dir) : fs::path(options.run.out_dir);
+  return out;
+}
+
+// The run folder (--out, --resume, or a new one under runs/), checked for
+// what is in it, cleared of a killed process's temporary files and made;
+// a new run gets its id. 0, or the exit status (the problem logged).
+int prepare_run_folder(const CoordinatorOptions& options, v1::RunConfig& config,
+                       fs::path& run_dir) {
+  const bool resuming = !options.run.resume_dir.empty();
+  run_dir = resuming ? fs::path(options.run.resume_dir) : fs::path(options.run.out_dir);
   if (run_dir.empty()) run_dir = new_run_folder("runs", config.name());
   if (const std::optional<std::string> problem =
           resuming ? resume_problem(run_dir, config) : new_run_problem(run_dir, options)) {
@@ -208,6 +219,113 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     spdlog::error("cannot create the run folder '{}': {}", run_dir.string(), ec.message());
     return 2;
   }
+  return 0;
+}
+
+// The reference replica's starting state: the checkpoint's when resuming
+// (`checkpoint` not empty), else model.init_from's file if set, else the
+// seed's (as made).
+void load_reference_state(const v1::RunConfig& config, const fs::path& checkpoint,
+                          Replica& replica, spdlog::logger& log) {
+  if (!checkpoint.empty()) {
+    load_checkpoint_state(checkpoint, replica);
+  } else if (!config.model().init_from().empty()) {
+    read_model_file(config.model().init_from(), replica.model());
+    log.info("model initialised from {} (not from the seed)", config.model().init_from());
+  }
+  log.info("model {}: {} parameters, {} buffer values; optimizer {}", replica.model().name(),
+           replica.parameter_count(), replica.buffer_count(), word(config.optimizer().kind()));
+}
+
+// The run config's one line on the console (the whole is config.cfg).
+void log_run_config(spdlog::logger& log, const v1::RunConfig& config, const fs::path& run_dir) {
+  log.info(
+      "run config in {}: model {}, {} workers, global batch {} in micro-batches of {}, tau {}{}, "
+      "delay {}, data plane {}",
+      (run_dir / run_files::kConfig).string(), word(config.model().name()), config.workers(),
+      config.step().global_batch(), config.step().micro_batch(),
+      config.step().tau_policy() == v1::TAU_POLICY_AUTO ? std::string("auto")
+      : std::isfinite(config.step().tau()) ? fmt::format("{:g} s", config.step().tau())
+                                           : std::string("inf"),
+      config.step().policy() == v1::POLICY_UNSET
+          ? ""
+          : fmt::format(", policy {}", word(config.step().policy())),
+      word(config.delay().kind()), word(config.data_plane().kind()));
+  log.debug("run config:\n{}", to_text(config));
+}
+
+// The metrics server of --metrics-port, its address in the run folder;
+// none without the flag.
+std::unique_ptr<MetricsServer> start_metrics_server(const CoordinatorOptions& options,
+                                                    const fs::path& run_dir,
+                                                    const std::shared_ptr<spdlog::logger>& log) {
+  std::error_code ec;
+  fs::remove(run_dir / run_files::kMetricsEndpoint, ec);  // a resumed run's is stale
+  if (options.run.metrics_port < 0) return nullptr;
+  auto server = std::make_unique<MetricsServer>(
+      options.run.metrics_address, static_cast<uint16_t>(options.run.metrics_port), log);
+  write_file_atomically(run_dir / run_files::kMetricsEndpoint, server->url() + "\n");
+  log->info("metrics: Prometheus text at {} (try: curl -s {})", server->url(), server->url());
+  return server;
+}
+
+// The coordinator's loop until it has finished: messages, closed
+// connections, the clock, signals. Then the workers' connections drained
+// (at most 10 s) so that their byes reach them.
+void serve(Coordinator& coordinator, RouterTransport& transport, StopSignals& signals,
+           spdlog::logger& log, const std::function<double()>& now) {
+  Received received;
+  while (!coordinator.finished()) {
+    if (transport.receive(received, std::chrono::milliseconds(5))) {
+      coordinator.handle(std::move(received), now());
+      // Take whatever else is already waiting before the clock work.
+      while (transport.receive(received, std::chrono::milliseconds(0))) {
+        coordinator.handle(std::move(received), now());
+      }
+    }
+    const std::vector<std::string> gone = transport.take_disconnected();
+    if (!gone.empty()) {
+      // What a peer sent before its connection closed is in the socket
+      // before the close is reported, but may have come after the reads
+      // above (a report, a sum, a bye right before it exits): take it
+      // first, so that its connection's end does not overtake its words.
+      while (transport.receive(received, std::chrono::milliseconds(0))) {
+        coordinator.handle(std::move(received), now());
+      }
+      for (const std::string& peer : gone) coordinator.on_disconnected(peer, now());
+    }
+    coordinator.tick(now());
+    if (const int signal_number = signals.take()) {
+      log.warn("signal {} received: ending the run", signal_number);
+      coordinator.stop("interrupted by a signal", 130, now());
+    }
+  }
+  // Let the byes reach the workers before the socket closes. A worker on a
+  // slow link may still have updates queued ahead of its bye and late
+  // contributions on their way here; closing a connection that still
+  // receives resets it and throws away what is in flight to that worker,
+  // its bye included. So read (and discard) until the workers, having read
+  // their byes, have closed their connections; at most 10 s.
+  const Clock::time_point closing = Clock::now();
+  while (transport.connections() > 0 &&
+         std::chrono::duration<double>(Clock::now() - closing).count() < 10.0) {
+    transport.receive(received, std::chrono::milliseconds(50));
+  }
+  transport.set_linger(std::chrono::milliseconds(10000));
+}
+
+}  // namespace
+
+int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
+  // SIGINT / SIGTERM end the run cleanly (bye to workers, summary written).
+  StopSignals signals;
+
+  const bool resuming = !options.run.resume_dir.empty();
+  std::optional<LoadedConfig> loaded = load_config(options);
+  if (!loaded) return 2;
+  v1::RunConfig& config = loaded->config;
+  fs::path run_dir;
+  if (const int status = prepare_run_folder(options, config, run_dir)) return status;
   auto log = make_logger(run_dir, options.log_level);
   log->info("{}", version_line("dctrain-coordinator"));
   log_blas(*log, blas);
@@ -237,32 +355,11 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
               train->describe(), train_size, test->describe(), test_samples(config, *test),
               std::chrono::duration<double>(Clock::now() - load_begin).count());
     write_file_atomically(run_dir / run_files::kConfig, to_text(config));
-    // The whole config (defaults included) is the run folder's config.cfg;
-    // the console gets one line of it.
-    log->info(
-        "run config in {}: model {}, {} workers, global batch {} in micro-batches of {}, tau {}{}, "
-        "delay {}, data plane {}",
-        (run_dir / run_files::kConfig).string(), word(config.model().name()), config.workers(),
-        config.step().global_batch(), config.step().micro_batch(),
-        config.step().tau_policy() == v1::TAU_POLICY_AUTO ? std::string("auto")
-        : std::isfinite(config.step().tau()) ? fmt::format("{:g} s", config.step().tau())
-                                             : std::string("inf"),
-        config.step().policy() == v1::POLICY_UNSET
-            ? ""
-            : fmt::format(", policy {}", word(config.step().policy())),
-        word(config.delay().kind()), word(config.data_plane().kind()));
-    log->debug("run config:\n{}", to_text(config));
+    log_run_config(*log, config, run_dir);
 
     Replica replica(make_model(model_spec(config, train->shape(), options.threads)),
                     config.optimizer());
-    if (resuming) {
-      load_checkpoint_state(checkpoint_path(run_dir), replica);
-    } else if (!config.model().init_from().empty()) {
-      read_model_file(config.model().init_from(), replica.model());
-      log->info("model initialised from {} (not from the seed)", config.model().init_from());
-    }
-    log->info("model {}: {} parameters, {} buffer values; optimizer {}", replica.model().name(),
-              replica.parameter_count(), replica.buffer_count(), word(config.optimizer().kind()));
+    load_reference_state(config, resuming ? checkpoint_path(run_dir) : fs::path(), replica, *log);
     DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(),
                                config.seed());
 
@@ -285,20 +382,15 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
       evaluation_thread.emplace(evaluator,
                                 make_model(model_spec(config, train->shape(), options.threads)));
     }
-    std::unique_ptr<MetricsServer> metrics_server;
-    fs::remove(run_dir / run_files::kMetricsEndpoint, ec);  // a resumed run's is stale
-    if (options.run.metrics_port >= 0) {
-      metrics_server = std::make_unique<MetricsServer>(
-          options.run.metrics_address, static_cast<uint16_t>(options.run.metrics_port), log);
-      write_file_atomically(run_dir / run_files::kMetricsEndpoint, metrics_server->url() + "\n");
-      log->info("metrics: Prometheus text at {} (try: curl -s {})", metrics_server->url(),
-                metrics_server->url());
-    }
+    const std::unique_ptr<MetricsServer> metrics_server =
+        start_metrics_server(options, run_dir, log);
 
     const Clock::time_point t0 = Clock::now();
-    auto now = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-    CoordinatorSetup setup{config, train_size,     run_dir,
-                           resume, to_proto(blas), model_input_of(train->shape())};
+    const std::function<double()> now = [t0] {
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    CoordinatorSetup setup{config,         train_size,     run_dir,
+                           loaded->resume, to_proto(blas), model_input_of(train->shape())};
     if (evaluation_thread) setup.evaluation_thread = &*evaluation_thread;
     if (metrics_server) {
       setup.publish_metrics = [server = metrics_server.get()](auto snapshot) {
@@ -306,44 +398,7 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
       };
     }
     Coordinator coordinator(std::move(setup), replica, &evaluator, transport, log, now);
-    Received received;
-    while (!coordinator.finished()) {
-      if (transport.receive(received, std::chrono::milliseconds(5))) {
-        coordinator.handle(std::move(received), now());
-        // Take whatever else is already waiting before the clock work.
-        while (transport.receive(received, std::chrono::milliseconds(0))) {
-          coordinator.handle(std::move(received), now());
-        }
-      }
-      const std::vector<std::string> gone = transport.take_disconnected();
-      if (!gone.empty()) {
-        // What a peer sent before its connection closed is in the socket
-        // before the close is reported, but may have come after the reads
-        // above (a report, a sum, a bye right before it exits): take it
-        // first, so that its connection's end does not overtake its words.
-        while (transport.receive(received, std::chrono::milliseconds(0))) {
-          coordinator.handle(std::move(received), now());
-        }
-        for (const std::string& peer : gone) coordinator.on_disconnected(peer, now());
-      }
-      coordinator.tick(now());
-      if (const int signal_number = signals.take()) {
-        log->warn("signal {} received: ending the run", signal_number);
-        coordinator.stop("interrupted by a signal", 130, now());
-      }
-    }
-    // Let the byes reach the workers before the socket closes. A worker on a
-    // slow link may still have updates queued ahead of its bye and late
-    // contributions on their way here; closing a connection that still
-    // receives resets it and throws away what is in flight to that worker,
-    // its bye included. So read (and discard) until the workers, having read
-    // their byes, have closed their connections; at most 10 s.
-    const Clock::time_point closing = Clock::now();
-    while (transport.connections() > 0 &&
-           std::chrono::duration<double>(Clock::now() - closing).count() < 10.0) {
-      transport.receive(received, std::chrono::milliseconds(50));
-    }
-    transport.set_linger(std::chrono::milliseconds(10000));
+    serve(coordinator, transport, signals, *log, now);
     return coordinator.exit_code();
   } catch (const FileWriteError& e) {
     // Before the run began (config.cfg, the endpoint): nothing to stop.
