@@ -331,17 +331,18 @@ void CoordinatorImpl::progress(double now) {
 }
 
 void CoordinatorImpl::log_norm_guard() const {
+  const bool exchange = config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE;
+  if (exchange && !config_.data_plane().check_sums()) {
+    log_->warn(
+        "norm guard: off, as data_plane.check_sums is off: no member's contribution is bounded "
+        "(docs/security.md)");
+    return;
+  }
   if (!guard_.norm_guard()) {
     log_->info("norm guard: off (guard.norm_multiple 0)");
     return;
   }
-  if (config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
-    if (!config_.data_plane().check_sums()) {
-      log_->warn(
-          "norm guard: off, as data_plane.check_sums is off: no member's contribution is bounded "
-          "(docs/security.md)");
-      return;
-    }
+  if (exchange) {
     if (config_.workers() < 3) {
       log_->warn(
           "norm guard: off with fewer than 3 members in a round ({} workers): no member's "

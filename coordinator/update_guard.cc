@@ -9,6 +9,7 @@
 
 #include "comm/framing.h"
 #include "comm/rank_order_sum.h"
+#include "runtime/run_config.h"
 
 namespace dctrain {
 

@@ -68,9 +68,6 @@ class UpdateGuard {
  public:
   explicit UpdateGuard(const v1::GuardConfig& config);
 
-  // guard.norm_multiple when set, else this.
-  static constexpr double kDefaultNormMultiple = 3.0;
-
   double norm_multiple() const { return norm_multiple_; }
   bool norm_guard() const { return norm_multiple_ > 0.0; }
 

@@ -147,10 +147,9 @@ v1::RunConfig load_run_config(const std::string& path) {
 #define DCTRAIN_DEFAULT(message, field, value) \
   if ((message).field() == decltype((message).field()){}) (message).set_##field(value)
 
-void apply_defaults(v1::RunConfig& c) {
-  if (c.name().empty()) c.set_name("run");
-  DCTRAIN_DEFAULT(c, workers, 1u);
+namespace {
 
+void apply_model_defaults(v1::RunConfig& c) {
   v1::ModelConfig& m = *c.mutable_model();
   DCTRAIN_DEFAULT(m, num_classes, 10);
   DCTRAIN_DEFAULT(m, vocab_size, 30522);
@@ -170,8 +169,11 @@ void apply_defaults(v1::RunConfig& c) {
     DCTRAIN_DEFAULT(m, heads, size(sizes.heads));
     DCTRAIN_DEFAULT(m, intermediate, 4 * m.hidden());
   }
+}
 
+void apply_dataset_defaults(v1::RunConfig& c) {
   v1::DatasetConfig& d = *c.mutable_dataset();
+  v1::ModelConfig& m = *c.mutable_model();
   DCTRAIN_DEFAULT(d, kind, v1::DATASET_SYNTHETIC);
   if (d.corpus().empty()) d.set_corpus("tinyshakespeare");
   if (d.vocab().empty()) d.set_vocab("bert-base-uncased/vocab.txt");
@@ -185,7 +187,9 @@ void apply_defaults(v1::RunConfig& c) {
     m.set_image_height(mnist_shaped ? 28 : 32);
     m.set_image_width(mnist_shaped ? 28 : 32);
   }
+}
 
+void apply_optimizer_defaults(v1::RunConfig& c) {
   v1::OptimizerConfig& o = *c.mutable_optimizer();
   DCTRAIN_DEFAULT(o, kind, v1::OPTIMIZER_SGD);
   DCTRAIN_DEFAULT(o, beta1, 0.9);
@@ -197,8 +201,9 @@ void apply_defaults(v1::RunConfig& c) {
     const bool budget_in_epochs = c.stop().max_steps() == 0 && c.stop().max_epochs() > 0.0;
     schedule.set_clock(budget_in_epochs ? v1::CLOCK_SAMPLES : v1::CLOCK_UPDATES);
   }
+}
 
-  v1::StepConfig& s = *c.mutable_step();
+void apply_step_defaults(v1::StepConfig& s) {
   if (s.tau() == 0.0) s.set_tau(std::numeric_limits<double>::infinity());
   if (!s.has_requeue()) s.set_requeue(true);
   DCTRAIN_DEFAULT(s, normalize, v1::NORMALIZE_COMPLETED);
@@ -215,7 +220,10 @@ void apply_defaults(v1::RunConfig& c) {
     if (!a.has_max_drop_rate()) a.set_max_drop_rate(0.1);
   }
   finalize_policy(s);
+}
 
+// The delays, liveness, evaluation, progress and trace.
+void apply_run_defaults(v1::RunConfig& c) {
   v1::DelayConfig& delay = *c.mutable_delay();
   DCTRAIN_DEFAULT(delay, kind, v1::DELAY_NONE);
   DCTRAIN_DEFAULT(delay, factor, 1.0);
@@ -233,12 +241,12 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(*c.mutable_eval(), batch, 256u);
   DCTRAIN_DEFAULT(c, progress_seconds, 5.0);
   if (!c.trace().has_window_steps()) c.mutable_trace()->set_window_steps(20);
+}
 
-  v1::GuardConfig& g = *c.mutable_guard();
-  if (!g.has_max_bad_steps_in_a_row()) g.set_max_bad_steps_in_a_row(3);
-  DCTRAIN_DEFAULT(g, max_refused_peers, 64u);
-  DCTRAIN_DEFAULT(g, peer_log_seconds, 10.0);
-
+// The data plane and the guard. The norm guard is on (3) unless set; on
+// the exchange it checks the members' parts against the sum they agreed
+// on, so a run that turns the digests off has it off.
+void apply_data_plane_and_guard_defaults(v1::RunConfig& c) {
   v1::DataPlaneConfig& dp = *c.mutable_data_plane();
   DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_EXCHANGE);
   DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
@@ -247,6 +255,28 @@ void apply_defaults(v1::RunConfig& c) {
   DCTRAIN_DEFAULT(dp, round_deadline_multiple, 4.0);
   // Never above the timeout (a run that sets a timeout under 0.5 s).
   DCTRAIN_DEFAULT(dp, round_deadline_floor_seconds, std::min(0.5, dp.timeout_seconds()));
+
+  v1::GuardConfig& g = *c.mutable_guard();
+  if (!g.has_max_bad_steps_in_a_row()) g.set_max_bad_steps_in_a_row(3);
+  DCTRAIN_DEFAULT(g, max_refused_peers, 64u);
+  DCTRAIN_DEFAULT(g, peer_log_seconds, 10.0);
+  if (!g.has_norm_multiple()) {
+    const bool unchecked = dp.kind() == v1::DATA_PLANE_EXCHANGE && !dp.check_sums();
+    g.set_norm_multiple(unchecked ? 0.0 : kDefaultNormMultiple);
+  }
+}
+
+}  // namespace
+
+void apply_defaults(v1::RunConfig& c) {
+  if (c.name().empty()) c.set_name("run");
+  DCTRAIN_DEFAULT(c, workers, 1u);
+  apply_model_defaults(c);
+  apply_dataset_defaults(c);
+  apply_optimizer_defaults(c);
+  apply_step_defaults(*c.mutable_step());
+  apply_run_defaults(c);
+  apply_data_plane_and_guard_defaults(c);
 }
 
 #undef DCTRAIN_DEFAULT

@@ -25,6 +25,11 @@ v1::RunConfig load_run_config(const std::string& path);
 // config printed at start and written to the run folder shows every value.
 void apply_defaults(v1::RunConfig& config);
 
+// guard.norm_multiple where a config leaves it unset (coordinator/
+// contribution_record.h), but on the exchange with data_plane.check_sums
+// off, where it is 0 (off).
+inline constexpr double kDefaultNormMultiple = 3.0;
+
 // Every problem with a defaulted config, each a full sentence; empty when fine.
 std::vector<std::string> validate(const v1::RunConfig& config);
 
