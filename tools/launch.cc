@@ -12,8 +12,6 @@
 // --curve makes throwaway ones in RUN_DIR/keys (this host only); --keys DIR
 // takes those made once with dctrain-keygen (comm/security.h).
 #include <fmt/format.h>
-#include <poll.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -36,133 +34,12 @@
 #include "common/stop_signals.h"
 #include "metrics/run_identity.h"
 #include "runtime/run_config.h"
+#include "tools/launch/supervisor.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-struct Child {
-  std::string label;              // "coordinator", "worker 0", ...
-  dctrain::ChildProcess process;  // stdout+stderr into a pipe the launcher reads
-  std::string pending;            // a partial line
-  std::optional<int> status;
-};
-
-// Starts `argv` with stdout and stderr into a pipe the launcher reads.
-Child spawn(const std::string& label, std::vector<std::string> argv) {
-  dctrain::ChildOptions options;
-  options.argv = std::move(argv);
-  options.output = dctrain::ChildOutput::kPipe;
-  return Child{label, dctrain::ChildProcess(std::move(options)), {}, {}};
-}
-
-// Where a child's line goes: its warnings and errors (spdlog's "[warning]",
-// "[error]" and "[critical]" levels) to stderr, the rest to stdout.
-FILE* stream_for(std::string_view line) {
-  for (std::string_view level : {"] [warning] ", "] [error] ", "] [critical] "}) {
-    if (line.find(level) != std::string_view::npos) return stderr;
-  }
-  return stdout;
-}
-
-void print_line(const Child& child, std::string_view text) {
-  const std::string line = fmt::format("[{}] {}\n", child.label, text);
-  FILE* stream = stream_for(text);
-  std::fwrite(line.data(), 1, line.size(), stream);
-  std::fflush(stream);
-}
-
-// Prints the complete lines waiting on `child`'s pipe with its prefix.
-void drain(Child& child, bool flush_partial) {
-  if (!child.process.read_output(child.pending)) flush_partial = true;
-  size_t start = 0;
-  for (size_t nl; (nl = child.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-    print_line(child, std::string_view(child.pending).substr(start, nl - start));
-  }
-  child.pending.erase(0, start);
-  if (flush_partial && !child.pending.empty()) {
-    print_line(child, child.pending);
-    child.pending.clear();
-  }
-}
-
-void reap(std::vector<Child>& children) {
-  for (Child& c : children) {
-    if (c.status) continue;
-    if (const auto s = c.process.poll()) c.status = s->shell_code();
-  }
-}
-
-// Streams the children's output until every one has ended, forwarding a
-// stop signal; returns the launcher's status (docs/failure-handling.md,
-// "Exit statuses"). `coordinator`: children[0] is the coordinator, whose
-// status says the most, and whose end gives the workers 20 s to leave.
-int supervise(std::vector<Child>& children, bool coordinator, dctrain::StopSignals& signals,
-              const std::string& run_dir) {
-  std::optional<Clock::time_point> coordinator_done;
-  bool interrupted = false;
-  while (true) {
-    std::vector<pollfd> fds;
-    for (Child& c : children) {
-      if (c.process.output_fd() >= 0) fds.push_back({c.process.output_fd(), POLLIN, 0});
-    }
-    fds.push_back({signals.fd(), POLLIN, 0});
-    ::poll(fds.data(), fds.size(), 100);
-    for (Child& c : children) drain(c, false);
-    if (const int signal_number = signals.take(); signal_number != 0) {
-      std::fprintf(stderr, "dctrain-launch: signal %d: stopping the run\n", signal_number);
-      interrupted = true;
-      for (Child& c : children) {
-        if (!c.status) c.process.signal(SIGINT);
-      }
-    }
-    reap(children);
-    if (coordinator && children[0].status && !coordinator_done) coordinator_done = Clock::now();
-    bool all_done = true;
-    for (const Child& c : children)
-      all_done = all_done && c.status.has_value() && c.process.output_fd() < 0;
-    if (all_done) break;
-    // Workers leave when the coordinator says bye; do not wait for ever.
-    if (coordinator_done && Clock::now() - *coordinator_done > std::chrono::seconds(20)) {
-      for (Child& c : children) {
-        if (!c.status) {
-          std::fprintf(stderr,
-                       "dctrain-launch: %s still running 20 s after the coordinator; killing it\n",
-                       c.label.c_str());
-          c.process.signal(SIGKILL);
-        }
-      }
-      coordinator_done = Clock::now();
-    }
-  }
-  int failed = 0;
-  for (const Child& c : children) {
-    // A worker the coordinator released left a run that went on without
-    // it: the run did not fail.
-    const bool is_coordinator = coordinator && &c == &children[0];
-    if (!is_coordinator && *c.status == dctrain::kExitReleased) {
-      std::fprintf(stderr,
-                   "dctrain-launch: %s was released from the run (see the coordinator's log)\n",
-                   c.label.c_str());
-      continue;
-    }
-    if (*c.status != 0) {
-      ++failed;
-      std::fprintf(stderr, "dctrain-launch: %s exited with status %d\n", c.label.c_str(),
-                   *c.status);
-    }
-  }
-  if (failed == 0) {
-    if (!run_dir.empty()) std::printf("dctrain-launch: run folder %s\n", run_dir.c_str());
-    return dctrain::kExitDone;
-  }
-  if (interrupted) return dctrain::kExitInterrupted;
-  // The coordinator's own status says the most (3: the run folder could not
-  // be written); a worker's failure alone is 1.
-  if (coordinator && *children[0].status != 0) return *children[0].status;
-  return dctrain::kExitFailed;
-}
 
 // This host's name, for worker names on several hosts.
 std::string host_name() {
@@ -378,15 +255,16 @@ std::vector<std::string> coordinator_command(const fs::path& bin, LaunchOptions 
 // The address the coordinator (children[0]) reports in RUN_DIR/endpoint,
 // its output streamed meanwhile; nothing if it exited first (its status in
 // `status`) or did not report within 120 s (then it is killed).
-std::optional<std::string> wait_for_endpoint(std::vector<Child>& children, const fs::path& run_dir,
-                                             int& status) {
+std::optional<std::string> wait_for_endpoint(dctrain::Supervisor& supervisor,
+                                             const fs::path& run_dir, int& status) {
+  std::vector<dctrain::SupervisedChild>& children = supervisor.children();
   std::string endpoint;
   const auto give_up = Clock::now() + std::chrono::seconds(120);
   while (endpoint.empty()) {
-    drain(children[0], false);
-    reap(children);
+    supervisor.drain(children[0], false);
+    supervisor.reap();
     if (children[0].status) {
-      drain(children[0], true);
+      supervisor.drain(children[0], true);
       std::fprintf(stderr,
                    "dctrain-launch: the coordinator exited with status %d before listening\n",
                    *children[0].status);
@@ -407,29 +285,15 @@ std::optional<std::string> wait_for_endpoint(std::vector<Child>& children, const
   return endpoint;
 }
 
-}  // namespace
+// What starts this host's processes.
+struct Host {
+  const LaunchOptions& o;
+  fs::path bin;  // the folder of this program, and of the others
+  bool several_hosts = false;
+  dctrain::Supervisor& supervisor;
 
-// A program that cannot be started (or a run folder that cannot be made)
-// ends the launcher with its reason; the children it started are killed and
-// reaped on the way out (ChildProcess).
-int main(int argc, char** argv) try {
-  CLI::App app{
-      "dctrain-launch: runs a coordinator and its workers on this host, or this host's share of "
-      "a run across hosts (--bind on the coordinator's host, --connect on the others)"};
-  LaunchOptions o;
-  add_launch_options(app, o);
-  if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
-    return *status;
-  const bool worker_host = !o.connect.empty();
-  const bool several_hosts = worker_host || !o.bind.empty();
-  if (o.name_prefix.empty()) o.name_prefix = several_hosts ? host_name() : "worker";
-  const fs::path bin = fs::canonical("/proc/self/exe").parent_path();
-  // Ctrl-C is read here and forwarded; the children start with it unblocked.
-  dctrain::StopSignals signals;
-  std::vector<Child> children;
-
-  // This host's workers, for the coordinator at `endpoint`.
-  const auto start_workers = [&](const std::string& endpoint, int count, const fs::path& keys) {
+  // This host's `count` workers, for the coordinator at `endpoint`.
+  void start_workers(const std::string& endpoint, int count, const fs::path& keys) const {
     for (int w = 0; w < count; ++w) {
       const std::string name = fmt::format("{}-{}", o.name_prefix, w);
       std::vector<std::string> args = {
@@ -440,28 +304,15 @@ int main(int argc, char** argv) try {
         const std::vector<std::string> key_args = worker_keys(keys, name);
         args.insert(args.end(), key_args.begin(), key_args.end());
       }
-      children.push_back(spawn(several_hosts ? name : fmt::format("worker {}", w), args));
+      supervisor.start(several_hosts ? name : fmt::format("worker {}", w), std::move(args));
     }
-  };
-
-  if (worker_host) {
-    if (const std::optional<std::string> flag = coordinator_flag_given(app)) {
-      refuse(fmt::format(
-          "{} belongs to the coordinator's host; with --connect this host starts workers only "
-          "(--workers-per-host, --keys, --data-dir, --threads, --name-prefix)",
-          *flag));
-      return dctrain::kExitUsage;
-    }
-    if (o.workers_per_host == 0) {
-      refuse("--connect needs --workers-per-host N");
-      return dctrain::kExitUsage;
-    }
-    start_workers(o.connect, o.workers_per_host, o.keys_dir);
-    std::fprintf(stderr, "dctrain-launch: %d workers for the coordinator at %s\n",
-                 o.workers_per_host, o.connect.c_str());
-    return supervise(children, /*coordinator=*/false, signals, "");
   }
+};
 
+// The coordinator's host: the run's config and folder checked, the
+// coordinator started, then this host's workers once it listens.
+int run_coordinator_host(const CLI::App& app, LaunchOptions& o, const Host& host,
+                         dctrain::StopSignals& signals) {
   if (o.run.config_path.empty() && o.run.resume_dir.empty()) {
     refuse("pass --config FILE (see experiments/) or --resume RUN_DIR");
     return dctrain::kExitUsage;
@@ -510,19 +361,58 @@ int main(int argc, char** argv) try {
 
   // Keys: made once (--keys), or throwaway ones for this host's processes.
   const fs::path keys = o.curve ? make_throwaway_keys(run_dir, o) : fs::path(o.keys_dir);
-  children.push_back(spawn("coordinator", coordinator_command(bin, o, keys)));
+  host.supervisor.start("coordinator", coordinator_command(host.bin, o, keys));
   int status = 0;
-  const std::optional<std::string> endpoint = wait_for_endpoint(children, run_dir, status);
+  const std::optional<std::string> endpoint = wait_for_endpoint(host.supervisor, run_dir, status);
   if (!endpoint) return status;
-  if (several_hosts) {
+  if (host.several_hosts) {
     std::fprintf(stderr,
                  "dctrain-launch: the coordinator listens at %s; %d of its %d workers start here, "
                  "the others with: dctrain-launch --connect %s --workers-per-host N%s\n",
                  endpoint->c_str(), o.workers_per_host, o.workers, endpoint->c_str(),
                  keys.empty() ? "" : " --keys DIR");
   }
-  start_workers(*endpoint, o.workers_per_host, keys);
-  return supervise(children, /*coordinator=*/true, signals, run_dir.string());
+  host.start_workers(*endpoint, o.workers_per_host, keys);
+  return host.supervisor.supervise(/*coordinator=*/true, signals, run_dir.string());
+}
+
+}  // namespace
+
+// A program that cannot be started (or a run folder that cannot be made)
+// ends the launcher with its reason; the children it started are killed and
+// reaped on the way out (ChildProcess).
+int main(int argc, char** argv) try {
+  CLI::App app{
+      "dctrain-launch: runs a coordinator and its workers on this host, or this host's share of "
+      "a run across hosts (--bind on the coordinator's host, --connect on the others)"};
+  LaunchOptions o;
+  add_launch_options(app, o);
+  if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
+    return *status;
+  const bool several_hosts = !o.connect.empty() || !o.bind.empty();
+  if (o.name_prefix.empty()) o.name_prefix = several_hosts ? host_name() : "worker";
+  // Ctrl-C is read here and forwarded; the children start with it unblocked.
+  dctrain::StopSignals signals;
+  dctrain::Supervisor supervisor;
+  const Host host{o, fs::canonical("/proc/self/exe").parent_path(), several_hosts, supervisor};
+  if (!o.connect.empty()) {
+    if (const std::optional<std::string> flag = coordinator_flag_given(app)) {
+      refuse(fmt::format(
+          "{} belongs to the coordinator's host; with --connect this host starts workers only "
+          "(--workers-per-host, --keys, --data-dir, --threads, --name-prefix)",
+          *flag));
+      return dctrain::kExitUsage;
+    }
+    if (o.workers_per_host == 0) {
+      refuse("--connect needs --workers-per-host N");
+      return dctrain::kExitUsage;
+    }
+    host.start_workers(o.connect, o.workers_per_host, o.keys_dir);
+    std::fprintf(stderr, "dctrain-launch: %d workers for the coordinator at %s\n",
+                 o.workers_per_host, o.connect.c_str());
+    return supervisor.supervise(/*coordinator=*/false, signals, "");
+  }
+  return run_coordinator_host(app, o, host, signals);
 } catch (const std::exception& e) {
   std::fprintf(stderr, "dctrain-launch: %s\n", e.what());
   return dctrain::kExitFailed;
