@@ -6,7 +6,9 @@
 // are out. Its parts:
 //
 //   exchange_steps.cc       the rounds: plan, collect the members' reports,
-//                           judge, redo or settle; liveness in a round
+//                           judge, redo or settle
+//   exchange_members.cc     liveness in a round: overdue, stopped, lost and
+//                           silent members, and the strikes that release one
 //   exchange_commit.cc      the commit, its forwarded sum, and the sum's
 //                           apply to the coordinator's replica
 //   exchange_norm_guard.cc  the norm guard (sketches)
