@@ -19,6 +19,51 @@ double makespan(const std::vector<uint32_t>& shares, const std::vector<double>& 
   return worst;
 }
 
+// Even shares of `count` over n workers (the first ones take the
+// remainder).
+std::vector<uint32_t> even_shares(size_t n, uint32_t count) {
+  std::vector<uint32_t> even(n, static_cast<uint32_t>(count / n));
+  for (size_t i = 0; i < count % n; ++i) ++even[i];
+  return even;
+}
+
+// Each micro-batch to the worker that would finish it earliest; ties to the
+// one with fewer, then the lower index.
+std::vector<uint32_t> earliest_finish_shares(const std::vector<double>& times, uint32_t count) {
+  const size_t n = times.size();
+  std::vector<uint32_t> best(n, 0);
+  for (uint32_t k = 0; k < count; ++k) {
+    size_t pick = 0;
+    double pick_finish = std::numeric_limits<double>::infinity();
+    for (size_t i = 0; i < n; ++i) {
+      const double finish = static_cast<double>(best[i] + 1) * times[i];
+      if (finish < pick_finish || (finish == pick_finish && best[i] < best[pick])) {
+        pick = i;
+        pick_finish = finish;
+      }
+    }
+    ++best[pick];
+  }
+  return best;
+}
+
+// The dealing order: predicted finish, earliest first; ties rotate with the
+// step so that no worker always gets the head of the ledger.
+std::vector<size_t> dealing_order(const std::vector<uint32_t>& chosen,
+                                  const std::vector<double>& times, uint64_t step) {
+  const size_t n = chosen.size();
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  const auto rotated = [&](size_t i) { return (i + n - static_cast<size_t>(step % n)) % n; };
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const double fa = static_cast<double>(chosen[a]) * times[a];
+    const double fb = static_cast<double>(chosen[b]) * times[b];
+    if (fa != fb) return fa < fb;
+    return rotated(a) < rotated(b);
+  });
+  return order;
+}
+
 }  // namespace
 
 SpeedPlanner::SpeedPlanner(const v1::RebalanceConfig& config) : config_(config) {}
@@ -60,21 +105,13 @@ size_t SpeedPlanner::steps_recorded(uint32_t rank) const {
   return it == history_.end() ? 0 : it->second.size();
 }
 
-StepShares SpeedPlanner::shares(std::span<const uint32_t> ranks, uint64_t step, uint32_t count) {
-  StepShares out;
+std::vector<double> SpeedPlanner::planning_times(std::span<const uint32_t> ranks,
+                                                 std::vector<std::optional<double>>& measured) const {
+  // A worker with no estimate yet is taken as the median known one (as fast
+  // as a typical worker), and with none known every worker is equal.
   const size_t n = ranks.size();
-  if (n == 0) return out;
-  // The shares first move once every worker has a few steps on record: the
-  // first steps' times are the noisiest (start-up, cold caches), and one
-  // step's median is a handful of micro-batches.
-  const size_t enough = std::min<size_t>(kMinHistorySteps, config_.window_steps());
-  bool measured_enough = true;
-  for (uint32_t r : ranks) measured_enough = measured_enough && steps_recorded(r) >= enough;
-
-  // Estimates; a worker with none yet is taken as the median known one (as
-  // fast as a typical worker), and with none known every worker is equal.
   std::vector<double> known;
-  std::vector<std::optional<double>> measured(n);
+  measured.assign(n, std::nullopt);
   for (size_t i = 0; i < n; ++i) {
     measured[i] = estimate(ranks[i]);
     if (measured[i]) known.push_back(*measured[i]);
@@ -82,52 +119,29 @@ StepShares SpeedPlanner::shares(std::span<const uint32_t> ranks, uint64_t step, 
   const double typical = known.empty() ? 1.0 : median(known);
   std::vector<double> times(n);
   for (size_t i = 0; i < n; ++i) times[i] = std::max(measured[i].value_or(typical), 1e-12);
+  return times;
+}
 
-  // Even shares (the first ranks take the remainder), and the shares in
-  // force when they cover these ranks and this count.
-  std::vector<uint32_t> even(n, static_cast<uint32_t>(count / n));
-  for (size_t i = 0; i < count % n; ++i) ++even[i];
-  std::vector<uint32_t> current = even;
-  {
-    uint64_t total = 0;
-    bool covered = in_force_.size() == n;
-    for (size_t i = 0; i < n && covered; ++i) {
-      const auto it = in_force_.find(ranks[i]);
-      covered = it != in_force_.end();
-      if (covered) {
-        current[i] = it->second;
-        total += it->second;
-      }
-    }
-    if (!covered || total != count) current = even;
+std::vector<uint32_t> SpeedPlanner::shares_in_force(std::span<const uint32_t> ranks,
+                                                    uint32_t count) const {
+  const size_t n = ranks.size();
+  std::vector<uint32_t> current(n);
+  uint64_t total = 0;
+  if (in_force_.size() != n) return even_shares(n, count);
+  for (size_t i = 0; i < n; ++i) {
+    const auto it = in_force_.find(ranks[i]);
+    if (it == in_force_.end()) return even_shares(n, count);
+    current[i] = it->second;
+    total += it->second;
   }
+  return total == count ? current : even_shares(n, count);
+}
 
-  // Each micro-batch to the worker that would finish it earliest; ties to
-  // the one with fewer, then the lower rank.
-  std::vector<uint32_t> best(n, 0);
-  for (uint32_t k = 0; k < count; ++k) {
-    size_t pick = 0;
-    double pick_finish = std::numeric_limits<double>::infinity();
-    for (size_t i = 0; i < n; ++i) {
-      const double finish = static_cast<double>(best[i] + 1) * times[i];
-      if (finish < pick_finish || (finish == pick_finish && best[i] < best[pick])) {
-        pick = i;
-        pick_finish = finish;
-      }
-    }
-    ++best[pick];
-  }
-  std::vector<uint32_t> chosen = current;
-  if (measured_enough &&
-      makespan(best, times) < (1.0 - config_.min_gain()) * makespan(current, times)) {
-    chosen = best;
-  }
-  out.changed = chosen != current || in_force_.size() != n;
-  in_force_.clear();
-  for (size_t i = 0; i < n; ++i) in_force_[ranks[i]] = chosen[i];
-
-  // Standbys: who has no share; a probe of one micro-batch every
-  // probe_every_steps, taken from the worker predicted to finish last.
+std::vector<bool> SpeedPlanner::take_standbys(std::span<const uint32_t> ranks,
+                                              std::vector<uint32_t>& chosen,
+                                              const std::vector<double>& times, uint64_t step,
+                                              StepShares& out) {
+  const size_t n = ranks.size();
   std::vector<bool> standby(n, false);
   std::set<uint32_t> now_standby;
   const uint32_t probe_every = std::max<uint32_t>(config_.probe_every_steps(), 1);
@@ -152,19 +166,37 @@ StepShares SpeedPlanner::shares(std::span<const uint32_t> ranks, uint64_t step, 
     if (!now_standby.contains(r) && std::find(ranks.begin(), ranks.end(), r) != ranks.end())
       out.left_standby.push_back(r);
   standby_ = std::move(now_standby);
+  return standby;
+}
 
-  // The dealing order: predicted finish, earliest first; ties rotate with
-  // the step so that no worker always gets the head of the ledger.
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  const auto rotated = [&](size_t i) { return (i + n - static_cast<size_t>(step % n)) % n; };
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const double fa = static_cast<double>(chosen[a]) * times[a];
-    const double fb = static_cast<double>(chosen[b]) * times[b];
-    if (fa != fb) return fa < fb;
-    return rotated(a) < rotated(b);
-  });
-  for (size_t i : order) {
+StepShares SpeedPlanner::shares(std::span<const uint32_t> ranks, uint64_t step, uint32_t count) {
+  StepShares out;
+  const size_t n = ranks.size();
+  if (n == 0) return out;
+  // The shares first move once every worker has a few steps on record: the
+  // first steps' times are the noisiest (start-up, cold caches), and one
+  // step's median is a handful of micro-batches.
+  const size_t enough = std::min<size_t>(kMinHistorySteps, config_.window_steps());
+  bool measured_enough = true;
+  for (uint32_t r : ranks) measured_enough = measured_enough && steps_recorded(r) >= enough;
+
+  std::vector<std::optional<double>> measured;
+  const std::vector<double> times = planning_times(ranks, measured);
+  const std::vector<uint32_t> current = shares_in_force(ranks, count);
+  const std::vector<uint32_t> best = earliest_finish_shares(times, count);
+  std::vector<uint32_t> chosen = current;
+  if (measured_enough &&
+      makespan(best, times) < (1.0 - config_.min_gain()) * makespan(current, times)) {
+    chosen = best;
+  }
+  out.changed = chosen != current || in_force_.size() != n;
+  in_force_.clear();
+  for (size_t i = 0; i < n; ++i) in_force_[ranks[i]] = chosen[i];
+
+  // Standbys: who has no share; a probe of one micro-batch every
+  // probe_every_steps, taken from the worker predicted to finish last.
+  const std::vector<bool> standby = take_standbys(ranks, chosen, times, step, out);
+  for (size_t i : dealing_order(chosen, times, step)) {
     out.workers.push_back(WorkerShare{ranks[i], chosen[i], measured[i].value_or(0.0), standby[i]});
   }
   return out;

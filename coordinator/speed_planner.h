@@ -93,6 +93,20 @@ class SpeedPlanner {
   StepShares shares(std::span<const uint32_t> ranks, uint64_t step, uint32_t count);
 
  private:
+  // Each rank's estimated micro-batch time for planning (`measured`: the
+  // estimates themselves, none where a rank has none).
+  std::vector<double> planning_times(std::span<const uint32_t> ranks,
+                                     std::vector<std::optional<double>>& measured) const;
+  // The shares last used when they cover these ranks and this count, else
+  // even ones.
+  std::vector<uint32_t> shares_in_force(std::span<const uint32_t> ranks, uint32_t count) const;
+  // The ranks without a share (standby), a probe of one micro-batch given to
+  // each every probe_every_steps from the worker predicted to finish last;
+  // who entered and left standby into `out`.
+  std::vector<bool> take_standbys(std::span<const uint32_t> ranks, std::vector<uint32_t>& chosen,
+                                  const std::vector<double>& times, uint64_t step,
+                                  StepShares& out);
+
   v1::RebalanceConfig config_;
   std::map<uint32_t, std::deque<std::vector<double>>> history_;  // per rank, per step
   std::map<uint32_t, uint32_t> in_force_;                        // the shares last used
