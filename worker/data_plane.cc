@@ -131,23 +131,12 @@ void WorkerDataPlane::admit(uint64_t step, const v1::ExchangePlan& plan) {
   peer_.set_member_keys(std::move(keys));
 }
 
-v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
-                                             const v1::ExchangePlan& plan,
-                                             std::span<const float> contribution,
-                                             std::span<float> result, uint64_t samples,
-                                             std::chrono::steady_clock::time_point deadline) {
-  v1::ExchangeReport report;
-  report.set_attempt(plan.attempt());
-  const auto fail = [&](std::string why) {
-    report.set_ok(false);
-    report.set_error(std::move(why));
-    return report;
-  };
+std::optional<std::string> WorkerDataPlane::join_group(uint64_t step, uint32_t rank,
+                                                       const v1::ExchangePlan& plan) {
   if (plan.member_ranks_size() != plan.member_endpoints_size() || plan.member_ranks_size() == 0) {
-    return fail(fmt::format("step {}: the plan names {} members and {} endpoints", step,
-                            plan.member_ranks_size(), plan.member_endpoints_size()));
+    return fmt::format("step {}: the plan names {} members and {} endpoints", step,
+                       plan.member_ranks_size(), plan.member_endpoints_size());
   }
-  std::vector<uint32_t> members(plan.member_ranks().begin(), plan.member_ranks().end());
   std::vector<std::string> endpoints;
   for (int i = 0; i < plan.member_ranks_size(); ++i) {
     const uint32_t r = plan.member_ranks(i);
@@ -155,12 +144,12 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     endpoints[r] = plan.member_endpoints(i);
   }
   std::vector<std::string> keys;
-  if (auto problem = plan_keys(step, plan, keys)) return fail(std::move(*problem));
+  if (auto problem = plan_keys(step, plan, keys)) return problem;
   if (plan.member_tokens_size() != plan.member_ranks_size()) {
-    return fail(fmt::format(
+    return fmt::format(
         "step {}: the plan names {} connection tokens for {} members; the round is refused (a "
         "coordinator of this protocol version names one per member)",
-        step, plan.member_tokens_size(), plan.member_ranks_size()));
+        step, plan.member_tokens_size(), plan.member_ranks_size());
   }
   std::vector<std::string> tokens;
   for (int i = 0; i < plan.member_ranks_size(); ++i) {
@@ -173,21 +162,37 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
     tokens_ = std::move(tokens);
   }
   // Reconnect only when the group changed: a connect drops what is queued.
-  if (rank != connected_rank_ || endpoints != endpoints_ || keys != keys_) {
-    peer_.set_rank(rank);
-    peer_.set_member_keys(keys);
-    try {
-      peer_.connect(endpoints);
-    } catch (const std::exception& e) {
-      endpoints_.clear();  // connect again next round
-      return fail(fmt::format("step {}: {}", step, e.what()));
-    }
-    endpoints_ = std::move(endpoints);
-    keys_ = std::move(keys);
-    connected_rank_ = rank;
-    log_->debug("exchange: rank {} connected to {} members{}", rank, members.size(),
-                curve_ ? " over CURVE" : "");
+  if (rank == connected_rank_ && endpoints == endpoints_ && keys == keys_) return std::nullopt;
+  peer_.set_rank(rank);
+  peer_.set_member_keys(keys);
+  try {
+    peer_.connect(endpoints);
+  } catch (const std::exception& e) {
+    endpoints_.clear();  // connect again next round
+    return fmt::format("step {}: {}", step, e.what());
   }
+  endpoints_ = std::move(endpoints);
+  keys_ = std::move(keys);
+  connected_rank_ = rank;
+  log_->debug("exchange: rank {} connected to {} members{}", rank, plan.member_ranks_size(),
+              curve_ ? " over CURVE" : "");
+  return std::nullopt;
+}
+
+v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
+                                             const v1::ExchangePlan& plan,
+                                             std::span<const float> contribution,
+                                             std::span<float> result, uint64_t samples,
+                                             std::chrono::steady_clock::time_point deadline) {
+  v1::ExchangeReport report;
+  report.set_attempt(plan.attempt());
+  const auto fail = [&](std::string why) {
+    report.set_ok(false);
+    report.set_error(std::move(why));
+    return report;
+  };
+  if (auto problem = join_group(step, rank, plan)) return fail(std::move(*problem));
+  const std::vector<uint32_t> members(plan.member_ranks().begin(), plan.member_ranks().end());
   const ExchangeRound round{step, plan.attempt(), plan.run()};
   const auto after_all_heard = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(std::max(0.0, plan.round_seconds())));
@@ -197,13 +202,20 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   } catch (const std::exception& e) {
     return fail(fmt::format("step {}: {}", step, e.what()));
   }
+  report_outcome(step, plan, out, report);
+  return report;
+}
+
+void WorkerDataPlane::report_outcome(uint64_t step, const v1::ExchangePlan& plan,
+                                     ExchangeOutcome& out, v1::ExchangeReport& report) {
   report.set_ok(out.ok);
   report.set_samples(out.samples);
   report.set_exchange_seconds(std::chrono::duration<double>(out.elapsed).count());
   report.set_cancelled(out.cancelled);
   if (out.all_heard_after) {
     report.set_heard_from_all(true);
-    report.set_round_seconds(std::chrono::duration<double>(out.elapsed - *out.all_heard_after).count());
+    report.set_round_seconds(
+        std::chrono::duration<double>(out.elapsed - *out.all_heard_after).count());
   }
   // The star's coordinator checks the reduced update before anyone applies
   // it; here each member holds the sum itself, so each checks it (all hold
@@ -217,31 +229,29 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
         "not applied",
         step));
     log_->error("{}", report.error());
-    return report;
+    return;
   }
   if (out.ok) {
     // What this member holds, shard by shard (taken by the peer while the
     // pieces landed), for the coordinator to compare with every other
     // member's and with the sum forwarded to it.
     for (std::string& d : out.shard_digests) report.add_sum_digests(std::move(d));
+    return;
   }
-  if (!out.ok) {
-    // A member that connected before this peer admitted its key was refused
-    // for good (ZeroMQ does not retry a failed handshake): open every link
-    // afresh for the next round.
-    if (curve_) endpoints_.clear();
-    for (uint32_t s : out.suspects()) report.add_suspects(s);
-    for (uint32_t m : out.missing_contributions) report.add_missing_contributions(m);
-    for (uint32_t m : out.missing_results) report.add_missing_sums(m);
-    report.set_error(out.error);
-    if (out.cancelled) {
-      log_->info("step {} attempt {}: the coordinator ended the round: {}", step, plan.attempt(),
-                 out.error);
-    } else {
-      log_->warn("step {}: exchange failed: {}", step, out.error);
-    }
+  // A member that connected before this peer admitted its key was refused
+  // for good (ZeroMQ does not retry a failed handshake): open every link
+  // afresh for the next round.
+  if (curve_) endpoints_.clear();
+  for (uint32_t s : out.suspects()) report.add_suspects(s);
+  for (uint32_t m : out.missing_contributions) report.add_missing_contributions(m);
+  for (uint32_t m : out.missing_results) report.add_missing_sums(m);
+  report.set_error(out.error);
+  if (out.cancelled) {
+    log_->info("step {} attempt {}: the coordinator ended the round: {}", step, plan.attempt(),
+               out.error);
+  } else {
+    log_->warn("step {}: exchange failed: {}", step, out.error);
   }
-  return report;
 }
 
 }  // namespace dctrain

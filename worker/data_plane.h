@@ -73,6 +73,14 @@ class WorkerDataPlane {
   RoundCancel& cancel() { return peer_.cancel(); }
 
  private:
+  // The plan's group (its members' endpoints, keys and connection tokens by
+  // rank) checked, and the peer connected to it when it changed; why not,
+  // if it cannot be.
+  std::optional<std::string> join_group(uint64_t step, uint32_t rank,
+                                        const v1::ExchangePlan& plan);
+  // What the round's outcome tells the coordinator, into `report`.
+  void report_outcome(uint64_t step, const v1::ExchangePlan& plan, ExchangeOutcome& out,
+                      v1::ExchangeReport& report);
   // With CURVE, the plan's keys by rank; otherwise none. What is wrong with
   // them, if anything.
   std::optional<std::string> plan_keys(uint64_t step, const v1::ExchangePlan& plan,
