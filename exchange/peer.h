@@ -267,6 +267,40 @@ class ExchangePeer {
   void handle(Round& r, std::vector<zmq::message_t>& parts, ExchangeOutcome& out);
   static void refuse(ExchangeOutcome& out, std::string why);
 
+  // exchange()'s stages (peer_round.cc).
+  // Throws std::invalid_argument on a caller's misuse (rounds that do not
+  // increase, members not ascending or without this peer or an endpoint,
+  // buffers of different lengths).
+  void check_round(const ExchangeRound& round, std::span<const uint32_t> members,
+                   size_t contribution, size_t result) const;
+  // The pieces of this round read during an earlier one taken (earlier
+  // rounds' dropped, later ones' kept).
+  void take_early_pieces(Round& r, ExchangeOutcome& out);
+  // This peer's contribution queued for the other members (alone: summed).
+  void send_contribution(Round& r);
+  bool nothing_pending(const Round& r) const;
+  // Pieces sent, received and summed until the round is complete, has a
+  // conflict, is cancelled, or runs out of time; returns when it stopped
+  // waiting.
+  std::chrono::steady_clock::time_point run_round(Round& r,
+                                                  std::chrono::steady_clock::time_point deadline,
+                                                  std::chrono::nanoseconds after_all_heard,
+                                                  ExchangeOutcome& out);
+  // ZeroMQ's hold on the caller's buffers released (at most until `end`,
+  // then the members that did not read are reset); what was still on its
+  // way out, for the error.
+  std::vector<std::string> let_go_of_buffers(Round& r, std::chrono::steady_clock::time_point end,
+                                             ExchangeOutcome& out);
+  // The members' sample counts, the owners' totals against them, and who is
+  // missing or in conflict.
+  static void settle_counts(Round& r, ExchangeOutcome& out);
+  // Why the round failed: where, what and what to do.
+  std::string failure_text(const Round& r, const ExchangeOutcome& out,
+                           const std::vector<std::string>& outgoing,
+                           std::chrono::steady_clock::time_point end,
+                           std::chrono::steady_clock::time_point deadline,
+                           std::chrono::nanoseconds after_all_heard) const;
+
   uint32_t rank_;
   ExchangeOptions options_;
   zmq::context_t context_;           // first: destroyed after every socket
