@@ -275,16 +275,7 @@ void ExchangePeer::reduce_piece(Round& r, size_t k) {
   for (size_t m = 0; m < r.members.size(); ++m) {
     total += m == r.me ? r.own_samples : r.member_samples[m].value_or(0);
   }
-  ChunkHeader h{PieceKind::kResult,
-                rank_,
-                static_cast<uint32_t>(r.members.size()),
-                r.digest,
-                r.id,
-                r.plan.length(),
-                static_cast<uint32_t>(r.plan.piece_floats()),
-                p.offset,
-                p.count,
-                total};
+  const ChunkHeader h = r.header(PieceKind::kResult, rank_, p, total);
   for (size_t m = 0; m < r.members.size(); ++m) {
     if (m != r.me) queue(r, r.members[m], h, r.result.data() + p.offset);
   }

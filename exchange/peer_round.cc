@@ -80,16 +80,7 @@ void ExchangePeer::send_contribution(Round& r) {
       const size_t to = (r.me + step) % n;
       if (k >= r.plan.pieces(to)) continue;
       const PieceRange p = r.plan.piece(to, k);
-      ChunkHeader h{PieceKind::kContribution,
-                    rank_,
-                    static_cast<uint32_t>(n),
-                    r.digest,
-                    r.id,
-                    r.plan.length(),
-                    static_cast<uint32_t>(r.plan.piece_floats()),
-                    p.offset,
-                    p.count,
-                    r.own_samples};
+      const ChunkHeader h = r.header(PieceKind::kContribution, rank_, p, r.own_samples);
       queue(r, r.members[to], h, r.contribution.data() + p.offset);
     }
   }

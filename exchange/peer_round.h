@@ -58,6 +58,20 @@ struct ExchangePeer::Round {
                                                 : members.size();
   }
   bool reduced_all() const { return pieces_reduced == inputs.size(); }
+  // The header of a piece `p` of this round from `from` (`samples`: its
+  // contribution's, or the summed total of a result piece).
+  ChunkHeader header(PieceKind kind, uint32_t from, const PieceRange& p, uint64_t samples) const {
+    return ChunkHeader{kind,
+                       from,
+                       static_cast<uint32_t>(members.size()),
+                       digest,
+                       id,
+                       plan.length(),
+                       static_cast<uint32_t>(plan.piece_floats()),
+                       p.offset,
+                       p.count,
+                       samples};
+  }
   bool complete() const { return reduced_all() && results_missing_total == 0; }
 
   ExchangeRound id;

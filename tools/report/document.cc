@@ -115,15 +115,7 @@ std::string report_markdown(const Report& report, const std::vector<Plot>& plots
   std::string out = fmt::format("# dctrain report\n\n{} runs in {} experiments.\n\n",
                                 run_count(report), report.experiments.size());
   for (const Experiment& e : report.experiments) {
-    out += "## " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
-    const std::string reading = reading_line(e);
-    if (!reading.empty()) out += reading + "\n";
-    const std::string stats = statistics_table(e);
-    if (!stats.empty()) out += stats + "\n";
-    const std::string predicted = predicted_line(e);
-    if (!predicted.empty()) out += predicted + "\n";
-    const std::string mfu = mfu_line(e);
-    if (!mfu.empty()) out += mfu + "\n";
+    out += experiment_markdown(e, "##");
     out += "Run folders:";
     for (const RunFolder& run : e.runs) out += " `" + run.dir.string() + "`";
     out += "\n\n";

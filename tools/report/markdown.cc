@@ -274,19 +274,18 @@ std::string statistics_table(const Experiment& e) {
   return out;
 }
 
+std::string experiment_markdown(const Experiment& e, const std::string& heading) {
+  std::string out = heading + " " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
+  for (const std::string& line : {reading_line(e), statistics_table(e), predicted_line(e),
+                                  mfu_line(e)}) {
+    if (!line.empty()) out += line + "\n";
+  }
+  return out;
+}
+
 std::string markdown_tables(const Report& report) {
   std::string out;
-  for (const Experiment& e : report.experiments) {
-    out += "### " + experiment_title(e) + "\n\n" + markdown_table(e) + "\n";
-    const std::string reading = reading_line(e);
-    if (!reading.empty()) out += reading + "\n";
-    const std::string stats = statistics_table(e);
-    if (!stats.empty()) out += stats + "\n";
-    const std::string predicted = predicted_line(e);
-    if (!predicted.empty()) out += predicted + "\n";
-    const std::string mfu = mfu_line(e);
-    if (!mfu.empty()) out += mfu + "\n";
-  }
+  for (const Experiment& e : report.experiments) out += experiment_markdown(e, "###");
   const std::string twins = twin_table(report);
   if (!twins.empty()) out += twins + "\n";
   return out + table_notes(report);

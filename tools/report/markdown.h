@@ -17,6 +17,9 @@ std::string statistics_table(const Experiment& e);
 
 // One Markdown table per experiment, with a heading each, then the notes.
 std::string markdown_tables(const Report& report);
+// One experiment's section: `heading` ("##", "###") and its title, the
+// table, then the reading, statistics, prediction and MFU lines it has.
+std::string experiment_markdown(const Experiment& e, const std::string& heading);
 std::string markdown_table(const Experiment& e);
 std::string experiment_title(const Experiment& e);
 // What the columns mean (time to target, speedup basis, spread).
