@@ -113,26 +113,19 @@ std::optional<std::string> ContributionRecord::why_refused(const Measured& m, co
                                                            const std::deque<Entry>& history,
                                                            const Typical& typical) const {
   const double spike = kSpikeFactor * multiple_;
-  const double gradient = per_sample(m.gradient, m.samples);
-  const double statistics = per_sample(m.statistics, m.samples);
-  const double typical_gradient = typical.gradient;
-  const double typical_statistics = typical.statistics;
-  if (!std::isfinite(gradient) ||
-      (std::isfinite(typical_gradient) && !(gradient <= spike * typical_gradient))) {
+  auto spiked = [&](double norm, double typical_norm,
+                    const char* what) -> std::optional<std::string> {
+    const double value = per_sample(norm, m.samples);
+    if (std::isfinite(value) && (!std::isfinite(typical_norm) || value <= spike * typical_norm)) {
+      return std::nullopt;
+    }
     return fmt::format(
-        "its per-sample gradient norm {:.4g} is more than {:g} times the median "
-        "{:.4g} of the contributions of the last {} steps ({:g} x "
-        "guard.norm_multiple)",
-        gradient, spike, typical_gradient, kWindow, kSpikeFactor);
-  }
-  if (!std::isfinite(statistics) ||
-      (std::isfinite(typical_statistics) && !(statistics <= spike * typical_statistics))) {
-    return fmt::format(
-        "its per-sample batch statistics norm {:.4g} is more than {:g} times the "
-        "median {:.4g} of the contributions of the last {} steps ({:g} x "
-        "guard.norm_multiple)",
-        statistics, spike, typical_statistics, kWindow, kSpikeFactor);
-  }
+        "its per-sample {} norm {:.4g} is more than {:g} times the median {:.4g} of the "
+        "contributions of the last {} steps ({:g} x guard.norm_multiple)",
+        what, value, spike, typical_norm, kWindow, kSpikeFactor);
+  };
+  if (auto why = spiked(m.gradient, typical.gradient, "gradient")) return why;
+  if (auto why = spiked(m.statistics, typical.statistics, "batch statistics")) return why;
 
   // Its last kWindow contributions, this one included.
   std::vector<double> gradient_ratios, statistics_ratios, cosines;
