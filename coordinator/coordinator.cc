@@ -7,10 +7,10 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
-#include "coordinator/checkpoint.h"
 #include "coordinator/coordinator_impl.h"
 #include "coordinator/exchange_plane.h"
 #include "coordinator/star_plane.h"
+#include "runtime/checkpoint.h"
 #include "runtime/setup.h"
 #include "runtime/text_format.h"
 

@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "comm/message.h"
-#include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/data_plane.h"
 #include "coordinator/evaluation_thread.h"
@@ -51,6 +50,7 @@
 #include "model/lr_schedule.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/config.pb.h"
+#include "runtime/checkpoint.h"
 #include "runtime/replica.h"
 #include "trace/timeline.h"
 

@@ -8,8 +8,8 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
-#include "coordinator/checkpoint.h"
 #include "coordinator/coordinator_impl.h"
+#include "runtime/checkpoint.h"
 #include "runtime/setup.h"
 #include "runtime/text_format.h"
 

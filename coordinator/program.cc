@@ -10,8 +10,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "comm/security.h"
@@ -21,7 +21,6 @@
 #include "common/files.h"
 #include "common/run_files.h"
 #include "common/stop_signals.h"
-#include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/evaluation_thread.h"
 #include "coordinator/evaluator.h"
@@ -30,6 +29,7 @@
 #include "coordinator/run_metrics.h"
 #include "metrics/run_identity.h"
 #include "runtime/blas_info.h"
+#include "runtime/checkpoint.h"
 #include "runtime/model_file.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"
@@ -225,8 +225,8 @@ int prepare_run_folder(const CoordinatorOptions& options, v1::RunConfig& config,
 // The reference replica's starting state: the checkpoint's when resuming
 // (`checkpoint` not empty), else model.init_from's file if set, else the
 // seed's (as made).
-void load_reference_state(const v1::RunConfig& config, const fs::path& checkpoint,
-                          Replica& replica, spdlog::logger& log) {
+void load_reference_state(const v1::RunConfig& config, const fs::path& checkpoint, Replica& replica,
+                          spdlog::logger& log) {
   if (!checkpoint.empty()) {
     load_checkpoint_state(checkpoint, replica);
   } else if (!config.model().init_from().empty()) {
@@ -245,8 +245,8 @@ void log_run_config(spdlog::logger& log, const v1::RunConfig& config, const fs::
       (run_dir / run_files::kConfig).string(), word(config.model().name()), config.workers(),
       config.step().global_batch(), config.step().micro_batch(),
       config.step().tau_policy() == v1::TAU_POLICY_AUTO ? std::string("auto")
-      : std::isfinite(config.step().tau()) ? fmt::format("{:g} s", config.step().tau())
-                                           : std::string("inf"),
+      : std::isfinite(config.step().tau())              ? fmt::format("{:g} s", config.step().tau())
+                                                        : std::string("inf"),
       config.step().policy() == v1::POLICY_UNSET
           ? ""
           : fmt::format(", policy {}", word(config.step().policy())),

@@ -12,10 +12,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "coordinator/checkpoint.h"
 #include "coordinator/ledger.h"
 #include "fuzz/harness.h"
 #include "model/param_table.h"
+#include "runtime/checkpoint.h"
 #include "runtime/replica.h"
 #include "tests/testing/softmax_model.h"
 

@@ -29,12 +29,12 @@
 #include <set>
 
 #include "common/files.h"
-#include "coordinator/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "exchange/chunk.h"
 #include "exchange/sum_sketch.h"
 #include "fuzz/frames.h"
 #include "fuzz/harness.h"
+#include "runtime/checkpoint.h"
 #include "runtime/safetensors.h"
 #include "runtime/setup.h"
 #include "tests/testing/exchange_script.h"
@@ -91,9 +91,9 @@ struct Recorded {
 
 // What a worker answers a message of the coordinator's, into `send`;
 // `parameters` is the coordinator's replica's checksum then.
-using Answer = std::function<void(const std::string& name, testing::FakeWorker& worker,
-                                  const Message& m, uint64_t parameters,
-                                  const std::function<void(const Message&)>& send)>;
+using Answer =
+    std::function<void(const std::string& name, testing::FakeWorker& worker, const Message& m,
+                       uint64_t parameters, const std::function<void(const Message&)>& send)>;
 
 // Runs `config` for real with workers a, b, c (their hellos from `hello`,
 // their answers from `answer`) until the coordinator finishes, recording

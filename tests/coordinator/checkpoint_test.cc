@@ -1,8 +1,8 @@
-// Checkpoints: the saved run state (config with its kinds, the ledger in the
-// middle of an epoch, counters, tensors) reads back as it was written; a
+// Checkpoints (runtime/checkpoint.h) of a coordinator's state: the saved run state (config with its
+// kinds, the ledger in the middle of an epoch, counters, tensors) reads back as it was written; a
 // checkpoint of the earlier format 1 is refused with a message naming the
 // formats and what to do.
-#include "coordinator/checkpoint.h"
+#include "runtime/checkpoint.h"
 
 #include <gtest/gtest.h>
 

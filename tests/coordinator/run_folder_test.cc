@@ -10,8 +10,8 @@
 #include <string>
 
 #include "common/files.h"
-#include "coordinator/checkpoint.h"
 #include "coordinator/exit_codes.h"
+#include "runtime/checkpoint.h"
 #include "tests/coordinator/coordinator_fixture.h"
 
 namespace dctrain {

@@ -17,9 +17,9 @@
 #include <regex>
 #include <set>
 
-#include "coordinator/checkpoint.h"
 #include "coordinator/planner.h"
 #include "metrics/metrics_json.h"
+#include "runtime/checkpoint.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"
 #include "runtime/setup.h"

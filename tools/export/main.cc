@@ -10,7 +10,7 @@
 
 #include "common/cli.h"
 #include "common/exit_codes.h"
-#include "coordinator/checkpoint.h"
+#include "runtime/checkpoint.h"
 #include "runtime/model_file.h"
 #include "runtime/replica.h"
 #include "runtime/run_config.h"

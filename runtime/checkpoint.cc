@@ -1,4 +1,4 @@
-#include "coordinator/checkpoint.h"
+#include "runtime/checkpoint.h"
 
 #include <fmt/format.h>
 
