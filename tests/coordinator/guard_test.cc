@@ -81,6 +81,16 @@ class GuardTest : public testing::CoordinatorFixture {
  public:
   GuardTest() : CoordinatorFixture(kConfig, "guard") { hello_on_start = true; }
 
+  // One step in which b sends 1000 times its gradient (plus 1).
+  void run_one_step_with_b_inflated() {
+    config.mutable_stop()->set_max_steps(1);
+    start();
+    tamper = [&](const std::string& name, uint64_t, Message& c) {
+      if (name == "b") rewrite_gradient(c, [](float v) { return 1000.0f * v + 1.0f; });
+    };
+    pump();
+  }
+
   // Delivers welcomes and every plan but `held`'s, and the answers; no
   // contribution is tampered with.
   void pump_except_plans_for(const std::string& held) {
@@ -279,16 +289,18 @@ TEST_F(GuardTest, NormGuardRefusesAContributionFarBeyondTheOthersAndRequeuesIt) 
 }
 
 TEST_F(GuardTest, NormGuardIsOnByDefault) {
-  config.mutable_stop()->set_max_steps(1);
   config.mutable_guard()->clear_norm_multiple();
-  start();
-  tamper = [&](const std::string& name, uint64_t, Message& c) {
-    if (name == "b") rewrite_gradient(c, [](float v) { return 1000.0f * v + 1.0f; });
-  };
-  pump();
+  run_one_step_with_b_inflated();
   ASSERT_TRUE(coordinator->finished());
   EXPECT_EQ(coordinator->totals().contributions_refused_norm(), 1u);
   EXPECT_EQ(metrics().steps.at(0).samples(), 16u);
+}
+
+TEST_F(GuardTest, NormGuardAtZeroIsOff) {
+  run_one_step_with_b_inflated();  // kConfig sets norm_multiple 0
+  ASSERT_TRUE(coordinator->finished());
+  EXPECT_EQ(coordinator->totals().contributions_refused_norm(), 0u);
+  EXPECT_EQ(metrics().steps.at(0).samples(), 24u);
 }
 
 TEST_F(GuardTest, AMemberSendingThreeTimesItsGradientFlippedIsRefusedAndNoHonestOneIs) {
@@ -323,18 +335,6 @@ TEST_F(GuardTest, AMemberSendingThreeTimesItsGradientFlippedIsRefusedAndNoHonest
   EXPECT_EQ(coordinator->totals().samples_lost(), 0u);
   EXPECT_TRUE(log.contains("a flipped gradient") || log.contains("a scaled gradient"))
       << log.text.str();
-}
-
-TEST_F(GuardTest, NormGuardAtZeroIsOff) {
-  config.mutable_stop()->set_max_steps(1);
-  start();
-  tamper = [&](const std::string& name, uint64_t, Message& c) {
-    if (name == "b") rewrite_gradient(c, [](float v) { return 1000.0f * v + 1.0f; });
-  };
-  pump();
-  ASSERT_TRUE(coordinator->finished());
-  EXPECT_EQ(coordinator->totals().contributions_refused_norm(), 0u);
-  EXPECT_EQ(metrics().steps.at(0).samples(), 24u);
 }
 
 TEST_F(GuardTest, BadMessagesAreCountedAndTheirLogLinesBounded) {
