@@ -41,7 +41,6 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
       schedule_(run_schedule_spec(config_)),
       membership_(config_.workers()),
       ledger_(initial_ledger(setup_)),
-      reducer_(replica.parameter_count(), replica.buffer_count()),
       metrics_(setup_.run_dir, config_.run_id(),
                setup_.resume ? std::optional<uint64_t>(setup_.resume->next_step()) : std::nullopt),
       threshold_(config_.step(), config_.seed()),
@@ -51,12 +50,13 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
       peer_log_(config_.guard(), log_),
       speed_planner_(config_.step().rebalance()),
       needs_data_root_(needs_data_root(config_)) {
-  reducer_.set_holding(guard_.norm_guard());
   if (!setup_.wall_clock) setup_.wall_clock = system_unix_micros;
+  PlaneHost& host = *this;  // all the plane sees of this class
   if (config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
-    plane_ = std::make_unique<ExchangePlane>(*this, config_.data_plane(), setup_.wall_clock());
+    plane_ = std::make_unique<ExchangePlane>(host, plane_rooms(), setup_.wall_clock(),
+                                             setup_.draw_sketch_seed);
   } else {
-    plane_ = std::make_unique<StarPlane>(*this);
+    plane_ = std::make_unique<StarPlane>(host, plane_rooms());
   }
   if (setup_.evaluation_thread != nullptr) {
     evaluations_ = setup_.evaluation_thread;
@@ -98,6 +98,15 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
   metrics_.totals().set_microbatches_dropped_at_tau(0);
   if (setup_.resume) resume_evaluations(now);
   publish_live(now);
+}
+
+PlaneRooms CoordinatorImpl::plane_rooms() {
+  return PlaneRooms{config_,  log_,   clock_,    membership_,       replica_,
+                    planned_, guard_, timeline_, metrics_.totals(), peer_log_};
+}
+
+void CoordinatorImpl::apply_pending() {
+  if (auto checksum = plane_->apply_pending()) start_checksum_ = *checksum;
 }
 
 double CoordinatorImpl::epochs() const {

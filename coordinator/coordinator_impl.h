@@ -13,7 +13,8 @@
 //                            of the run; tick()'s liveness and progress
 //
 // Where the star and the exchange differ, the phases call the data plane
-// (coordinator/data_plane.h: star_plane.h, exchange_plane.h).
+// (coordinator/data_plane.h: star_plane.h, exchange_plane.h), which sees
+// this class only as its PlaneHost (coordinator/plane_host.h).
 #pragma once
 
 #include <spdlog/logger.h>
@@ -39,8 +40,8 @@
 #include "coordinator/live_metrics.h"
 #include "coordinator/membership.h"
 #include "coordinator/peer_limits.h"
+#include "coordinator/plane_host.h"
 #include "coordinator/planner.h"
-#include "coordinator/reducer.h"
 #include "coordinator/run_metrics.h"
 #include "coordinator/speed_planner.h"
 #include "coordinator/step_book.h"
@@ -56,7 +57,7 @@
 
 namespace dctrain {
 
-class CoordinatorImpl {
+class CoordinatorImpl : private PlaneHost {
  public:
   // The contract's calls, as coordinator.h describes them.
   CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evaluator* evaluator, Outbox& outbox,
@@ -68,20 +69,21 @@ class CoordinatorImpl {
   bool finished() const { return phase_ == Phase::kFinished; }
   int exit_code() const { return exit_code_; }
   const std::string& stop_reason() const { return stop_reason_; }
-  uint64_t step() const { return step_; }
+  uint64_t step() const override { return step_; }
   const Ledger& ledger() const { return ledger_; }
   const v1::RunTotals& totals() const { return metrics_.totals(); }
   double tau() const { return threshold_.tau(); }
   double epochs() const;
 
  private:
-  // The data planes run the parts of a step where they differ, on this
-  // state (coordinator/data_plane.h).
-  friend class StarPlane;
-  friend class ExchangePlane;
-
   enum class Phase { kJoining, kStepping, kWaiting, kFinished };
-  bool stepping() const { return phase_ == Phase::kStepping; }
+
+  // What the data plane may read and ask (coordinator/plane_host.h).
+  bool stepping() const override { return phase_ == Phase::kStepping; }
+  uint64_t start_checksum() const override { return start_checksum_; }
+  double deadline() const override { return deadline_; }
+  void set_deadline(double deadline) override { deadline_ = deadline; }
+  PlaneRooms plane_rooms();
 
   void dispatch(Received message, double now);
   void on_hello(const Received& from, const Message& message, double now);
@@ -100,7 +102,7 @@ class CoordinatorImpl {
   // and its micro-batches are requeued (lost with step.requeue false). A
   // lost worker is logged with `why`; the other removals are logged by
   // their caller.
-  void remove(uint32_t rank, Removal removal, const std::string& why);
+  void remove(uint32_t rank, Removal removal, const std::string& why) override;
   // remove(rank, Removal::kLost, why) while the step still waits for the
   // worker's contribution or report; nothing once it arrived.
   void lose_if_awaited(uint32_t rank, const std::string& why);
@@ -108,12 +110,12 @@ class CoordinatorImpl {
   // (the exchange's rounds are spent, or its round failed for all): the
   // step no longer waits for it, what it reported is dropped, and its
   // micro-batches are requeued (lost without requeue); no missed step.
-  void drop_from_step(uint32_t rank);
+  void drop_from_step(uint32_t rank) override;
   // The worker is presumed dead (it left, died, restarted, went silent, or
   // was released): out of the open step if the step waits for it
   // (lose_if_awaited), and its slot free; heard again, it is asked to say
   // hello. The caller logs why.
-  void declare_dead(uint32_t rank, const std::string& why);
+  void declare_dead(uint32_t rank, const std::string& why) override;
   // Logs the workers that became or stopped being standbys (rebalance).
   void log_standby(const StepShares& shares);
   // Whether a member missed liveness.release_after_missed_steps steps in a
@@ -122,12 +124,14 @@ class CoordinatorImpl {
   // Releases a worker that missed too many steps in a row (`why`, for the
   // log and its bye): its slot is freed (a restarted worker may take it)
   // and it is told to leave.
-  void release(uint32_t rank, const std::string& why);
+  void release(uint32_t rank, const std::string& why) override;
   void start_step(double now);
   // Starts a step once the workers are ready (all of them to begin the
   // run; any one after every worker was lost); true when it did.
   bool start_when_ready(double now);
-  void close_step(double now);
+  void close_step(double now) override;
+  // The data plane's pending update into the replica (DataPlane::apply_pending).
+  void apply_pending();
   // The contributions of the closed step into the ledger and its record.
   ClosedStep settle_step();
   // A bad message: counted, and logged within the peer's bounds.
@@ -176,12 +180,12 @@ class CoordinatorImpl {
   void advance(double now);
   void declare_disconnected(const std::string& peer, double now);
   void progress(double now);
-  void send(const std::string& peer, Message message);
+  void send(const std::string& peer, Message message) override;
   double wall(double now) const { return wall_offset_ + (now - run_started_); }
   // The divisor of the step's gradient sum (normalization, short steps).
-  double step_divisor(const ClosedStep& closed, uint64_t planned_samples) const;
+  double step_divisor(const ClosedStep& closed, uint64_t planned_samples) const override;
   // The learning rate of the open step's update.
-  double step_learning_rate() const;
+  double step_learning_rate() const override;
 
   CoordinatorSetup setup_;
   const v1::RunConfig& config_;
@@ -197,7 +201,6 @@ class CoordinatorImpl {
 
   Membership membership_;
   Ledger ledger_;
-  Reducer reducer_;
   RunMetrics metrics_;
   Threshold threshold_;
   std::unique_ptr<DataPlane> plane_;  // config_.data_plane().kind()'s

@@ -21,7 +21,7 @@ void CoordinatorImpl::handle(Received received, double now) {
   try {
     dispatch(std::move(received), now);
     plane_->members_lost(now);
-    if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
+    if (phase_ == Phase::kStepping && plane_->all_in()) close_step(now);
     start_when_ready(now);
   } catch (const FileWriteError& e) {
     run_folder_failed(e.what(), now);
@@ -196,7 +196,7 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
 }
 
 void CoordinatorImpl::welcome(uint32_t rank) {
-  plane_->apply_pending();  // the welcome carries the replica's state
+  apply_pending();  // the welcome carries the replica's state
   Message m;
   m.envelope = make_envelope(step_, kCoordinatorName);
   v1::Welcome& w = *m.envelope.mutable_welcome();
@@ -280,7 +280,7 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
     return;
   }
   auto planned = planned_.find(rank);
-  if (planned == planned_.end() || !reducer_.expects(rank)) {
+  if (planned == planned_.end() || !plane_->awaits(rank)) {
     log_->warn("dropped worker '{}' (rank {})'s contribution for step {}: {}", peer, rank, step,
                planned == planned_.end() ? "it has no plan in this step"
                                          : "the step no longer waits for it");
@@ -420,7 +420,7 @@ void CoordinatorImpl::declare_disconnected(const std::string& peer, double now) 
   t.set_workers_disconnected(t.workers_disconnected() + 1);
   declare_dead(rank, "it died (its connection closed)");
   plane_->members_lost(now);
-  if (phase_ == Phase::kStepping && reducer_.complete()) close_step(now);
+  if (phase_ == Phase::kStepping && plane_->all_in()) close_step(now);
 }
 
 }  // namespace dctrain

@@ -15,7 +15,7 @@
 namespace dctrain {
 
 double CoordinatorImpl::request_evaluation(double now) {
-  plane_->apply_pending();  // the state evaluated is the replica after this step
+  apply_pending();  // the state evaluated is the replica after this step
   Evaluations& evaluations = *evaluations_;
   const double begin = clock_();
   const uint64_t step = metrics_.totals().steps();

@@ -32,7 +32,7 @@ std::string describe_seconds(double seconds) {
 }  // namespace
 
 std::optional<PendingFile> CoordinatorImpl::write_checkpoint(double now) {
-  plane_->apply_pending();
+  apply_pending();
   if (setup_.run_dir.empty()) return std::nullopt;
   const double begin = clock_();
   // An evaluation of an earlier step still running: its result goes into
@@ -94,7 +94,7 @@ std::optional<std::string> CoordinatorImpl::stop_reached(double now) const {
 }
 
 void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
-  plane_->apply_pending();
+  apply_pending();
   v1::RunTotals& t = metrics_.totals();
   // A stop criterion met by a run that trained nothing is no success: every
   // step was dropped, refused or discarded (an attacker, a broken link).
@@ -279,14 +279,14 @@ void CoordinatorImpl::advance(double now) {
       plane_->tick(now);
       if (now > deadline_) {
         for (const auto& [rank, p] : planned_) {
-          if (reducer_.expects(rank)) {
+          if (plane_->awaits(rank)) {
             lose_if_awaited(rank,
                             fmt::format("it missed the deadline (tau {} + grace {:.3g} s)",
                                         describe_tau(threshold_.tau()), live.grace_seconds()));
           }
         }
       }
-      if (reducer_.complete()) close_step(now);
+      if (plane_->all_in()) close_step(now);
       if (phase_ == Phase::kStepping && now - last_progress_ >= config_.progress_seconds())
         progress(now);
       return;

@@ -19,11 +19,11 @@ namespace dctrain {
 // ------------------------------------------------------------------- steps
 
 void CoordinatorImpl::lose_if_awaited(uint32_t rank, const std::string& why) {
-  if (reducer_.expects(rank)) remove(rank, Removal::kLost, why);
+  if (plane_->awaits(rank)) remove(rank, Removal::kLost, why);
 }
 
 void CoordinatorImpl::drop_from_step(uint32_t rank) {
-  reducer_.forget(rank);  // nothing once it settled
+  plane_->forget(rank);  // nothing once it settled
   if (auto p = planned_.find(rank); p != planned_.end()) p->second.contribution.reset();
   ledger_.orphan_worker(rank);
 }
@@ -39,7 +39,7 @@ void CoordinatorImpl::remove(uint32_t rank, Removal removal, const std::string& 
   Planned& p = it->second;
   p.removed = removal;
   p.contribution.reset();
-  reducer_.forget(rank);  // nothing to forget once it has reported
+  plane_->forget(rank);  // nothing to forget once it has reported
   ledger_.orphan_worker(rank);
   log_->log(removal == Removal::kLost ? spdlog::level::warn : spdlog::level::debug,
             "worker '{}' (rank {}) is out of step {} because {}; its {} micro-batches ({} "
@@ -128,7 +128,7 @@ void CoordinatorImpl::close_step(double now) {
   uint64_t planned_samples = 0;
   for (const auto& [rank, p] : planned_) planned_samples += p.samples;
   record.set_lr(step_learning_rate());
-  plane_->apply(closed, planned_samples);
+  if (auto checksum = plane_->apply(closed, planned_samples)) start_checksum_ = *checksum;
   count_step(record);
   record.set_epoch(static_cast<uint32_t>(ledger_.epoch()));
   record.set_epochs(epochs());
@@ -201,7 +201,7 @@ void CoordinatorImpl::close_step(double now) {
     return;
   }
   start_step(clock_());
-  plane_->apply_pending();  // after the next plans are out
+  apply_pending();  // after the next plans are out
 }
 
 ClosedStep CoordinatorImpl::settle_step() {

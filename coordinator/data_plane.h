@@ -12,7 +12,9 @@
 //
 // A step goes open_step -> add_to_plan (each plan) -> accept (each
 // contribution) and tick -> hold_open -> settle -> record -> apply, then
-// apply_pending once the next plans are out.
+// apply_pending once the next plans are out. A plane owns its reduce
+// (coordinator/reducer.h), and with it who the step still awaits; what it
+// may read and ask of the coordinator is coordinator/plane_host.h.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +58,13 @@ class DataPlane {
   virtual std::optional<std::string> contribution_problem(const Message& message) const = 0;
   // A checked contribution of `rank`, a member of the open step.
   virtual void accept(uint32_t rank, Message message, double now) = 0;
+  // Whether the open step still waits for `rank`: a member that has neither
+  // contributed (or reported its round) nor been forgotten.
+  virtual bool awaits(uint32_t rank) const = 0;
+  // Nothing more is awaited.
+  virtual bool all_in() const = 0;
+  // `rank` will not contribute to the open step (it is out of it).
+  virtual void forget(uint32_t rank) = 0;
   // A live member's ExchangeSum and ContributionSketch.
   virtual void on_sum(uint32_t rank, Message message, double now) = 0;
   virtual void on_sketch(uint32_t rank, const Message& message, double now) = 0;
@@ -75,11 +84,13 @@ class DataPlane {
   virtual void record(v1::StepRecord& record) const = 0;
   // The update of the settled step to every live worker and to the
   // coordinator's replica (record.lr() set); sets the record's reduce and
-  // apply times.
-  virtual void apply(ClosedStep& closed, uint64_t planned_samples) = 0;
+  // apply times. Returns the checksum of the replica's parameters once the
+  // update is in it; nothing while it waits for apply_pending().
+  virtual std::optional<uint64_t> apply(ClosedStep& closed, uint64_t planned_samples) = 0;
   // An update the workers have that the coordinator's replica has not yet:
   // applied now (before a welcome, an evaluation, a checkpoint, the end).
-  virtual void apply_pending() = 0;
+  // Returns the replica's checksum after it, when there was one.
+  virtual std::optional<uint64_t> apply_pending() = 0;
   // The run stops with the workers one update past the coordinator's
   // replica (an update they applied whose sum never arrived).
   virtual bool workers_ahead() const = 0;

@@ -17,7 +17,6 @@
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "common/usable_values.h"
-#include "coordinator/coordinator_impl.h"
 #include "coordinator/exchange_blame.h"
 #include "coordinator/exchange_plane.h"
 #include "exchange/chunk.h"
@@ -26,41 +25,42 @@
 namespace dctrain {
 
 void ExchangePlane::on_sum(uint32_t rank, Message message, double now) {
-  const std::string& peer = c_.membership_.at(rank).name;
+  const std::string& peer = rooms_.membership.at(rank).name;
   const uint64_t step = message.envelope.step();
   const v1::ExchangeSum& body = message.envelope.exchange_sum();
   // Awaited from the round's lowest member, which sends it after its report,
   // or from the member the coordinator asked since.
   const bool awaited =
-      c_.stepping() && step == c_.step_ && body.attempt() == exchange_attempt_ && !exchange_sum_ &&
-      !exchange_members_.empty() && !refused_sums_.contains(rank) &&
+      host_.stepping() && step == host_.step() && body.attempt() == exchange_attempt_ &&
+      !exchange_sum_ && !exchange_members_.empty() && !refused_sums_.contains(rank) &&
       (rank == exchange_members_.front() ||
        (committed_ahead_ && !committed_ahead_->lost && committed_ahead_->source == rank)) &&
-      c_.planned_.contains(rank) && c_.planned_.at(rank).contribution &&
-      c_.planned_.at(rank).contribution->exchange().ok();
+      rooms_.book.contains(rank) && rooms_.book.at(rank).contribution &&
+      rooms_.book.at(rank).contribution->exchange().ok();
   if (!awaited) {
-    c_.log_->debug("dropped a sum of step {} attempt {} from worker '{}' (rank {}): not awaited",
-                   step, body.attempt(), peer, rank);
+    rooms_.log->debug("dropped a sum of step {} attempt {} from worker '{}' (rank {}): not awaited",
+                      step, body.attempt(), peer, rank);
     return;
   }
   std::optional<std::string> problem;
   if (!body.error().empty()) {
     problem = peer_text(body.error());
   } else {
-    std::vector<TensorSpec> expected = {{"gradient", c_.replica_.parameter_count()}};
-    if (c_.replica_.buffer_count() > 0)
-      expected.push_back({"statistics", c_.replica_.buffer_count()});
+    std::vector<TensorSpec> expected = {{"gradient", rooms_.replica.parameter_count()}};
+    if (rooms_.replica.buffer_count() > 0)
+      expected.push_back({"statistics", rooms_.replica.buffer_count()});
     // The values are checked off the step's critical path, when the sum is
     // applied (take_pending_sum): the members checked theirs before reporting.
     problem = check_tensor_layout(message, expected);
   }
   if (!problem) problem = forwarded_sum_problem(rank, message);
   if (problem) {
-    c_.peer_log_.peer_says(peer,
-                           fmt::format("step {}: worker '{}' (rank {}) sent no usable sum of the "
-                                       "round: {}",
-                                       step, peer, rank, *problem),
-                           now);
+    rooms_.peer_log.peer_says(
+        peer,
+        fmt::format("step {}: worker '{}' (rank {}) sent no usable sum of the "
+                    "round: {}",
+                    step, peer, rank, *problem),
+        now);
     refused_sums_.insert(rank);
     if (committed_ahead_ && !committed_ahead_->lost && committed_ahead_->source == rank) {
       committed_ahead_->failed.insert(rank);
@@ -75,10 +75,10 @@ std::optional<std::string> ExchangePlane::forwarded_sum_problem(uint32_t rank, c
   // The sender's own report says what it holds; the commit waits until every
   // member's report says the same (refuse_disagreeing_sums), so a sum that
   // matches it is the sum every member applies.
-  if (!c_.config_.data_plane().check_sums()) return std::nullopt;
-  const v1::ExchangeReport& x = c_.planned_.at(rank).contribution->exchange();
+  if (!rooms_.config.data_plane().check_sums()) return std::nullopt;
+  const v1::ExchangeReport& x = rooms_.book.at(rank).contribution->exchange();
   std::vector<std::span<const std::byte>> pieces = tensor_bytes(sum, 0);
-  if (c_.replica_.buffer_count() > 0) {
+  if (rooms_.replica.buffer_count() > 0) {
     for (std::span<const std::byte> p : tensor_bytes(sum, 1)) pieces.push_back(p);
   }
   const std::vector<size_t> differ =
@@ -96,7 +96,7 @@ v1::Update ExchangePlane::exchange_commit() const {
   // What the close will settle (settle_step), read from the reports.
   ClosedStep closed;
   uint64_t samples = 0, planned_samples = 0;
-  for (const auto& [rank, p] : c_.planned_) {
+  for (const auto& [rank, p] : rooms_.book) {
     planned_samples += p.samples;
     if (!p.contribution) continue;
     closed.loss_terms += p.contribution->loss_terms();
@@ -108,10 +108,10 @@ v1::Update ExchangePlane::exchange_commit() const {
   body.set_commit(true);
   body.set_applied(applied);
   body.set_samples(samples);
-  body.set_optimizer_steps(static_cast<uint64_t>(c_.replica_.optimizer_steps()) +
+  body.set_optimizer_steps(static_cast<uint64_t>(rooms_.replica.optimizer_steps()) +
                            (applied ? 1 : 0));
-  body.set_learning_rate(c_.step_learning_rate());
-  body.set_gradient_divisor(c_.step_divisor(closed, planned_samples));
+  body.set_learning_rate(host_.step_learning_rate());
+  body.set_gradient_divisor(host_.step_divisor(closed, planned_samples));
   body.set_statistics_divisor(static_cast<double>(samples));
   return body;
 }
@@ -122,14 +122,14 @@ bool ExchangePlane::commit_ahead_of_sum(double now) {
   v1::Update body = exchange_commit();
   if (!body.applied()) return false;  // nothing to apply: no sum is needed
   Message commit;
-  commit.envelope = make_envelope(c_.step_, kCoordinatorName);
+  commit.envelope = make_envelope(host_.step(), kCoordinatorName);
   *commit.envelope.mutable_update() = body;
   for (uint32_t rank : exchange_members_) {
-    if (c_.membership_.at(rank).live) c_.send(c_.membership_.at(rank).name, share(commit));
+    if (rooms_.membership.at(rank).live) host_.send(rooms_.membership.at(rank).name, share(commit));
   }
   committed_ahead_ =
       CommittedAhead{std::move(body), exchange_members_.front(), now, refused_sums_, false};
-  c_.timeline_.span("commit", now, c_.clock_());
+  rooms_.timeline.span("commit", now, rooms_.clock());
   // The lowest member's sum came already and was refused: ask the next.
   if (refused_sums_.contains(committed_ahead_->source)) ask_next_for_sum(now);
   return !committed_ahead_->lost;
@@ -138,14 +138,14 @@ bool ExchangePlane::commit_ahead_of_sum(double now) {
 void ExchangePlane::chase_committed_sum(double now) {
   if (!committed_ahead_ || exchange_sum_ || committed_ahead_->lost) return;
   CommittedAhead& c = *committed_ahead_;
-  const Member& source = c_.membership_.at(c.source);
+  const Member& source = rooms_.membership.at(c.source);
   // The sum follows its report as a round's pieces follow each other: the
   // round deadline (in the first round, from that round's own time).
   const double timeout = answer_seconds();
   if (source.live && now - c.asked_at < timeout) return;
-  c_.log_->warn(
+  rooms_.log->warn(
       "step {}: the sum of the committed round did not come from worker '{}' (rank {}): {}",
-      c_.step_, source.name, c.source,
+      host_.step(), source.name, c.source,
       source.live ? fmt::format("not within {:.3g} s", timeout) : std::string("it died"));
   c.failed.insert(c.source);
   strike(c.source, "it withheld the committed round's sum");
@@ -155,41 +155,41 @@ void ExchangePlane::chase_committed_sum(double now) {
 void ExchangePlane::ask_next_for_sum(double now) {
   CommittedAhead& c = *committed_ahead_;
   for (uint32_t rank : exchange_members_) {
-    if (c.failed.contains(rank) || !c_.membership_.at(rank).live) continue;
+    if (c.failed.contains(rank) || !rooms_.membership.at(rank).live) continue;
     c.source = rank;
     c.asked_at = now;
     Message request;
-    request.envelope = make_envelope(c_.step_, kCoordinatorName);
+    request.envelope = make_envelope(host_.step(), kCoordinatorName);
     request.envelope.mutable_sum_request()->set_attempt(exchange_attempt_);
-    c_.send(c_.membership_.at(rank).name, std::move(request));
-    c_.log_->info("step {}: asked worker '{}' (rank {}) for the round's sum", c_.step_,
-                  c_.membership_.at(rank).name, rank);
+    host_.send(rooms_.membership.at(rank).name, std::move(request));
+    rooms_.log->info("step {}: asked worker '{}' (rank {}) for the round's sum", host_.step(),
+                     rooms_.membership.at(rank).name, rank);
     return;
   }
   c.lost = true;
   std::vector<uint32_t> resent;
   for (uint32_t rank : exchange_members_) {
-    if (!c_.membership_.at(rank).live) continue;
-    c_.planned_.at(rank).resync = true;
+    if (!rooms_.membership.at(rank).live) continue;
+    rooms_.book.at(rank).resync = true;
     resent.push_back(rank);
   }
-  c_.log_->error(
+  rooms_.log->error(
       "step {}: no member of the committed round is left to send its sum; the step is dropped "
       "after all: its micro-batches are {}, the coordinator's replica goes on without it, and the "
       "live members that applied it (ranks {}) get the coordinator's state",
-      c_.step_, c_.config_.step().requeue() ? "requeued" : "lost", fmt::join(resent, ", "));
+      host_.step(), rooms_.config.step().requeue() ? "requeued" : "lost", fmt::join(resent, ", "));
 }
 
 bool ExchangePlane::exchange_sum_unusable() const {
   // Every member holds the same sum, so one that found it unusable speaks
   // for all.
-  for (const auto& [rank, p] : c_.planned_) {
+  for (const auto& [rank, p] : rooms_.book) {
     if (p.contribution && p.contribution->exchange().sum_unusable()) return true;
   }
   return false;
 }
 
-void ExchangePlane::commit_exchange(ClosedStep& closed) {
+std::optional<uint64_t> ExchangePlane::commit_exchange(ClosedStep& closed) {
   v1::StepRecord& record = closed.record;
   const bool applied = record.applied() && exchange_sum_.has_value();
   // The members have the commit already when it went out ahead of the sum
@@ -197,49 +197,49 @@ void ExchangePlane::commit_exchange(ClosedStep& closed) {
   // are what the step settled.
   const bool committed = committed_ahead_.has_value();
   Message commit;
-  commit.envelope = make_envelope(c_.step_, kCoordinatorName);
+  commit.envelope = make_envelope(host_.step(), kCoordinatorName);
   v1::Update& body = *commit.envelope.mutable_update();
   body = committed ? committed_ahead_->commit : exchange_commit();
   committed_ahead_.reset();
   if (!applied) {  // the reports say so too, unless the committed sum was lost
     exchange_sum_.reset();
     if (!committed) {
-      for (uint32_t rank : c_.membership_.live_ranks())
-        c_.send(c_.membership_.at(rank).name, share(commit));
+      for (uint32_t rank : rooms_.membership.live_ranks())
+        host_.send(rooms_.membership.at(rank).name, share(commit));
     }
-    c_.start_checksum_ = c_.replica_.parameter_checksum();
-    return;
+    return rooms_.replica.parameter_checksum();
   }
   const double divisor = body.gradient_divisor();
   // The commit goes out first; the sum is read, checked and applied after
   // the next plans (apply_pending).
-  pending_apply_ = PendingApply{divisor, body.statistics_divisor(), body.learning_rate(), c_.step_,
-                                std::move(*exchange_sum_)};
+  pending_apply_ = PendingApply{divisor, body.statistics_divisor(), body.learning_rate(),
+                                host_.step(), std::move(*exchange_sum_)};
   exchange_sum_.reset();
   // A live worker that holds no sum of this round (it joined during the
   // step) gets the whole update, as on the star path.
   std::optional<Message> update;
-  for (uint32_t rank : c_.membership_.live_ranks()) {
-    auto p = c_.planned_.find(rank);
-    if (p != c_.planned_.end() && p->second.contribution) {
-      if (!committed) c_.send(c_.membership_.at(rank).name, share(commit));
+  for (uint32_t rank : rooms_.membership.live_ranks()) {
+    auto p = rooms_.book.find(rank);
+    if (p != rooms_.book.end() && p->second.contribution) {
+      if (!committed) host_.send(rooms_.membership.at(rank).name, share(commit));
       continue;
     }
     if (!update) {
       if (!take_pending_sum()) continue;  // it resyncs at its first report
-      c_.reducer_.finish(divisor, pending_apply_->statistics_divisor);
+      reducer_.finish(divisor, pending_apply_->statistics_divisor);
       pending_apply_->divided = true;
       update.emplace();
-      update->envelope = make_envelope(c_.step_, kCoordinatorName);
+      update->envelope = make_envelope(host_.step(), kCoordinatorName);
       *update->envelope.mutable_update() = body;
       update->envelope.mutable_update()->set_commit(false);
-      add_tensor(*update, "gradient", c_.reducer_.gradient());
-      if (c_.replica_.buffer_count() > 0)
-        add_tensor(*update, "statistics", c_.reducer_.statistics());
+      add_tensor(*update, "gradient", reducer_.gradient());
+      if (rooms_.replica.buffer_count() > 0)
+        add_tensor(*update, "statistics", reducer_.statistics());
     }
-    c_.send(c_.membership_.at(rank).name, share(*update));
+    host_.send(rooms_.membership.at(rank).name, share(*update));
   }
   record.set_apply_seconds(0.0);  // after the next plans: apply_pending()
+  return std::nullopt;
 }
 
 bool ExchangePlane::take_pending_sum() {
@@ -247,12 +247,12 @@ bool ExchangePlane::take_pending_sum() {
   if (!pending.sum) return pending.usable;
   Message sum = std::move(*pending.sum);
   pending.sum.reset();
-  c_.reducer_.set_sum(sum);
+  reducer_.set_sum(sum);
   // Every member found these bits usable before the commit; this is the
   // lowest member's copy of them.
-  pending.usable = usable(c_.reducer_.gradient()) && usable(c_.reducer_.statistics());
+  pending.usable = usable(reducer_.gradient()) && usable(reducer_.statistics());
   if (!pending.usable) {
-    c_.log_->error(
+    rooms_.log->error(
         "step {}: the sum forwarded by '{}' holds NaN, infinite or overflowing values although "
         "every member of the round found its own copy usable; the coordinator's replica does not "
         "apply it, and each worker, whose replica then differs, is sent the coordinator's state at "
@@ -262,26 +262,23 @@ bool ExchangePlane::take_pending_sum() {
   return pending.usable;
 }
 
-void ExchangePlane::apply_pending() {
-  if (!pending_apply_) return;
+std::optional<uint64_t> ExchangePlane::apply_pending() {
+  if (!pending_apply_) return std::nullopt;
   if (!take_pending_sum()) {
     pending_apply_.reset();
-    c_.start_checksum_ = c_.replica_.parameter_checksum();
-    return;
+    return rooms_.replica.parameter_checksum();
   }
   const PendingApply pending = std::move(*pending_apply_);
   pending_apply_.reset();
   // The update hashes the parameters as it writes them.
   if (pending.divided) {
-    c_.start_checksum_ =
-        c_.replica_.apply_update(c_.reducer_.gradient(), c_.reducer_.statistics(), pending.lr);
-  } else {
-    // As every member does: the gradient averaged inside the optimizer's pass.
-    c_.reducer_.finish(0.0, pending.statistics_divisor);
-    const float divisor = pending.divisor > 0.0 ? static_cast<float>(pending.divisor) : 1.0f;
-    c_.start_checksum_ = c_.replica_.apply_summed_update(c_.reducer_.gradient(), divisor,
-                                                         c_.reducer_.statistics(), pending.lr);
+    return rooms_.replica.apply_update(reducer_.gradient(), reducer_.statistics(), pending.lr);
   }
+  // As every member does: the gradient averaged inside the optimizer's pass.
+  reducer_.finish(0.0, pending.statistics_divisor);
+  const float divisor = pending.divisor > 0.0 ? static_cast<float>(pending.divisor) : 1.0f;
+  return rooms_.replica.apply_summed_update(reducer_.gradient(), divisor, reducer_.statistics(),
+                                            pending.lr);
 }
 
 }  // namespace dctrain

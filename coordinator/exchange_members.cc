@@ -9,7 +9,6 @@
 #include <set>
 
 #include "comm/envelope.h"
-#include "coordinator/coordinator_impl.h"
 #include "coordinator/exchange_plane.h"
 
 namespace dctrain {
@@ -21,56 +20,57 @@ void ExchangePlane::cancel_overdue_members(double now) {
   const double answer = round_deadline_.seconds();
   std::vector<uint32_t> asked;
   for (uint32_t rank : exchange_members_) {
-    if (!c_.reducer_.expects(rank)) continue;  // reported, or out
+    if (!reducer_.expects(rank)) continue;  // reported, or out
     asked.push_back(rank);
     Message cancel;
-    cancel.envelope = make_envelope(c_.step_, kCoordinatorName);
+    cancel.envelope = make_envelope(host_.step(), kCoordinatorName);
     v1::ExchangeCancel& body = *cancel.envelope.mutable_exchange_cancel();
     body.set_attempt(exchange_attempt_);
     body.set_reason("the round is overdue: other members of it reported long ago");
-    c_.send(c_.membership_.at(rank).name, std::move(cancel));
+    host_.send(rooms_.membership.at(rank).name, std::move(cancel));
   }
   if (asked.empty()) return;
-  c_.log_->warn(
+  rooms_.log->warn(
       "step {}: exchange round {} is overdue (round deadline {:.3g} s); asked ranks {} to end it "
       "and report what they have, within {:.3g} s",
-      c_.step_, exchange_attempt_ + 1, round_deadline_.seconds(), fmt::join(asked, ", "), answer);
+      host_.step(), exchange_attempt_ + 1, round_deadline_.seconds(), fmt::join(asked, ", "),
+      answer);
   silent_after_ = now + answer;
 }
 
 void ExchangePlane::take_out_stopped_members(double now) {
-  const v1::LivenessConfig& live = c_.config_.liveness();
+  const v1::LivenessConfig& live = rooms_.config.liveness();
   const double silence = std::min(live.silence_seconds(), 3.0 * live.heartbeat_seconds());
   for (uint32_t rank : exchange_members_) {
-    const Member& m = c_.membership_.at(rank);
-    if (!c_.reducer_.expects(rank) || !m.live || now - m.last_heard <= silence) continue;
-    c_.log_->warn(
+    const Member& m = rooms_.membership.at(rank);
+    if (!reducer_.expects(rank) || !m.live || now - m.last_heard <= silence) continue;
+    rooms_.log->warn(
         "worker '{}' (rank {}) silent for {:.2f} s (3 heartbeats) while its round waits on it: "
         "presumed dead (stopped or hung), not after liveness.silence_seconds",
         m.name, rank, now - m.last_heard);
-    c_.declare_dead(rank, "it went silent during the step");
+    host_.declare_dead(rank, "it went silent during the step");
     strike(rank, "silent during the step");
   }
 }
 
 void ExchangePlane::members_lost(double now) {
-  if (!c_.stepping() || committed_ahead_) return;
+  if (!host_.stepping() || committed_ahead_) return;
   std::vector<uint32_t> lost, left;
   bool waiting = false;
   for (uint32_t rank : exchange_members_) {
-    const Planned& p = c_.planned_.at(rank);
+    const Planned& p = rooms_.book.at(rank);
     // A member that reported its round ok holds the whole sum: it delivered
     // its part before it died or left, and the others can finish without it.
     const bool done = p.contribution && p.contribution->exchange().ok();
-    if (p.out() || (!c_.membership_.at(rank).live && !done)) {
+    if (p.out() || (!rooms_.membership.at(rank).live && !done)) {
       lost.push_back(rank);
       continue;
     }
     // A redo is among the live: one that died after its report is out of it.
-    if (c_.membership_.at(rank).live) left.push_back(rank);
+    if (rooms_.membership.at(rank).live) left.push_back(rank);
     waiting = waiting || !p.contribution;
   }
-  // With every member left reported, c_.close_step() judges and redoes the round.
+  // With every member left reported, host_.close_step() judges and redoes the round.
   if (lost.empty() || !waiting) return;
   if (plan_next_attempt(now, left,
                         fmt::format("ranks {} left the round in flight", fmt::join(lost, ", ")))) {
@@ -80,29 +80,29 @@ void ExchangePlane::members_lost(double now) {
   // says so ends the round the members wait in). The members still in the
   // round missed nothing: their micro-batches are requeued as a dropped
   // step's are (settle does it for those that reported).
-  c_.log_->warn(
+  rooms_.log->warn(
       "step {}: ranks {} left the round in flight and the step's {} rounds are spent: the "
       "step is dropped",
-      c_.step_, fmt::join(lost, ", "), c_.config_.data_plane().rounds_per_step());
+      host_.step(), fmt::join(lost, ", "), rooms_.config.data_plane().rounds_per_step());
   for (uint32_t rank : left) {
-    if (c_.reducer_.expects(rank)) c_.drop_from_step(rank);
+    if (reducer_.expects(rank)) host_.drop_from_step(rank);
   }
 }
 
 void ExchangePlane::strike(uint32_t rank, const std::string& why) {
-  Member& m = c_.membership_.at(rank);
-  if (auto p = c_.planned_.find(rank); p != c_.planned_.end()) p->second.struck = true;
+  Member& m = rooms_.membership.at(rank);
+  if (auto p = rooms_.book.find(rank); p != rooms_.book.end()) p->second.struck = true;
   ++m.failed_rounds_in_a_row;
-  const uint32_t limit = c_.config_.liveness().release_after_failed_rounds();
-  c_.log_->info(
+  const uint32_t limit = rooms_.config.liveness().release_after_failed_rounds();
+  rooms_.log->info(
       "worker '{}' (rank {}) failed its exchange round ({}): {} in a row (released at {})", m.name,
       rank, why, m.failed_rounds_in_a_row,
       limit > 0 ? fmt::to_string(limit) : std::string("never"));
   if (limit == 0 || m.failed_rounds_in_a_row < limit) return;
   // A member presumed dead is released when it comes back (on_hello).
   if (m.live) {
-    c_.release(rank, fmt::format("after failing {} exchange rounds in a row (the last: {})",
-                                 m.failed_rounds_in_a_row, why));
+    host_.release(rank, fmt::format("after failing {} exchange rounds in a row (the last: {})",
+                                    m.failed_rounds_in_a_row, why));
   }
 }
 
@@ -130,17 +130,17 @@ void ExchangePlane::take_out_silent_members(double now) {
   // (its micro-batches requeued), counted against nobody.
   const double deadline = round_deadline_.seconds();
   for (uint32_t rank : exchange_members_) {
-    if (!c_.reducer_.expects(rank)) continue;
+    if (!reducer_.expects(rank)) continue;
     if (!round_clock_.past_bound(now, deadline)) {
-      c_.log_->warn(
+      rooms_.log->warn(
           "worker '{}' (rank {}) did not answer within the round deadline when asked to end its "
           "round, which members that heard from every member had ended: cut from step {} (inside "
           "the plan's compute bound: no missed step)",
-          c_.membership_.at(rank).name, rank, c_.step_);
-      c_.remove(rank, Removal::kCut, "the round was ended without it");
+          rooms_.membership.at(rank).name, rank, host_.step());
+      host_.remove(rank, Removal::kCut, "the round was ended without it");
       continue;
     }
-    c_.declare_dead(
+    host_.declare_dead(
         rank, fmt::format("it did not report its exchange round (nor end it when asked) by {:.3g} "
                           "s after its plan (the plan's compute bound and two round deadlines)",
                           now - round_clock_.planned_at()));

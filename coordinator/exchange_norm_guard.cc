@@ -3,18 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <random>
-
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
-#include "coordinator/coordinator_impl.h"
 #include "coordinator/exchange_plane.h"
 
 namespace dctrain {
 
 bool ExchangePlane::sketch_guard_on() const {
-  return c_.guard_.norm_guard() && c_.config_.data_plane().check_sums() &&
+  return rooms_.guard.norm_guard() && rooms_.config.data_plane().check_sums() &&
          exchange_members_.size() >= 3;
 }
 
@@ -26,20 +23,14 @@ bool ExchangePlane::check_contribution_norms(double now) {
   if (!sketch_check_ || sketch_check_->attempt() != exchange_attempt_) {
     // Drawn now: every member has reported the sum it holds, so none could
     // shape its part of the round to the sketch.
-    uint64_t seed = 0;
-    if (c_.setup_.draw_sketch_seed) {
-      seed = c_.setup_.draw_sketch_seed();
-    } else {
-      std::random_device source;
-      seed = (uint64_t{source()} << 32) ^ source();
-    }
-    sketch_check_.emplace(exchange_attempt_, exchange_members_, c_.replica_.parameter_count(),
-                          c_.replica_.buffer_count(), seed, now);
+    sketch_check_.emplace(exchange_attempt_, exchange_members_, rooms_.replica.parameter_count(),
+                          rooms_.replica.buffer_count(), draw_sketch_seed_(), now);
     Message request;
-    request.envelope = make_envelope(c_.step_, kCoordinatorName);
+    request.envelope = make_envelope(host_.step(), kCoordinatorName);
     *request.envelope.mutable_sketch_request() = sketch_check_->request();
     for (uint32_t rank : exchange_members_) {
-      if (c_.membership_.at(rank).live) c_.send(c_.membership_.at(rank).name, share(request));
+      if (rooms_.membership.at(rank).live)
+        host_.send(rooms_.membership.at(rank).name, share(request));
     }
     return true;
   }
@@ -71,18 +62,18 @@ bool ExchangePlane::check_contribution_norms(double now) {
   }
   if (!out.empty()) return redo_without(now, Removal::kLost, out, "the round could not be checked");
 
-  std::vector<float> sum(c_.replica_.parameter_count() + c_.replica_.buffer_count());
-  copy_tensor(*exchange_sum_, 0, std::span(sum).first(c_.replica_.parameter_count()));
-  if (c_.replica_.buffer_count() > 0) {
-    copy_tensor(*exchange_sum_, 1, std::span(sum).subspan(c_.replica_.parameter_count()));
+  std::vector<float> sum(rooms_.replica.parameter_count() + rooms_.replica.buffer_count());
+  copy_tensor(*exchange_sum_, 0, std::span(sum).first(rooms_.replica.parameter_count()));
+  if (rooms_.replica.buffer_count() > 0) {
+    copy_tensor(*exchange_sum_, 1, std::span(sum).subspan(rooms_.replica.parameter_count()));
   }
   std::map<uint32_t, uint64_t> samples;  // as counted from the plan (on_contribution)
   for (uint32_t rank : exchange_members_) {
-    samples[rank] = c_.planned_.at(rank).contribution->samples();
+    samples[rank] = rooms_.book.at(rank).contribution->samples();
   }
-  for (Refused& r : sketch_check_->judge(sum, c_.guard_, c_.step_, samples)) {
-    c_.log_->error("step {}: the contribution of worker '{}' (rank {}) is refused: {}", c_.step_,
-                   c_.membership_.at(r.rank).name, r.rank, r.why);
+  for (Refused& r : sketch_check_->judge(sum, rooms_.guard, host_.step(), samples)) {
+    rooms_.log->error("step {}: the contribution of worker '{}' (rank {}) is refused: {}",
+                      host_.step(), rooms_.membership.at(r.rank).name, r.rank, r.why);
     out.emplace(r.rank, "its contribution is refused by the norm guard");
   }
   if (out.empty()) {
@@ -90,7 +81,7 @@ bool ExchangePlane::check_contribution_norms(double now) {
     return false;
   }
   refused_norm_in_step_ += static_cast<uint32_t>(out.size());
-  v1::RunTotals& t = c_.metrics_.totals();
+  v1::RunTotals& t = rooms_.totals;
   t.set_contributions_refused_norm(t.contributions_refused_norm() + out.size());
   return redo_without(now, Removal::kRefusedNorm, out, "the norm guard refused a contribution");
 }
@@ -98,21 +89,21 @@ bool ExchangePlane::check_contribution_norms(double now) {
 bool ExchangePlane::redo_without(double now, Removal removal,
                                  const std::map<uint32_t, std::string>& out,
                                  const std::string& why) {
-  for (const auto& [rank, reason] : out) c_.remove(rank, removal, reason);
+  for (const auto& [rank, reason] : out) host_.remove(rank, removal, reason);
   return redo_among_the_rest(now, why);
 }
 
 void ExchangePlane::on_sketch(uint32_t rank, const Message& message, double now) {
-  const std::string& peer = c_.membership_.at(rank).name;
+  const std::string& peer = rooms_.membership.at(rank).name;
   const uint64_t step = message.envelope.step();
-  if (!sketch_check_ || sketch_check_passed_ || !c_.stepping() || step != c_.step_) {
-    c_.log_->debug(
+  if (!sketch_check_ || sketch_check_passed_ || !host_.stepping() || step != host_.step()) {
+    rooms_.log->debug(
         "dropped a contribution sketch of step {} from worker '{}' (rank {}): not awaited", step,
         peer, rank);
     return;
   }
   if (const auto problem = sketch_check_->take(rank, message.envelope.contribution_sketch())) {
-    c_.peer_log_.peer_says(
+    rooms_.peer_log.peer_says(
         peer,
         fmt::format("step {}: worker '{}' (rank {}) sent no usable sketch of its "
                     "contribution: {}",

@@ -15,13 +15,17 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coordinator/data_plane.h"
+#include "coordinator/plane_host.h"
+#include "coordinator/reducer.h"
 #include "coordinator/round_clock.h"
 #include "coordinator/round_deadline.h"
 #include "coordinator/sketch_check.h"
@@ -30,13 +34,13 @@
 
 namespace dctrain {
 
-class CoordinatorImpl;
-
 class ExchangePlane final : public DataPlane {
  public:
   // `run`: this process's start (Unix microseconds), the `run` of its
   // rounds, later than any earlier process's of the same run.
-  ExchangePlane(CoordinatorImpl& coordinator, const v1::DataPlaneConfig& config, uint64_t run);
+  // `draw_sketch_seed`: the norm guard's sketch seeds (random when empty).
+  ExchangePlane(PlaneHost& host, PlaneRooms rooms, uint64_t run,
+                std::function<uint64_t()> draw_sketch_seed);
 
   std::string_view description() const override;
   // A worker without an exchange endpoint or with a token of the wrong size.
@@ -55,6 +59,10 @@ class ExchangePlane final : public DataPlane {
   // blame is weighed once every member has reported (judge_exchange_round)
   // or the data plane's timeout has passed since the first failed report.
   void accept(uint32_t rank, Message report, double now) override;
+  // A member is awaited until it reported the round (or is out of it).
+  bool awaits(uint32_t rank) const override { return reducer_.expects(rank); }
+  bool all_in() const override { return reducer_.complete(); }
+  void forget(uint32_t rank) override { reducer_.forget(rank); }
   // The round's sum, from its lowest member or the one asked for it.
   void on_sum(uint32_t rank, Message message, double now) override;
   void on_sketch(uint32_t rank, const Message& message, double now) override;
@@ -74,9 +82,9 @@ class ExchangePlane final : public DataPlane {
   GuardedStep settle() override;
   // The rounds the step took and the round deadline it ran under.
   void record(v1::StepRecord& record) const override;
-  void apply(ClosedStep& closed, uint64_t planned_samples) override;
+  std::optional<uint64_t> apply(ClosedStep& closed, uint64_t planned_samples) override;
   // The committed sum into the coordinator's replica, if not done yet.
-  void apply_pending() override;
+  std::optional<uint64_t> apply_pending() override;
   bool workers_ahead() const override { return committed_ahead_.has_value(); }
 
  private:
@@ -170,7 +178,8 @@ class ExchangePlane final : public DataPlane {
   // The commit to the members (unless it went out ahead of the sum), the
   // whole update to a live worker outside the round, and the sum kept for
   // apply_pending().
-  void commit_exchange(ClosedStep& closed);
+  // Returns the replica's checksum when nothing is applied (apply()).
+  std::optional<uint64_t> commit_exchange(ClosedStep& closed);
   // The pending sum into the reducer, checked: false when it is not usable
   // (then nothing is applied, and the workers resync to this replica).
   bool take_pending_sum();
@@ -192,8 +201,8 @@ class ExchangePlane final : public DataPlane {
     std::set<uint32_t> failed;  // members that did not send it
     bool lost = false;          // no member left to send it
   };
-  std::map<uint32_t, std::string> exchange_endpoints_;  // rank -> its hello's endpoint
-  std::map<uint32_t, std::string> exchange_tokens_;     // rank -> its hello's exchange token
+  // rank -> its hello's exchange endpoint and token
+  std::map<uint32_t, std::pair<std::string, std::string>> addresses_;
   std::optional<Message> exchange_sum_;  // the round's sum (an ExchangeSum), once it arrived
   std::optional<CommittedAhead> committed_ahead_;
   // Members of the current round whose forwarded sum was refused (its
@@ -220,7 +229,12 @@ class ExchangePlane final : public DataPlane {
   RoundDeadline round_deadline_;            // from measured rounds
   double step_round_deadline_ = 0.0;        // the open step's, before it is observed
 
-  CoordinatorImpl& c_;
+  PlaneHost& host_;
+  PlaneRooms rooms_;
+  // The round's awaited members, and its sum once it arrived (set_sum()).
+  Reducer reducer_;
+  std::function<uint64_t()> draw_sketch_seed_;
+  double tau_ = 0.0;  // the open step's
 };
 
 }  // namespace dctrain

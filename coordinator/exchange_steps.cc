@@ -34,13 +34,13 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
 #include <set>
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "common/usable_values.h"
-#include "coordinator/coordinator_impl.h"
 #include "coordinator/exchange_blame.h"
 #include "coordinator/exchange_plane.h"
 #include "exchange/chunk.h"
@@ -48,24 +48,39 @@
 
 namespace dctrain {
 
-ExchangePlane::ExchangePlane(CoordinatorImpl& coordinator, const v1::DataPlaneConfig& config,
-                             uint64_t run)
+namespace {
+
+std::function<uint64_t()> or_random(std::function<uint64_t()> draw) {
+  if (draw) return draw;
+  return [] {
+    std::random_device source;
+    return (uint64_t{source()} << 32) ^ source();
+  };
+}
+
+}  // namespace
+
+ExchangePlane::ExchangePlane(PlaneHost& host, PlaneRooms rooms, uint64_t run,
+                             std::function<uint64_t()> draw_sketch_seed)
     : exchange_run_(run),
-      round_clock_(config.timeout_seconds()),
-      round_deadline_(config),
-      c_(coordinator) {}
+      round_clock_(rooms.config.data_plane().timeout_seconds()),
+      round_deadline_(rooms.config.data_plane()),
+      host_(host),
+      rooms_(rooms),
+      reducer_(rooms.replica.parameter_count(), rooms.replica.buffer_count()),
+      draw_sketch_seed_(or_random(std::move(draw_sketch_seed))) {}
 
 std::string_view ExchangePlane::description() const {
   return "exchange (the workers sum among themselves; this process commits each step)";
 }
 
 void ExchangePlane::joined(uint32_t rank, const v1::Hello& hello) {
-  exchange_endpoints_[rank] = hello.exchange_endpoint();
-  exchange_tokens_[rank] = hello.exchange_token();
+  addresses_[rank] = {hello.exchange_endpoint(), hello.exchange_token()};
 }
 
 void ExchangePlane::open_step(const std::vector<uint32_t>& ranks, double now, double tau) {
-  round_clock_.plan(now, tau, c_.config_.liveness().grace_seconds(), false);
+  tau_ = tau;
+  round_clock_.plan(now, tau, rooms_.config.liveness().grace_seconds(), false);
   exchange_attempt_ = 0;
   exchange_members_ = ranks;
   committed_ahead_.reset();
@@ -74,7 +89,7 @@ void ExchangePlane::open_step(const std::vector<uint32_t>& ranks, double now, do
   sketch_check_passed_ = false;
   refused_norm_in_step_ = 0;
   silent_after_.reset();
-  c_.reducer_.begin(ranks, false);  // the sum waits for apply_pending()
+  reducer_.begin(ranks, false);  // the sum waits for apply_pending()
 }
 
 void ExchangePlane::add_to_plan(v1::Plan& plan) const {
@@ -108,10 +123,11 @@ void ExchangePlane::record(v1::StepRecord& record) const {
   record.set_round_deadline_seconds(step_round_deadline_);
 }
 
-void ExchangePlane::apply(ClosedStep& closed, uint64_t) {
-  const double reduce_begin = c_.clock_();
-  commit_exchange(closed);
-  closed.record.set_reduce_seconds(c_.clock_() - reduce_begin);
+std::optional<uint64_t> ExchangePlane::apply(ClosedStep& closed, uint64_t) {
+  const double reduce_begin = rooms_.clock();
+  const std::optional<uint64_t> checksum = commit_exchange(closed);
+  closed.record.set_reduce_seconds(rooms_.clock() - reduce_begin);
+  return checksum;
 }
 
 std::optional<std::string> ExchangePlane::hello_problem(const v1::Hello& hello) const {
@@ -136,16 +152,16 @@ void ExchangePlane::plan_round(v1::Plan& plan, std::vector<uint32_t> ranks,
   bool curve = false;
   for (uint32_t r : ranks) {
     x.add_member_ranks(r);
-    auto it = exchange_endpoints_.find(r);
-    x.add_member_endpoints(it == exchange_endpoints_.end() ? std::string() : it->second);
-    auto token = exchange_tokens_.find(r);
-    x.add_member_tokens(token == exchange_tokens_.end() ? std::string() : token->second);
-    curve = curve || !c_.membership_.at(r).key.empty();
+    const auto it = addresses_.find(r);
+    const bool known = it != addresses_.end();
+    x.add_member_endpoints(known ? it->second.first : std::string());
+    x.add_member_tokens(known ? it->second.second : std::string());
+    curve = curve || !rooms_.membership.at(r).key.empty();
   }
   // CURVE on the control plane: every member's authenticated key, so the
   // members' links are CURVE too (a member's key is "" only on plain links).
   if (curve) {
-    for (uint32_t r : ranks) x.add_member_keys(c_.membership_.at(r).key);
+    for (uint32_t r : ranks) x.add_member_keys(rooms_.membership.at(r).key);
   }
   // Once every member was heard from, a member waits this long for the rest
   // of the round (measured rounds; none before the first).
@@ -160,7 +176,7 @@ void ExchangePlane::plan_round(v1::Plan& plan, std::vector<uint32_t> ranks,
     return;
   }
   const double tau = plan.tau();
-  const v1::LivenessConfig& live = c_.config_.liveness();
+  const v1::LivenessConfig& live = rooms_.config.liveness();
   // Counted from the plan's arrival: a member waits for the others until
   // every one of them had its compute time (tau + grace) and then the
   // timeout; with tau = inf, the timeout from the end of its own compute.
@@ -174,8 +190,8 @@ double ExchangePlane::deadline(double now, double tau) const {
     // the slowest compute) and the liveness checks close such a step.
     return std::numeric_limits<double>::infinity();
   }
-  const v1::LivenessConfig& live = c_.config_.liveness();
-  return now + tau + live.grace_seconds() + c_.config_.data_plane().timeout_seconds() +
+  const v1::LivenessConfig& live = rooms_.config.liveness();
+  return now + tau + live.grace_seconds() + rooms_.config.data_plane().timeout_seconds() +
          live.grace_seconds();
 }
 
@@ -207,7 +223,7 @@ std::optional<std::string> ExchangePlane::contribution_problem(const Message& re
     }
     return std::nullopt;
   };
-  if (x.ok() && c_.config_.data_plane().check_sums()) {
+  if (x.ok() && rooms_.config.data_plane().check_sums()) {
     // One digest per shard of the round: what the agreement compares.
     if (x.sum_digests_size() != static_cast<int>(exchange_members_.size())) {
       return fmt::format("its exchange report says ok with {} sum digests in a round of {} shards",
@@ -233,7 +249,7 @@ std::optional<std::string> ExchangePlane::contribution_problem(const Message& re
 }
 
 bool ExchangePlane::refuse_disagreeing_sums(double now) {
-  if (committed_ahead_ || !exchange_reports_ok() || !c_.config_.data_plane().check_sums()) {
+  if (committed_ahead_ || !exchange_reports_ok() || !rooms_.config.data_plane().check_sums()) {
     return false;
   }
   // Every member holds the sum of every shard as its owner sent it: the
@@ -247,10 +263,10 @@ bool ExchangePlane::refuse_disagreeing_sums(double now) {
   for (size_t shard = 0; shard < exchange_members_.size(); ++shard) {
     const uint32_t owner = exchange_members_[shard];
     const std::string& own =
-        c_.planned_.at(owner).contribution->exchange().sum_digests(static_cast<int>(shard));
+        rooms_.book.at(owner).contribution->exchange().sum_digests(static_cast<int>(shard));
     for (uint32_t rank : exchange_members_) {
       const std::string& theirs =
-          c_.planned_.at(rank).contribution->exchange().sum_digests(static_cast<int>(shard));
+          rooms_.book.at(rank).contribution->exchange().sum_digests(static_cast<int>(shard));
       if (theirs != own) accused[owner].insert(rank);
     }
   }
@@ -259,13 +275,14 @@ bool ExchangePlane::refuse_disagreeing_sums(double now) {
   for (const auto& [owner, differing] : accused) {
     out.insert(owner);
     out.insert(differing.begin(), differing.end());
-    c_.log_->error(
+    rooms_.log->error(
         "step {}: the members do not hold the same sum: the digest of the shard of worker '{}' "
         "(rank {}) differs on ranks {}; it is not committed",
-        c_.step_, c_.membership_.at(owner).name, owner, fmt::join(differing, ", "));
+        host_.step(), rooms_.membership.at(owner).name, owner, fmt::join(differing, ", "));
   }
   for (uint32_t rank : out) {
-    c_.remove(rank, Removal::kLost, "the members' digests of the round's sum disagree on its part");
+    host_.remove(rank, Removal::kLost,
+                 "the members' digests of the round's sum disagree on its part");
   }
   for (const auto& [owner, differing] : accused) {
     if (differing.size() >= 2) {
@@ -276,12 +293,12 @@ bool ExchangePlane::refuse_disagreeing_sums(double now) {
 }
 
 void ExchangePlane::accept(uint32_t rank, Message report, double now) {
-  Planned& p = c_.planned_.at(rank);
+  Planned& p = rooms_.book.at(rank);
   const v1::Contribution& c = report.envelope.contribution();
   const v1::ExchangeReport& x = c.exchange();
   p.contribution = c;
   p.contribution->mutable_exchange()->clear_error();
-  c_.reducer_.settle(rank);
+  reducer_.settle(rank);
   // The others report about now, or once their compute is done: past the
   // round deadline after the later of the two (this clock's, whatever the
   // report says of the round), the ones left are asked to end it
@@ -290,17 +307,17 @@ void ExchangePlane::accept(uint32_t rank, Message report, double now) {
   round_clock_.arrived(rank, now, c.compute_seconds(), x.heard_from_all());
   if (x.ok()) return;
   if (x.cancelled()) {
-    c_.log_->info("worker '{}' (rank {}) ended the round of step {} when asked",
-                  c_.membership_.at(rank).name, rank, c_.step_);
+    rooms_.log->info("worker '{}' (rank {}) ended the round of step {} when asked",
+                     rooms_.membership.at(rank).name, rank, host_.step());
     return;
   }
   // Whom it blames is weighed with the other members' reports (one report
   // alone can blame an innocent member: judge_exchange_round).
-  const std::string& name = c_.membership_.at(rank).name;
-  c_.peer_log_.peer_says(name,
-                         fmt::format("worker '{}' (rank {}): exchange of step {} failed: {}", name,
-                                     rank, c_.step_, peer_text(x.error())),
-                         now);
+  const std::string& name = rooms_.membership.at(rank).name;
+  rooms_.peer_log.peer_says(name,
+                            fmt::format("worker '{}' (rank {}): exchange of step {} failed: {}",
+                                        name, rank, host_.step(), peer_text(x.error())),
+                            now);
 }
 
 void ExchangePlane::judge_exchange_round() {
@@ -308,7 +325,7 @@ void ExchangePlane::judge_exchange_round() {
   std::vector<RoundReport> reports;
   std::set<uint32_t> silent;
   for (uint32_t rank : exchange_members_) {
-    const Planned& p = c_.planned_.at(rank);
+    const Planned& p = rooms_.book.at(rank);
     if (!p.contribution || p.out()) {
       silent.insert(rank);
       continue;
@@ -325,7 +342,7 @@ void ExchangePlane::judge_exchange_round() {
   }
   const RoundBlame blame = blame_exchange_round(reports, silent);
   const auto name = [&](uint32_t rank) {
-    return fmt::format("worker '{}' (rank {})", c_.membership_.at(rank).name, rank);
+    return fmt::format("worker '{}' (rank {})", rooms_.membership.at(rank).name, rank);
   };
   for (uint32_t rank : blame.out) {
     const bool unfounded = std::binary_search(blame.unfounded.begin(), blame.unfounded.end(), rank);
@@ -353,11 +370,11 @@ void ExchangePlane::judge_exchange_round() {
         break;
       }
     }
-    c_.remove(rank, Removal::kLost, why);
+    host_.remove(rank, Removal::kLost, why);
     // Presumed dead, as a silent member: a live one is asked to say hello
     // again when next heard, and is welcomed afresh, so the next round does
     // not wait for it again.
-    c_.membership_.mark_dead(rank);
+    host_.declare_dead(rank, why);
     // A failed round counts towards its release only when others
     // corroborate it and none contradicts it, or when its own complaint was
     // contradicted (exchange_blame.h): one member's word never gets another
@@ -365,10 +382,10 @@ void ExchangePlane::judge_exchange_round() {
     if (std::binary_search(blame.struck.begin(), blame.struck.end(), rank)) {
       strike(rank, why);
     } else {
-      c_.log_->info(
+      rooms_.log->info(
           "worker '{}' (rank {}): not counted as a failed round (its failed links are one "
           "member's word, or another member heard from it in full)",
-          c_.membership_.at(rank).name, rank);
+          rooms_.membership.at(rank).name, rank);
     }
   }
 }
@@ -376,10 +393,10 @@ void ExchangePlane::judge_exchange_round() {
 bool ExchangePlane::exchange_reports_ok() const {
   if (exchange_members_.empty()) return false;
   for (uint32_t rank : exchange_members_) {
-    const Planned& p = c_.planned_.at(rank);
+    const Planned& p = rooms_.book.at(rank);
     if (!p.contribution || !p.contribution->exchange().ok()) return false;
   }
-  return c_.planned_.at(exchange_members_.front()).contribution->exchange().sends_sum();
+  return rooms_.book.at(exchange_members_.front()).contribution->exchange().sends_sum();
 }
 
 bool ExchangePlane::exchange_succeeded() const {
@@ -397,61 +414,61 @@ bool ExchangePlane::redo_exchange(double now) {
 
 bool ExchangePlane::redo_among_the_rest(double now, const std::string& why) {
   std::vector<uint32_t> left;
-  for (const auto& [rank, p] : c_.planned_) {
-    if (p.contribution && !p.out() && c_.membership_.at(rank).live) left.push_back(rank);
+  for (const auto& [rank, p] : rooms_.book) {
+    if (p.contribution && !p.out() && rooms_.membership.at(rank).live) left.push_back(rank);
   }
   return plan_next_attempt(now, std::move(left), why);
 }
 
 bool ExchangePlane::plan_next_attempt(double now, std::vector<uint32_t> left,
                                       const std::string& why) {
-  const uint32_t rounds = c_.config_.data_plane().rounds_per_step();
+  const uint32_t rounds = rooms_.config.data_plane().rounds_per_step();
   if (left.empty() || exchange_attempt_ + 1 >= rounds) return false;
   // A member of the old round left out of the new one (it died after it
   // reported): what it reported is not in the new sum.
   for (uint32_t rank : exchange_members_) {
     if (std::find(left.begin(), left.end(), rank) == left.end()) {
-      c_.remove(rank, Removal::kLost,
-                "it is not in the round that is redone (it died or left after its report)");
+      host_.remove(rank, Removal::kLost,
+                   "it is not in the round that is redone (it died or left after its report)");
     }
   }
   // Members still computing the step (a member died while they computed)
   // take the new plan after their compute, within the step's deadline.
   bool computing = false;
-  for (uint32_t rank : left) computing = computing || !c_.planned_.at(rank).contribution;
+  for (uint32_t rank : left) computing = computing || !rooms_.book.at(rank).contribution;
   ++exchange_attempt_;
   silent_after_.reset();
-  v1::RunTotals& t = c_.metrics_.totals();
+  v1::RunTotals& t = rooms_.totals;
   t.set_exchange_rounds_redone(t.exchange_rounds_redone() + 1);
-  c_.log_->warn(
+  rooms_.log->warn(
       "step {}: {}; the round is redone among the {} members left (ranks {}) on what they "
       "computed, round {} of at most {}",
-      c_.step_, why, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
+      host_.step(), why, left.size(), fmt::join(left, ", "), exchange_attempt_ + 1, rounds);
   exchange_sum_.reset();
   committed_ahead_.reset();
   refused_sums_.clear();
   sketch_check_.reset();
   sketch_check_passed_ = false;
   exchange_members_ = left;
-  c_.reducer_.begin(left, false);
-  const double tau = c_.threshold_.tau();
-  round_clock_.plan(now, tau, c_.config_.liveness().grace_seconds(), true);
+  reducer_.begin(left, false);
+  const double tau = tau_;
+  round_clock_.plan(now, tau, rooms_.config.liveness().grace_seconds(), true);
   for (uint32_t rank : left) {
-    c_.planned_.at(rank).contribution.reset();
+    rooms_.book.at(rank).contribution.reset();
     Message m;
-    m.envelope = make_envelope(c_.step_, kCoordinatorName);
+    m.envelope = make_envelope(host_.step(), kCoordinatorName);
     v1::Plan& body = *m.envelope.mutable_plan();
     body.set_tau(tau);
-    body.set_parameter_checksum(c_.start_checksum_);
+    body.set_parameter_checksum(host_.start_checksum());
     plan_round(body, left, exchange_attempt_);
-    c_.send(c_.membership_.at(rank).name, std::move(m));
+    host_.send(rooms_.membership.at(rank).name, std::move(m));
   }
   // The members wait the timeout from the plan's arrival; the liveness
   // checks close the round for one that never reports.
-  const v1::LivenessConfig& live = c_.config_.liveness();
+  const v1::LivenessConfig& live = rooms_.config.liveness();
   const double redo_deadline =
-      now + c_.config_.data_plane().timeout_seconds() + 2.0 * live.grace_seconds();
-  c_.deadline_ = computing ? std::max(c_.deadline_, redo_deadline) : redo_deadline;
+      now + rooms_.config.data_plane().timeout_seconds() + 2.0 * live.grace_seconds();
+  host_.set_deadline(computing ? std::max(host_.deadline(), redo_deadline) : redo_deadline);
   return true;
 }
 
@@ -466,29 +483,29 @@ GuardedStep ExchangePlane::settle() {
   }
   exchange_sum_.reset();
   uint32_t dropped = 0;
-  for (auto& [rank, p] : c_.planned_) {
+  for (auto& [rank, p] : rooms_.book) {
     if (!p.contribution) continue;  // abandoned: already requeued
-    c_.drop_from_step(rank);
+    host_.drop_from_step(rank);
     dropped += static_cast<uint32_t>(p.micro_batches.size());
   }
-  const char* fate = c_.config_.step().requeue() ? "requeued" : "lost";
+  const char* fate = rooms_.config.step().requeue() ? "requeued" : "lost";
   if (committed_ahead_ && committed_ahead_->lost) return out;  // said in ask_next_for_sum
   if (!out.discarded) {
-    c_.log_->warn(
+    rooms_.log->warn(
         "step {}: the exchange did not succeed on every member; the step is dropped ({} "
         "more micro-batches {})",
-        c_.step_, dropped, fate);
+        host_.step(), dropped, fate);
     return out;
   }
-  v1::RunTotals& t = c_.metrics_.totals();
+  v1::RunTotals& t = rooms_.totals;
   t.set_steps_discarded(t.steps_discarded() + 1);
-  c_.log_->error(
+  rooms_.log->error(
       "step {} discarded: the exchanged sum holds NaN, infinite or overflowing values (|x| >= "
       "2^64); nothing is applied on any replica, the step's {} micro-batches are {}, and the run "
       "goes on from the parameters it had (checksum {:016x}); {} bad steps in a row "
       "(guard.max_bad_steps_in_a_row: {})",
-      c_.step_, dropped, fate, c_.start_checksum_, c_.guard_.bad_in_a_row() + 1,
-      c_.config_.guard().max_bad_steps_in_a_row());
+      host_.step(), dropped, fate, host_.start_checksum(), rooms_.guard.bad_in_a_row() + 1,
+      rooms_.config.guard().max_bad_steps_in_a_row());
   return out;
 }
 

@@ -7,14 +7,15 @@
 #pragma once
 
 #include "coordinator/data_plane.h"
+#include "coordinator/plane_host.h"
+#include "coordinator/reducer.h"
 
 namespace dctrain {
 
-class CoordinatorImpl;
-
 class StarPlane final : public DataPlane {
  public:
-  explicit StarPlane(CoordinatorImpl& coordinator) : c_(coordinator) {}
+  // The reduce holds each contribution for the norm guard when it is on.
+  StarPlane(PlaneHost& host, PlaneRooms rooms);
 
   std::string_view description() const override;
   std::optional<std::string> hello_problem(const v1::Hello&) const override { return {}; }
@@ -25,6 +26,9 @@ class StarPlane final : public DataPlane {
   std::optional<std::string> out_of_round(const v1::Contribution&) const override { return {}; }
   std::optional<std::string> contribution_problem(const Message& message) const override;
   void accept(uint32_t rank, Message message, double now) override;
+  bool awaits(uint32_t rank) const override { return reducer_.expects(rank); }
+  bool all_in() const override { return reducer_.complete(); }
+  void forget(uint32_t rank) override { reducer_.forget(rank); }
   void on_sum(uint32_t rank, Message message, double now) override;
   void on_sketch(uint32_t rank, const Message& message, double now) override;
   void tick(double) override {}
@@ -34,8 +38,8 @@ class StarPlane final : public DataPlane {
   // contribution or a discarded step has its micro-batches requeued.
   GuardedStep settle() override;
   void record(v1::StepRecord&) const override {}
-  void apply(ClosedStep& closed, uint64_t planned_samples) override;
-  void apply_pending() override {}
+  std::optional<uint64_t> apply(ClosedStep& closed, uint64_t planned_samples) override;
+  std::optional<uint64_t> apply_pending() override { return std::nullopt; }
   bool workers_ahead() const override { return false; }
 
  private:
@@ -46,7 +50,9 @@ class StarPlane final : public DataPlane {
   // dropped.
   void drop_exchange_message(const char* what, uint32_t rank, const Message& message) const;
 
-  CoordinatorImpl& c_;
+  PlaneHost& host_;
+  PlaneRooms rooms_;
+  Reducer reducer_;
 };
 
 }  // namespace dctrain
