@@ -7,7 +7,7 @@
 // after its own work (reduce, update, evaluation, checkpoint): a step's clock
 // and deadline start when its plans go out, never before. Wall time (stamps
 // other processes read) comes from the setup's wall clock. The same code runs
-// over ZeroMQ across processes (coordinator/main.cc) and, with fake clocks
+// over ZeroMQ across processes (coordinator/program/main.cc) and, with fake clocks
 // and outbox, in one process in the tests. A bad message is logged and
 // dropped; it never throws.
 //
@@ -58,7 +58,7 @@ struct CoordinatorSetup {
   // snapshot of the replica; null: evaluations run in the step loop.
   EvaluationThread* evaluation_thread = nullptr;
   // Live metrics: called on the step loop's thread with a fresh snapshot
-  // after every step and evaluation (coordinator/metrics_server.h).
+  // after every step and evaluation (coordinator/program/metrics_server.h).
   std::function<void(std::shared_ptr<const LiveSnapshot>)> publish_metrics{};
   // The seeds of the exchange's norm guard (coordinator/sketch_check.h): no
   // member may know one before it is drawn. Unset: std::random_device. A

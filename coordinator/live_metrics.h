@@ -1,6 +1,6 @@
 // Live metrics of a run in the Prometheus text exposition format (0.0.4):
 // what the step loop knows after each step and evaluation, as a snapshot
-// that the metrics server (coordinator/metrics_server.h) renders on every
+// that the metrics server (coordinator/program/metrics_server.h) renders on every
 // scrape. The step loop builds a fresh immutable snapshot and swaps a
 // pointer; the server thread never sees a half-updated one and never holds
 // a lock while the step loop works.

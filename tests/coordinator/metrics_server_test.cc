@@ -1,6 +1,6 @@
 // The live metrics: the Prometheus text of a snapshot, and the HTTP server
 // that answers it (a real socket on 127.0.0.1, an ephemeral port).
-#include "coordinator/metrics_server.h"
+#include "coordinator/program/metrics_server.h"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/null_sink.h>

@@ -1,4 +1,4 @@
-#include "coordinator/metrics_server.h"
+#include "coordinator/program/metrics_server.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>

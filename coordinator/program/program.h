@@ -3,7 +3,7 @@
 #pragma once
 
 #include "common/blas_core.h"
-#include "coordinator/options.h"
+#include "coordinator/program/options.h"
 
 namespace dctrain {
 

@@ -14,8 +14,8 @@ struct CoordinatorOptions {
   // ROUTER address workers connect to; loopback unless told otherwise (an
   // address other hosts reach needs CURVE keys or --insecure).
   std::string bind = "tcp://127.0.0.1:5555";
-  int workers = 0;                      // 0: take the config's value
-  int threads = 1;                      // compute threads of the coordinator's replica (evaluation)
+  int workers = 0;  // 0: take the config's value
+  int threads = 1;  // compute threads of the coordinator's replica (evaluation)
   std::string log_level = "info";
   bool blas_info = false;  // log the BLAS core and an sgemm figure, then exit
   // CURVE (comm/security.h); override the config's security { } fields.

@@ -1,4 +1,4 @@
-#include "coordinator/options.h"
+#include "coordinator/program/options.h"
 
 #include "common/cli.h"
 

@@ -1,4 +1,4 @@
-#include "coordinator/program.h"
+#include "coordinator/program/program.h"
 
 #include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -24,8 +24,8 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/evaluation_thread.h"
 #include "coordinator/evaluator.h"
-#include "coordinator/metrics_server.h"
 #include "coordinator/peer_limits.h"
+#include "coordinator/program/metrics_server.h"
 #include "coordinator/run_metrics.h"
 #include "metrics/run_identity.h"
 #include "runtime/blas_info.h"

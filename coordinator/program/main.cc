@@ -6,8 +6,8 @@
 #include "common/allocator.h"
 #include "common/blas_runtime.h"
 #include "common/cli.h"
-#include "coordinator/options.h"
-#include "coordinator/program.h"
+#include "coordinator/program/options.h"
+#include "coordinator/program/program.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dctrain-coordinator: runs a training job for N dctrain-worker processes"};
