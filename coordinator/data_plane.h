@@ -17,6 +17,7 @@
 // may read and ask of the coordinator is coordinator/plane_host.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "comm/message.h"
+#include "coordinator/reducer.h"
 #include "coordinator/run_metrics.h"
 #include "coordinator/update_guard.h"
 #include "proto/metrics.pb.h"
@@ -34,6 +36,8 @@ namespace dctrain {
 class DataPlane {
  public:
   virtual ~DataPlane() = default;
+  DataPlane(const DataPlane&) = delete;
+  DataPlane& operator=(const DataPlane&) = delete;
 
   // The plane in words, for the log at the start.
   virtual std::string_view description() const = 0;
@@ -60,11 +64,11 @@ class DataPlane {
   virtual void accept(uint32_t rank, Message message, double now) = 0;
   // Whether the open step still waits for `rank`: a member that has neither
   // contributed (or reported its round) nor been forgotten.
-  virtual bool awaits(uint32_t rank) const = 0;
+  bool awaits(uint32_t rank) const { return reducer_.expects(rank); }
   // Nothing more is awaited.
-  virtual bool all_in() const = 0;
+  bool all_in() const { return reducer_.complete(); }
   // `rank` will not contribute to the open step (it is out of it).
-  virtual void forget(uint32_t rank) = 0;
+  void forget(uint32_t rank) { reducer_.forget(rank); }
   // A live member's ExchangeSum and ContributionSketch.
   virtual void on_sum(uint32_t rank, Message message, double now) = 0;
   virtual void on_sketch(uint32_t rank, const Message& message, double now) = 0;
@@ -94,6 +98,14 @@ class DataPlane {
   // The run stops with the workers one update past the coordinator's
   // replica (an update they applied whose sum never arrived).
   virtual bool workers_ahead() const = 0;
+
+ protected:
+  // The reduce of gradients of `parameters` and statistics of `buffers`
+  // floats.
+  DataPlane(size_t parameters, size_t buffers) : reducer_(parameters, buffers) {}
+
+  // The step's awaited members (begun by open_step), and the sum.
+  Reducer reducer_;
 };
 
 }  // namespace dctrain

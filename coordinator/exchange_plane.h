@@ -25,7 +25,6 @@
 
 #include "coordinator/data_plane.h"
 #include "coordinator/plane_host.h"
-#include "coordinator/reducer.h"
 #include "coordinator/round_clock.h"
 #include "coordinator/round_deadline.h"
 #include "coordinator/sketch_check.h"
@@ -59,10 +58,6 @@ class ExchangePlane final : public DataPlane {
   // blame is weighed once every member has reported (judge_exchange_round)
   // or the data plane's timeout has passed since the first failed report.
   void accept(uint32_t rank, Message report, double now) override;
-  // A member is awaited until it reported the round (or is out of it).
-  bool awaits(uint32_t rank) const override { return reducer_.expects(rank); }
-  bool all_in() const override { return reducer_.complete(); }
-  void forget(uint32_t rank) override { reducer_.forget(rank); }
   // The round's sum, from its lowest member or the one asked for it.
   void on_sum(uint32_t rank, Message message, double now) override;
   void on_sketch(uint32_t rank, const Message& message, double now) override;
@@ -231,8 +226,6 @@ class ExchangePlane final : public DataPlane {
 
   PlaneHost& host_;
   PlaneRooms rooms_;
-  // The round's awaited members, and its sum once it arrived (set_sum()).
-  Reducer reducer_;
   std::function<uint64_t()> draw_sketch_seed_;
   double tau_ = 0.0;  // the open step's
 };

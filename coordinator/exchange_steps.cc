@@ -62,12 +62,12 @@ std::function<uint64_t()> or_random(std::function<uint64_t()> draw) {
 
 ExchangePlane::ExchangePlane(PlaneHost& host, PlaneRooms rooms, uint64_t run,
                              std::function<uint64_t()> draw_sketch_seed)
-    : exchange_run_(run),
+    : DataPlane(rooms.replica.parameter_count(), rooms.replica.buffer_count()),
+      exchange_run_(run),
       round_clock_(rooms.config.data_plane().timeout_seconds()),
       round_deadline_(rooms.config.data_plane()),
       host_(host),
       rooms_(rooms),
-      reducer_(rooms.replica.parameter_count(), rooms.replica.buffer_count()),
       draw_sketch_seed_(or_random(std::move(draw_sketch_seed))) {}
 
 std::string_view ExchangePlane::description() const {

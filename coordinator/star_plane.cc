@@ -14,9 +14,9 @@
 namespace dctrain {
 
 StarPlane::StarPlane(PlaneHost& host, PlaneRooms rooms)
-    : host_(host),
-      rooms_(rooms),
-      reducer_(rooms.replica.parameter_count(), rooms.replica.buffer_count()) {
+    : DataPlane(rooms.replica.parameter_count(), rooms.replica.buffer_count()),
+      host_(host),
+      rooms_(rooms) {
   reducer_.set_holding(rooms_.guard.norm_guard());
 }
 

@@ -8,7 +8,6 @@
 
 #include "coordinator/data_plane.h"
 #include "coordinator/plane_host.h"
-#include "coordinator/reducer.h"
 
 namespace dctrain {
 
@@ -26,9 +25,6 @@ class StarPlane final : public DataPlane {
   std::optional<std::string> out_of_round(const v1::Contribution&) const override { return {}; }
   std::optional<std::string> contribution_problem(const Message& message) const override;
   void accept(uint32_t rank, Message message, double now) override;
-  bool awaits(uint32_t rank) const override { return reducer_.expects(rank); }
-  bool all_in() const override { return reducer_.complete(); }
-  void forget(uint32_t rank) override { reducer_.forget(rank); }
   void on_sum(uint32_t rank, Message message, double now) override;
   void on_sketch(uint32_t rank, const Message& message, double now) override;
   void tick(double) override {}
@@ -52,7 +48,6 @@ class StarPlane final : public DataPlane {
 
   PlaneHost& host_;
   PlaneRooms rooms_;
-  Reducer reducer_;
 };
 
 }  // namespace dctrain
