@@ -162,7 +162,7 @@ bool receive_until(zmq::socket_t& socket, std::vector<zmq::message_t>& parts,
 }
 
 // Everyone sends its whole buffer to rank 0, which adds each in rank order as
-// soon as the lower ranks are in (as coordinator/reducer.cc does) and sends
+// soon as the lower ranks are in (as coordinator/step/reducer.cc does) and sends
 // the sum back to every rank; sends are zero-copy.
 class Star : public Allreduce {
  public:

@@ -5,7 +5,7 @@
 //
 //   sum[i] = ((0.0f + c_r0[i]) + c_r1[i]) + ...      r0 < r1 < ... (ranks)
 //
-// The star adds each contribution as it arrives (coordinator/reducer.h, in
+// The star adds each contribution as it arrives (coordinator/step/reducer.h, in
 // rank order whatever the arrival order); the exchange adds a piece's
 // sources at once (exchange/peer.cc). Both call these two functions, so a
 // change to the order or the arithmetic changes both.

@@ -1,6 +1,6 @@
 // The rule every replica's update must pass before it is applied, on both
 // data planes: the star's coordinator checks the reduced update
-// (coordinator/update_guard.h), and each member of an exchange round checks
+// (coordinator/step/update_guard.h), and each member of an exchange round checks
 // the sum it holds (worker/data_plane.cc). A finite value can still ruin a
 // run: 1e30 squared overflows float32 (AdamW's second moment, the clipping
 // norm and, a step later, every activation become infinite), so the bound is

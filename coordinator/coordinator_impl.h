@@ -13,8 +13,8 @@
 //                            of the run; tick()'s liveness and progress
 //
 // Where the star and the exchange differ, the phases call the data plane
-// (coordinator/data_plane.h: star_plane.h, exchange_plane.h), which sees
-// this class only as its PlaneHost (coordinator/plane_host.h).
+// (coordinator/planes/data_plane.h: star_plane.h, exchange_plane.h), which sees
+// this class only as its PlaneHost (coordinator/planes/plane_host.h).
 #pragma once
 
 #include <spdlog/logger.h>
@@ -31,22 +31,22 @@
 
 #include "comm/message.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/data_plane.h"
 #include "coordinator/evaluation_thread.h"
 #include "coordinator/evaluations.h"
 #include "coordinator/evaluator.h"
 #include "coordinator/exit_codes.h"
 #include "coordinator/ledger.h"
 #include "coordinator/live_metrics.h"
-#include "coordinator/membership.h"
-#include "coordinator/peer_limits.h"
-#include "coordinator/plane_host.h"
+#include "coordinator/planes/data_plane.h"
+#include "coordinator/planes/plane_host.h"
 #include "coordinator/planner.h"
 #include "coordinator/run_metrics.h"
 #include "coordinator/speed_planner.h"
-#include "coordinator/step_book.h"
+#include "coordinator/step/membership.h"
+#include "coordinator/step/peer_limits.h"
+#include "coordinator/step/step_book.h"
+#include "coordinator/step/update_guard.h"
 #include "coordinator/threshold.h"
-#include "coordinator/update_guard.h"
 #include "coordinator/worker_summary.h"
 #include "model/lr_schedule.h"
 #include "proto/checkpoint.pb.h"
@@ -78,7 +78,7 @@ class CoordinatorImpl : private PlaneHost {
  private:
   enum class Phase { kJoining, kStepping, kWaiting, kFinished };
 
-  // What the data plane may read and ask (coordinator/plane_host.h).
+  // What the data plane may read and ask (coordinator/planes/plane_host.h).
   bool stepping() const override { return phase_ == Phase::kStepping; }
   uint64_t start_checksum() const override { return start_checksum_; }
   double deadline() const override { return deadline_; }
@@ -97,7 +97,7 @@ class CoordinatorImpl : private PlaneHost {
   void welcome(uint32_t rank);
   void refuse(const std::string& peer, const std::string& reason);
   void ask_to_rejoin(const std::string& peer, const std::string& why);
-  // Takes a worker out of the open step (coordinator/step_book.h), once:
+  // Takes a worker out of the open step (coordinator/step/step_book.h), once:
   // its contribution, if any, is dropped, the step no longer waits for it,
   // and its micro-batches are requeued (lost with step.requeue false). A
   // lost worker is logged with `why`; the other removals are logged by

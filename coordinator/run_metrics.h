@@ -14,22 +14,12 @@
 
 #include "common/files.h"
 #include "coordinator/ledger.h"
+#include "coordinator/step/step_book.h"
 #include "metrics/metrics_json.h"
 #include "proto/config.pb.h"
 #include "proto/metrics.pb.h"
 
 namespace dctrain {
-
-// A step as the coordinator closes it: its metrics.jsonl record, and what it
-// sums on the way that the record does not carry.
-struct ClosedStep {
-  v1::StepRecord record;
-  double loss_sum = 0.0;  // over the contributions
-  uint64_t loss_terms = 0, correct = 0;
-  // Micro-batches planned, by worker rank (a worker that did not contribute
-  // has no count of its own in the record).
-  std::map<uint32_t, uint64_t> planned;
-};
 
 class RunMetrics {
  public:

@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "common/median.h"
-#include "coordinator/step_book.h"
+#include "coordinator/step/step_book.h"
 #include "runtime/step_policy.h"
 
 namespace dctrain {

@@ -17,7 +17,7 @@
 // Summation order: element i of the result is
 //   ((0.0f + c[m0][i]) + c[m1][i]) + ... + c[mN-1][i]
 // over the members m0 < m1 < ... in rank order, whoever owns the shard: the
-// same float operations, in the same order, as coordinator/reducer.cc's
+// same float operations, in the same order, as coordinator/step/reducer.cc's
 // star reduce (a zero-filled sum to which each contribution is added in rank
 // order). The result is therefore bit-identical on every member, to the star
 // path and from run to run. The exchange only sums, and says whether the

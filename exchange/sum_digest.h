@@ -1,6 +1,6 @@
 // What a member says about the sum it holds after a round, so that the
 // coordinator can tell that every member holds the same sum and that the sum
-// forwarded to it is that sum (coordinator/exchange_steps.cc).
+// forwarded to it is that sum (coordinator/planes/exchange_steps.cc).
 //
 // One digest per shard of the round (ExchangePlan's shards, in shard order,
 // i.e. by owner): BLAKE2b (libsodium's crypto_generichash) of the shard's

@@ -290,7 +290,7 @@ void check_data_plane(const v1::RunConfig& c, Problems& p) {
     p.add("data_plane.rounds_per_step is 0; use 1 (never redo a failed round) or more");
   }
   // What the exchange cannot do: its norm guard estimates the members'
-  // norms against the sum they agreed on (coordinator/sketch_check.h), so it
+  // norms against the sum they agreed on (coordinator/planes/sketch_check.h), so it
   // needs the digests; and the members' round waits for every member.
   if (c.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
     if (c.guard().has_norm_multiple() && c.guard().norm_multiple() != 0.0 &&

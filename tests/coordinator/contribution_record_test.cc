@@ -1,7 +1,7 @@
-// The norm guard's record (coordinator/contribution_record.h): on the
+// The norm guard's record (coordinator/step/contribution_record.h): on the
 // contributions of real honest runs it refuses nothing, and a member that
 // scales or flips its gradient in the same runs is refused.
-#include "coordinator/contribution_record.h"
+#include "coordinator/step/contribution_record.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Whom a failed exchange round takes out (coordinator/exchange_blame.h),
+// Whom a failed exchange round takes out (coordinator/planes/exchange_blame.h),
 // on the reports seen in runs: a member with a slow link, a dead member,
 // and complaints that cannot tell one end of a link from the other.
-#include "coordinator/exchange_blame.h"
+#include "coordinator/planes/exchange_blame.h"
 
 #include <gtest/gtest.h>
 

@@ -21,7 +21,7 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
-#include "coordinator/peer_limits.h"
+#include "coordinator/step/peer_limits.h"
 #include "exchange/sum_digest.h"
 #include "exchange/sum_sketch.h"
 #include "tests/coordinator/coordinator_fixture.h"
@@ -1184,7 +1184,7 @@ TEST_F(ExchangeLiarTest, AMemberHoldingTheRoundPastTauIsLateByTheCoordinatorsClo
   }
 }
 
-// The norm guard on the exchange (coordinator/sketch_check.h): once the
+// The norm guard on the exchange (coordinator/planes/sketch_check.h): once the
 // members agree on the sum, each is asked for a sketch of its own
 // contribution, and the round is committed only when no member's
 // contribution, as the sketches and the sum show it, is far beyond the

@@ -7,7 +7,7 @@
 // round has the round redone at once among the rest, and a report of the
 // old round is then out of round; a forwarded sum that is not the one the
 // members hold is refused, and the next member is asked for it.
-#include "coordinator/exchange_plane.h"
+#include "coordinator/planes/exchange_plane.h"
 
 #include <gtest/gtest.h>
 

@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "coordinator/coordinator.h"
-#include "coordinator/peer_limits.h"
-#include "coordinator/update_guard.h"
+#include "coordinator/step/peer_limits.h"
+#include "coordinator/step/update_guard.h"
 #include "metrics/metrics_json.h"
 #include "tests/coordinator/coordinator_fixture.h"
 #include "tests/testing/fake_cluster.h"

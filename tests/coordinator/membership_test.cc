@@ -1,7 +1,7 @@
 // Membership: who holds which rank, and the name -> live member lookup every
 // message makes (an index kept beside the slots, so it must follow every
 // admission, death and takeover).
-#include "coordinator/membership.h"
+#include "coordinator/step/membership.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// A data plane's coordinator, faked (coordinator/plane_host.h): the rooms a
+// A data plane's coordinator, faked (coordinator/planes/plane_host.h): the rooms a
 // plane works on, real (the members, a SoftmaxModel replica, the step's
 // book, the guard), and a host that records what the plane asks of it and
 // does to the book what the coordinator does. A test plans a step
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "comm/envelope.h"
-#include "coordinator/data_plane.h"
-#include "coordinator/plane_host.h"
+#include "coordinator/planes/data_plane.h"
+#include "coordinator/planes/plane_host.h"
 #include "coordinator/run_metrics.h"
 #include "runtime/run_config.h"
 #include "tests/testing/fake_cluster.h"

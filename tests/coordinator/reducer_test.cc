@@ -1,9 +1,9 @@
-// The star's reduce (coordinator/reducer.h) adds contributions in rank order
+// The star's reduce (coordinator/step/reducer.h) adds contributions in rank order
 // whatever order they arrive in: the rank-order sum from zero that the
 // exchange's members make (comm/rank_order_sum.h, tests/exchange/peer_test.cc),
 // bit for bit; a contribution settled without a message or forgotten adds
 // nothing; a held reduce adds nothing until released, then all but the refused.
-#include "coordinator/reducer.h"
+#include "coordinator/step/reducer.h"
 
 #include <gtest/gtest.h>
 

@@ -2,16 +2,16 @@
 // round_deadline.h): the timeout until a round is measured, then a
 // multiple of their 95th percentile between a floor and the timeout, moving
 // as the rounds do; and a member's failed rounds follow its identity across
-// a restart under a new name (coordinator/membership.h).
-#include "coordinator/round_deadline.h"
+// a restart under a new name (coordinator/step/membership.h).
+#include "coordinator/planes/round_deadline.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "coordinator/membership.h"
-#include "coordinator/round_clock.h"
+#include "coordinator/planes/round_clock.h"
+#include "coordinator/step/membership.h"
 
 namespace dctrain {
 namespace {

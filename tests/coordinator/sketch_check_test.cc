@@ -1,7 +1,7 @@
 // The exchange's norm guard, as the coordinator judges a round
-// (coordinator/sketch_check.h): members' sketches of their own parts, the
+// (coordinator/planes/sketch_check.h): members' sketches of their own parts, the
 // agreed sum, and who is refused.
-#include "coordinator/sketch_check.h"
+#include "coordinator/planes/sketch_check.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // "backup" cuts the last worker once N - b contributed; a contribution that
 // makes the sum unusable is refused by name, the others' work discarded,
 // and nothing is applied.
-#include "coordinator/star_plane.h"
+#include "coordinator/planes/star_plane.h"
 
 #include <gtest/gtest.h>
 

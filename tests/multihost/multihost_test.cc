@@ -564,7 +564,7 @@ TEST(MultiHost, OverTheExchangeASlowLinkIsNamedWithinTheDeadlineAndNothingIsLost
     // Each failed round is redone without w2, on what the others computed:
     // between w0 and w1 when the reports point at w2 alone; with one of
     // them alone when they show one failed link between it and w2 (which
-    // end failed, the reports cannot tell: coordinator/exchange_blame.h).
+    // end failed, the reports cannot tell: coordinator/planes/exchange_blame.h).
     const std::regex redone("redone among the (\\d+) members left \\(ranks ([0-9, ]+)\\)");
     size_t redos = 0;
     for (auto it = std::sregex_iterator(log.begin(), log.end(), redone);

@@ -4,17 +4,17 @@
 //
 //   star      every worker sends its contribution to the coordinator, which
 //             sums them in rank order, guards the sum, and sends the update
-//             (coordinator/star_plane.h)
+//             (coordinator/planes/star_plane.h)
 //   exchange  the workers sum among themselves in rounds the coordinator
 //             names; it collects their reports, commits or redoes each
 //             round, and applies the sum one member forwards
-//             (coordinator/exchange_plane.h)
+//             (coordinator/planes/exchange_plane.h)
 //
 // A step goes open_step -> add_to_plan (each plan) -> accept (each
 // contribution) and tick -> hold_open -> settle -> record -> apply, then
 // apply_pending once the next plans are out. A plane owns its reduce
-// (coordinator/reducer.h), and with it who the step still awaits; what it
-// may read and ask of the coordinator is coordinator/plane_host.h.
+// (coordinator/step/reducer.h), and with it who the step still awaits; what it
+// may read and ask of the coordinator is coordinator/planes/plane_host.h.
 #pragma once
 
 #include <cstddef>
@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "comm/message.h"
-#include "coordinator/reducer.h"
-#include "coordinator/run_metrics.h"
-#include "coordinator/update_guard.h"
+#include "coordinator/step/reducer.h"
+#include "coordinator/step/step_book.h"
+#include "coordinator/step/update_guard.h"
 #include "proto/metrics.pb.h"
 #include "proto/wire.pb.h"
 

@@ -3,7 +3,7 @@
 // member has been heard from, before it gives up on the round; and how long
 // the coordinator waits for a member's report (or a sum, or a sketch) once
 // a round is due. Both are one figure: the recent rounds' own time (as the
-// coordinator's clock measures it: coordinator/round_clock.h) times a
+// coordinator's clock measures it: coordinator/planes/round_clock.h) times a
 // multiple, at least a floor, at most the configured timeout.
 //
 //   seconds() = clamp(multiple x p95(last kWindow rounds), floor, ceiling)

@@ -1,4 +1,4 @@
-#include "coordinator/sketch_check.h"
+#include "coordinator/planes/sketch_check.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "coordinator/exchange_blame.h"
+#include "coordinator/planes/exchange_blame.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,6 +1,6 @@
 // The norm guard on the data plane "exchange" (guard.norm_multiple): one
 // check per round, between the members' agreement on the sum and the
-// commit (coordinator/exchange_steps.cc).
+// commit (coordinator/planes/exchange_steps.cc).
 //
 // In the star the coordinator sees every contribution and refuses one whose
 // gradient norm is far beyond the others'. In the exchange it sees only the
@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/update_guard.h"
+#include "coordinator/step/update_guard.h"
 #include "exchange/sum_sketch.h"
 #include "proto/wire.pb.h"
 
@@ -92,7 +92,7 @@ class SketchCheck {
 
   // The members the guard refuses at `step`, ascending, with why: the
   // members that computed samples (`samples`: every member's completed
-  // samples) by the guard's record (coordinator/contribution_record.h), and
+  // samples) by the guard's record (coordinator/step/contribution_record.h), and
   // a member that computed nothing whose part is more than the sum's
   // rounding, whatever the others computed. First on the answers as given
   // (as_reported(): an inflated answer is refused before it can inflate the

@@ -1,4 +1,4 @@
-#include "coordinator/peer_limits.h"
+#include "coordinator/step/peer_limits.h"
 
 #include <fmt/format.h>
 

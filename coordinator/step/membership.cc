@@ -1,4 +1,4 @@
-#include "coordinator/membership.h"
+#include "coordinator/step/membership.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-// The norm guard on the data plane "exchange" (coordinator/sketch_check.h):
+// The norm guard on the data plane "exchange" (coordinator/planes/sketch_check.h):
 // between the members' agreement on a round's sum and its commit.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,7 +6,7 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
-#include "coordinator/exchange_plane.h"
+#include "coordinator/planes/exchange_plane.h"
 
 namespace dctrain {
 

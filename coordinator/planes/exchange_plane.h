@@ -1,4 +1,4 @@
-// The data plane "exchange" (coordinator/data_plane.h; the protocol in
+// The data plane "exchange" (coordinator/planes/data_plane.h; the protocol in
 // exchange_steps.cc): the workers sum their gradients among themselves; the
 // coordinator names each round's members, collects their reports, commits
 // or redoes the round for all on the reports alone, and applies the sum
@@ -23,12 +23,12 @@
 #include <utility>
 #include <vector>
 
-#include "coordinator/data_plane.h"
-#include "coordinator/plane_host.h"
-#include "coordinator/round_clock.h"
-#include "coordinator/round_deadline.h"
-#include "coordinator/sketch_check.h"
-#include "coordinator/step_book.h"
+#include "coordinator/planes/data_plane.h"
+#include "coordinator/planes/plane_host.h"
+#include "coordinator/planes/round_clock.h"
+#include "coordinator/planes/round_deadline.h"
+#include "coordinator/planes/sketch_check.h"
+#include "coordinator/step/step_book.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {
@@ -92,7 +92,7 @@ class ExchangePlane final : public DataPlane {
   void take_out_silent_members(double now);
   // Once the round is overdue (the round deadline after the later of its
   // first report and the end of the plan's compute bound, on this
-  // process's clock: coordinator/round_clock.h), the members that have not
+  // process's clock: coordinator/planes/round_clock.h), the members that have not
   // reported are told to end the round and report what they have
   // (ExchangeCancel); those that cannot answer within the round deadline
   // are past every bound of the plan, and are taken out by
@@ -113,7 +113,7 @@ class ExchangePlane final : public DataPlane {
   // (round_clock_), into the round deadline.
   void observe_round();
   // Once every member of a failed round reported or is out: takes out the
-  // members coordinator/exchange_blame.h judges at fault, before the redo.
+  // members coordinator/planes/exchange_blame.h judges at fault, before the redo.
   void judge_exchange_round();
   // Every member of the current round reported it ok, the lowest saying
   // that its sum follows.
@@ -140,7 +140,7 @@ class ExchangePlane final : public DataPlane {
   // Once every member reported the round ok and their digests agree: asks
   // them for sketches of their contributions (once), and with the sketches
   // and the sum in, takes out the members whose contribution the guard
-  // refuses and redoes the round without them (coordinator/sketch_check.h).
+  // refuses and redoes the round without them (coordinator/planes/sketch_check.h).
   // True while the step waits for it, or when it redid the round; false
   // when the round may be committed (or the guard is off).
   bool check_contribution_norms(double now);

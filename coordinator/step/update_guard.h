@@ -15,7 +15,7 @@
 //
 // The norm guard (guard.norm_multiple, 3 unless set, 0: off) is for a
 // contribution that is valid but poisoned: scaled far beyond the others',
-// or scaled or flipped step after step (coordinator/contribution_record.h).
+// or scaled or flipped step after step (coordinator/step/contribution_record.h).
 #pragma once
 
 #include <cstdint>
@@ -29,16 +29,16 @@
 
 #include "comm/message.h"
 #include "common/usable_values.h"  // usable(), kOverflowMagnitude: shared with the exchange
-#include "coordinator/contribution_record.h"
+#include "coordinator/step/contribution_record.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {
 
 // What adding one contribution into the running sums showed.
 struct AddedContribution {
-  bool overflows = false;       // it holds a value at or beyond kOverflowMagnitude
-  bool sum_overflowed = false;  // the running sum reached it (or NaN) with this addition
-  double norm = 0.0;            // its gradient's L2 norm; only measured for the norm guard
+  bool overflows = false;        // it holds a value at or beyond kOverflowMagnitude
+  bool sum_overflowed = false;   // the running sum reached it (or NaN) with this addition
+  double norm = 0.0;             // its gradient's L2 norm; only measured for the norm guard
   double statistics_norm = 0.0;  // its batch statistics' L2 norm, the same
 };
 

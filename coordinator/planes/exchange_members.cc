@@ -1,4 +1,4 @@
-// The exchange's members in a round (coordinator/exchange_plane.h): who is
+// The exchange's members in a round (coordinator/planes/exchange_plane.h): who is
 // overdue, stopped, lost or silent by the coordinator's clock, and the
 // strikes that release a member after failed rounds in a row.
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 #include <set>
 
 #include "comm/envelope.h"
-#include "coordinator/exchange_plane.h"
+#include "coordinator/planes/exchange_plane.h"
 
 namespace dctrain {
 

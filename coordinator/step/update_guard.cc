@@ -1,4 +1,4 @@
-#include "coordinator/update_guard.h"
+#include "coordinator/step/update_guard.h"
 
 #include <fmt/format.h>
 

@@ -45,6 +45,17 @@ struct Planned {
   bool out() const { return removed.has_value(); }
 };
 
+// A step as the coordinator closes it: its metrics.jsonl record, and what it
+// sums on the way that the record does not carry.
+struct ClosedStep {
+  v1::StepRecord record;
+  double loss_sum = 0.0;  // over the contributions
+  uint64_t loss_terms = 0, correct = 0;
+  // Micro-batches planned, by worker rank (a worker that did not contribute
+  // has no count of its own in the record).
+  std::map<uint32_t, uint64_t> planned;
+};
+
 // Whether a worker's step record counts against it (its run of misses, the
 // speed planner's estimate): it was lost from the step on its own
 // parameters. Not when it was cut as a backup, refused or discarded by a

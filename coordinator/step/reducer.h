@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/message.h"
-#include "coordinator/update_guard.h"
+#include "coordinator/step/update_guard.h"
 
 namespace dctrain {
 
@@ -44,7 +44,7 @@ class Reducer {
   std::span<float> statistics() { return statistics_; }
 
   // What adding each contribution of the step showed, by rank
-  // (coordinator/update_guard.h); with holding on, each norm on arrival.
+  // (coordinator/step/update_guard.h); with holding on, each norm on arrival.
   const std::map<uint32_t, AddedContribution>& added() const { return added_; }
   // Holding (for the norm guard, from now on): contributions wait unsummed
   // until release(), which sums them but `refused`, in rank order.

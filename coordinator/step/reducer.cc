@@ -1,4 +1,4 @@
-#include "coordinator/reducer.h"
+#include "coordinator/step/reducer.h"
 
 #include <algorithm>
 #include <cmath>

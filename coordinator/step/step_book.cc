@@ -1,4 +1,4 @@
-#include "coordinator/step_book.h"
+#include "coordinator/step/step_book.h"
 
 namespace dctrain {
 

@@ -18,8 +18,8 @@ struct Member {
   bool live = false;
   double last_heard = 0.0;  // seconds, on the coordinator's clock
   uint32_t threads = 1;
-  bool ready = false;            // took its welcome and loaded its data: may be planned
-  double welcomed_at = -1e300;   // when its last welcome was sent (coordinator's clock)
+  bool ready = false;           // took its welcome and loaded its data: may be planned
+  double welcomed_at = -1e300;  // when its last welcome was sent (coordinator's clock)
   // Steps it was planned in and missed (its deadline passed, or it was
   // taken out of the exchange's round) since its last contribution; kept
   // when it comes back under its name.
@@ -29,7 +29,7 @@ struct Member {
   // last contribution to a committed step; kept when it comes back under its
   // name, and taken over by a new worker of the same identity.
   uint32_t failed_rounds_in_a_row = 0;
-  std::string key;               // the CURVE public key it joined with; "" on plain links
+  std::string key;  // the CURVE public key it joined with; "" on plain links
   // What survives a restart under a new name: its CURVE key, else its host.
   std::string identity;
 };

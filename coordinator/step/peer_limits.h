@@ -66,8 +66,8 @@ class PeerLog {
   };
   using Entries = std::map<std::string, Entry>;
   // One line of `kind` from `peer`, logged or counted for the next line.
-  void limited(Entries& entries, const char* kind, const std::string& peer,
-               const std::string& line, double now);
+  void limited(Entries& entries, const char* kind, const std::string& peer, const std::string& line,
+               double now);
   void prune(Entries& entries, double now);
 
   double period_;

@@ -1,4 +1,4 @@
-// The exchange's commit (coordinator/exchange_steps.cc says the protocol):
+// The exchange's commit (coordinator/planes/exchange_steps.cc says the protocol):
 // a round whose members all reported success is committed on their reports
 // alone; the sum forwarded by the lowest member is taken once its digests
 // are those every member gave, chased from the next member when it does not
@@ -17,8 +17,8 @@
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "common/usable_values.h"
-#include "coordinator/exchange_blame.h"
-#include "coordinator/exchange_plane.h"
+#include "coordinator/planes/exchange_blame.h"
+#include "coordinator/planes/exchange_plane.h"
 #include "exchange/chunk.h"
 #include "exchange/sum_digest.h"
 

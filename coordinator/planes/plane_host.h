@@ -1,4 +1,4 @@
-// What a data plane (coordinator/data_plane.h) works on and may ask of the
+// What a data plane (coordinator/planes/data_plane.h) works on and may ask of the
 // coordinator that runs it, and nothing else: the planes never see
 // CoordinatorImpl.
 //
@@ -23,18 +23,16 @@
 #include <string>
 
 #include "comm/message.h"
-#include "coordinator/membership.h"
-#include "coordinator/peer_limits.h"
-#include "coordinator/step_book.h"
-#include "coordinator/update_guard.h"
+#include "coordinator/step/membership.h"
+#include "coordinator/step/peer_limits.h"
+#include "coordinator/step/step_book.h"
+#include "coordinator/step/update_guard.h"
 #include "proto/config.pb.h"
 #include "proto/metrics.pb.h"
 #include "runtime/replica.h"
 #include "trace/timeline.h"
 
 namespace dctrain {
-
-struct ClosedStep;
 
 struct PlaneRooms {
   const v1::RunConfig& config;

@@ -41,8 +41,8 @@
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "common/usable_values.h"
-#include "coordinator/exchange_blame.h"
-#include "coordinator/exchange_plane.h"
+#include "coordinator/planes/exchange_blame.h"
+#include "coordinator/planes/exchange_plane.h"
 #include "exchange/chunk.h"
 #include "exchange/sum_digest.h"
 
@@ -203,19 +203,20 @@ std::optional<std::string> ExchangePlane::contribution_problem(const Message& re
   // Whom it names must be other members of the round, each once: the blame
   // looks them up, and its work grows with what a report names.
   const v1::ExchangeReport& x = c.exchange();
-  const auto named = [&](const char* field,
-                         const google::protobuf::RepeatedField<uint32_t>& ranks)
-      -> std::optional<std::string> {
+  const auto named =
+      [&](const char* field,
+          const google::protobuf::RepeatedField<uint32_t>& ranks) -> std::optional<std::string> {
     if (ranks.size() > static_cast<int>(exchange_members_.size())) {
-      return fmt::format("its exchange report names {} {} in a round of {} members",
-                         ranks.size(), field, exchange_members_.size());
+      return fmt::format("its exchange report names {} {} in a round of {} members", ranks.size(),
+                         field, exchange_members_.size());
     }
     std::set<uint32_t> seen;
     for (uint32_t r : ranks) {
       if (!std::binary_search(exchange_members_.begin(), exchange_members_.end(), r)) {
-        return fmt::format("its exchange report names rank {} in {}, which is no member of the "
-                           "round (ranks {})",
-                           r, field, fmt::join(exchange_members_, ", "));
+        return fmt::format(
+            "its exchange report names rank {} in {}, which is no member of the "
+            "round (ranks {})",
+            r, field, fmt::join(exchange_members_, ", "));
       }
       if (!seen.insert(r).second) {
         return fmt::format("its exchange report names rank {} twice in {}", r, field);

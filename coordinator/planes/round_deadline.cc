@@ -1,4 +1,4 @@
-#include "coordinator/round_deadline.h"
+#include "coordinator/planes/round_deadline.h"
 
 #include <algorithm>
 #include <cmath>

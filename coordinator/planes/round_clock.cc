@@ -1,4 +1,4 @@
-#include "coordinator/round_clock.h"
+#include "coordinator/planes/round_clock.h"
 
 #include <algorithm>
 #include <cmath>

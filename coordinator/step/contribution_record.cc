@@ -1,4 +1,4 @@
-#include "coordinator/contribution_record.h"
+#include "coordinator/step/contribution_record.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
-// The data plane "star" (coordinator/star_plane.h).
-#include "coordinator/star_plane.h"
+// The data plane "star" (coordinator/planes/star_plane.h).
+#include "coordinator/planes/star_plane.h"
 
 #include <fmt/format.h>
 

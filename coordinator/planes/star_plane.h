@@ -1,13 +1,13 @@
-// The data plane "star" (coordinator/data_plane.h): every worker sends its
+// The data plane "star" (coordinator/planes/data_plane.h): every worker sends its
 // contribution to the coordinator, which sums them in rank order as they
-// arrive (coordinator/reducer.h), guards the sum (coordinator/
+// arrive (coordinator/step/reducer.h), guards the sum (coordinator/
 // update_guard.h), sends the update to every live worker and applies it to
 // its own replica. The step policy "backup" closes a step here after the
 // first N - b contributions.
 #pragma once
 
-#include "coordinator/data_plane.h"
-#include "coordinator/plane_host.h"
+#include "coordinator/planes/data_plane.h"
+#include "coordinator/planes/plane_host.h"
 
 namespace dctrain {
 
