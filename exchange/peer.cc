@@ -13,7 +13,7 @@
 #include "comm/rank_order_sum.h"
 #include "comm/transport.h"
 #include "common/usable_values.h"
-#include "exchange/peer_round.h"
+#include "exchange/mesh_round.h"
 #include "exchange/sum_digest.h"
 
 namespace dctrain {
@@ -227,7 +227,8 @@ void ExchangePeer::connect(std::vector<std::string> endpoints) {
   }
 }
 
-void ExchangePeer::queue(Round& r, uint32_t to, const ChunkHeader& header, const float* data) {
+void ExchangePeer::queue(uint32_t to, const ChunkHeader& header, const float* data,
+                         ExchangeStats& stats) {
   const auto bytes = encode_header(header);
   Outgoing o{zmq::message_t(bytes.data(), bytes.size()), zmq::message_t()};
   const size_t payload = header.count * sizeof(float);
@@ -235,8 +236,8 @@ void ExchangePeer::queue(Round& r, uint32_t to, const ChunkHeader& header, const
     o.payload = options_.copy_sends ? releases_->copy(to, data, payload)
                                     : releases_->wrap(to, data, payload);
   }
-  ++r.stats->pieces_sent;
-  r.stats->bytes_sent += payload;
+  ++stats.pieces_sent;
+  stats.bytes_sent += payload;
   pending_[to].push_back(std::move(o));
   flush(to);
 }
@@ -255,38 +256,9 @@ bool ExchangePeer::flush(uint32_t to) {
   return true;
 }
 
-void ExchangePeer::reduce_piece(Round& r, size_t k) {
-  const PieceRange p = r.plan.piece(r.me, k);
-  std::vector<const std::byte*> sources(r.members.size());
-  for (size_t m = 0; m < sources.size(); ++m) {
-    sources[m] = m == r.me ? reinterpret_cast<const std::byte*>(r.contribution.data() + p.offset)
-                           : static_cast<const std::byte*>(r.inputs[k][m].data());
-  }
-  if (p.count > 0) {
-    const std::span<float> sum = r.result.subspan(p.offset, p.count);
-    const auto begin = Clock::now();
-    sum_in_rank_order(sources, p.count, sum.data());
-    r.stats->summing += Clock::now() - begin;
-    // Checked while the piece is in cache (outside the summing figure).
-    r.unusable = r.unusable || !usable(sum);
-  }
-  for (auto& m : r.inputs[k]) m = zmq::message_t();  // the receive buffers go back now
-  uint64_t total = 0;
-  for (size_t m = 0; m < r.members.size(); ++m) {
-    total += m == r.me ? r.own_samples : r.member_samples[m].value_or(0);
-  }
-  const ChunkHeader h = r.header(PieceKind::kResult, rank_, p, total);
-  for (size_t m = 0; m < r.members.size(); ++m) {
-    if (m != r.me) queue(r, r.members[m], h, r.result.data() + p.offset);
-  }
-  if (r.digester) r.digester->landed(r.me, k);  // after the sends: they go first
-  if (++r.pieces_reduced == r.inputs.size()) r.stats->reduced_after = Clock::now() - r.start;
-}
-
 void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& payload,
                           const std::string& key, const std::string& id, ExchangeOutcome& out) {
-  const size_t from = r.position_of(h.from);
-  if (from == r.members.size() || from == r.me) {
+  if (!r.is_other_member(h.from)) {
     return refuse(out, fmt::format("a piece from rank {}, not a member", h.from));
   }
   if (auto problem = sender_problem(id, h.from)) return refuse(out, std::move(*problem));
@@ -296,66 +268,7 @@ void ExchangePeer::accept(Round& r, const ChunkHeader& h, zmq::message_t&& paylo
                                    "with another key ({})",
                                    h.from, key.empty() ? std::string("none") : key));
   }
-  auto conflict = [&](std::string why) {
-    if (!r.conflict[from] && r.first_conflict.empty()) {
-      r.first_conflict = fmt::format("rank {}: {}", h.from, why);
-    }
-    r.conflict[from] = true;
-  };
-  if (h.members != r.members.size() || h.members_digest != r.digest) {
-    return conflict(fmt::format("runs this round among {} other members (this peer: {})", h.members,
-                                fmt::join(r.members, ",")));
-  }
-  if (h.length != r.plan.length() || h.piece_floats != r.plan.piece_floats()) {
-    return conflict(fmt::format(
-        "exchanges {} floats in pieces of {} (this peer: {} in pieces of {}; same model and "
-        "piece_bytes on every member?)",
-        h.length, h.piece_floats, r.plan.length(), r.plan.piece_floats()));
-  }
-  if (payload.size() != h.count * sizeof(float)) {
-    return conflict(fmt::format("piece of {} floats came with {} bytes", h.count, payload.size()));
-  }
-  if (h.kind == PieceKind::kContribution) {
-    const auto k = r.plan.piece_at(r.me, h.offset, h.count);
-    if (!k)
-      return conflict(fmt::format("[{}, +{}) is no piece of this peer's shard", h.offset, h.count));
-    if (r.input_in[*k][from]) {
-      return refuse(out, fmt::format("a second copy of rank {}'s piece at {}", h.from, h.offset));
-    }
-    if (r.member_samples[from] && *r.member_samples[from] != h.samples) {
-      return conflict(
-          fmt::format("reports {} samples, earlier {}", h.samples, *r.member_samples[from]));
-    }
-    if (!r.member_samples[from] && --r.unheard == 0) r.all_heard = Clock::now();
-    r.member_samples[from] = h.samples;
-    r.input_in[*k][from] = true;
-    r.inputs[*k][from] = std::move(payload);
-    ++out.stats.pieces_received;
-    out.stats.bytes_received += h.count * sizeof(float);
-    if (++r.inputs_in[*k] == r.members.size() - 1) reduce_piece(r, *k);
-    return;
-  }
-  const auto k = r.plan.piece_at(from, h.offset, h.count);
-  if (!k) return conflict(fmt::format("[{}, +{}) is no piece of its shard", h.offset, h.count));
-  if (r.result_in[from][*k]) {
-    return refuse(out, fmt::format("a second copy of rank {}'s sum at {}", h.from, h.offset));
-  }
-  if (r.result_samples[from] && *r.result_samples[from] != h.samples) {
-    return conflict(fmt::format("reports a total of {} samples, earlier {}", h.samples,
-                                *r.result_samples[from]));
-  }
-  r.result_samples[from] = h.samples;
-  if (h.count > 0) {
-    const std::span<float> sum = r.result.subspan(h.offset, h.count);
-    std::memcpy(sum.data(), payload.data(), payload.size());
-    r.unusable = r.unusable || !usable(sum);
-  }
-  r.result_in[from][*k] = true;
-  if (r.digester) r.digester->landed(from, *k);
-  --r.results_missing[from];
-  if (--r.results_missing_total == 0) out.stats.gathered_after = Clock::now() - r.start;
-  ++out.stats.pieces_received;
-  out.stats.bytes_received += h.count * sizeof(float);
+  if (auto why = r.take(h, std::move(payload))) refuse(out, std::move(*why));
 }
 
 void ExchangePeer::refuse(ExchangeOutcome& out, std::string why) {
@@ -377,17 +290,17 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
     return refuse(out, fmt::format("a piece that claims rank {} from connection '{}'", h->from,
                                    printable(id)));
   }
-  if (h->round < r.id) {
+  if (h->round < r.id()) {
     ++out.stats.stale;
     return;
   }
-  if (h->round > r.id) {
+  if (h->round > r.id()) {
     // A piece of a later run: its coordinator started after this round's.
     // Members learn of a new run from its first plan, so such a piece comes
     // from a member that has, and this one will take part in that round
     // only after it has ended this one: not kept, as no sender could be
     // bounded that way (a later run's every step is "later").
-    if (h->round.run != r.id.run) {
+    if (h->round.run != r.id().run) {
       return refuse(out, fmt::format("a piece of a later run ({}) than this round's",
                                      describe_round(h->round)));
     }
@@ -397,10 +310,8 @@ void ExchangePeer::handle(Round& r, std::vector<zmq::message_t>& parts, Exchange
     // shard's pieces and its own shard's.
     size_t held = 0;
     for (const Early& e : early_) held += e.payload.size();
-    size_t pieces_per_round = (r.members.size() - 1) * r.plan.pieces(r.me);
-    for (size_t p = 0; p < r.members.size(); ++p) pieces_per_round += r.plan.pieces(p);
-    if (held + parts[2].size() > 2 * r.plan.length() * sizeof(float) + (size_t{1} << 20) ||
-        early_.size() >= 2 * pieces_per_round + 64) {
+    if (held + parts[2].size() > 2 * r.length() * sizeof(float) + (size_t{1} << 20) ||
+        early_.size() >= 2 * r.pieces_received_at_most() + 64) {
       return refuse(out, fmt::format("a piece of a later round ({}) beyond what is kept",
                                      describe_round(h->round)));
     }

@@ -58,6 +58,8 @@
 
 namespace dctrain {
 
+class MeshRound;
+
 struct ExchangeOptions {
   // The largest piece on the wire (a multiple of 4). Smaller pieces start
   // the all-gather sooner; larger ones cost fewer messages.
@@ -253,17 +255,21 @@ class ExchangePeer {
     std::string key;  // the sender's authenticated key (CURVE), checked when taken
     std::string id;   // its connection's routing id, checked when taken
   };
-  struct Round;
+  // The round's algorithm (exchange/mesh_round.h), and its pieces' way
+  // out through this peer's outboxes (peer_round.cc).
+  using Round = MeshRound;
+  class Outboxes;
 
   void open_dealer(uint32_t rank);
   void reset_dealer(uint32_t rank);
-  void queue(Round& r, uint32_t to, const ChunkHeader& header, const float* data);
+  void queue(uint32_t to, const ChunkHeader& header, const float* data, ExchangeStats& stats);
   bool flush(uint32_t to);
+  // A piece whose sender the transport vouches for (its connection's
+  // secret, its key) into the round.
   void accept(Round& r, const ChunkHeader& header, zmq::message_t&& payload, const std::string& key,
               const std::string& id, ExchangeOutcome& out);
   // Why a piece claiming rank `from` is not taken from connection `id`.
   std::optional<std::string> sender_problem(const std::string& id, uint32_t from);
-  void reduce_piece(Round& r, size_t piece);
   void handle(Round& r, std::vector<zmq::message_t>& parts, ExchangeOutcome& out);
   static void refuse(ExchangeOutcome& out, std::string why);
 
@@ -276,8 +282,6 @@ class ExchangePeer {
   // The pieces of this round read during an earlier one taken (earlier
   // rounds' dropped, later ones' kept).
   void take_early_pieces(Round& r, ExchangeOutcome& out);
-  // This peer's contribution queued for the other members (alone: summed).
-  void send_contribution(Round& r);
   bool nothing_pending(const Round& r) const;
   // Pieces sent, received and summed until the round is complete, has a
   // conflict, is cancelled, or runs out of time; returns when it stopped
@@ -291,9 +295,6 @@ class ExchangePeer {
   // way out, for the error.
   std::vector<std::string> let_go_of_buffers(Round& r, std::chrono::steady_clock::time_point end,
                                              ExchangeOutcome& out);
-  // The members' sample counts, the owners' totals against them, and who is
-  // missing or in conflict.
-  static void settle_counts(Round& r, ExchangeOutcome& out);
   // Why the round failed: where, what and what to do.
   std::string failure_text(const Round& r, const ExchangeOutcome& out,
                            const std::vector<std::string>& outgoing,
