@@ -30,6 +30,7 @@
 #include "sim/compute_trace.h"
 #include "sim/network.h"
 #include "trace/trace_writer.h"
+#include "worker/in_process.h"
 #include "worker/session.h"
 #include "worker/trainer.h"
 #include "worker/worker_clock.h"
@@ -117,34 +118,17 @@ class QueueOutbox final : public Outbox {
   std::vector<std::pair<std::string, Message>> sent;
 };
 
-// A worker's link to the coordinator: what it sends, to be scheduled.
-class QueueLink final : public Link {
- public:
-  void send(Message message) override { sent.push_back(std::move(message)); }
-  bool try_receive(std::vector<zmq::message_t>&) override { return false; }
-  std::optional<ConnectionEvent> try_event() override { return std::nullopt; }
-  void add_poll_items(std::vector<zmq::pollitem_t>&) override {}
-  std::vector<Message> sent;
-};
-
-class JobQueue final : public ComputeQueue {
- public:
-  void push(ComputeJob job) override { jobs.push_back(std::move(job)); }
-  std::deque<ComputeJob> jobs;
-};
-
-// The real worker session and trainer. The session runs on the event
-// queue's time (messages, compute results, its heartbeat ticks); the
-// compute side on a clock of its own that moves only when it computes or
-// sleeps a delay, as the compute thread does beside the session.
+// The real worker session and trainer (worker/in_process.h). The session
+// runs on the event queue's time (messages, compute results, its heartbeat
+// ticks); the compute side on a clock of its own that moves only when it
+// computes or sleeps a delay, as the compute thread does beside the session.
 class SimulatedWorker {
  public:
   SimulatedWorker(const std::string& name, const SizeAndShape& train, ComputeCost cost,
                   std::shared_ptr<spdlog::logger> log)
-      : trainer_(options_for(name), parts_for(train, std::move(cost)), compute_clock_, log),
-        session_(options_for(name), v1::BlasInfo(), link_, jobs_, log, 0.0) {}
+      : worker_(options_for(name), parts_for(train, std::move(cost)), compute_clock_, log, 0.0) {}
 
-  Message hello() const { return session_.hello(); }
+  Message hello() const { return worker_.hello(); }
 
   // What the worker does at `now`: the messages it sends then, and the
   // compute results it will have at later times.
@@ -155,20 +139,20 @@ class SimulatedWorker {
 
   // A message from the coordinator arrives.
   Outcome deliver(Message message, double now) {
-    session_.handle(encode(std::move(message)), now);
+    worker_.deliver(std::move(message), now);
     return outcome(now);
   }
   // A compute result reaches the session.
   Outcome computed(ComputeOutput output, double now) {
-    session_.on_compute(std::move(output), now);
+    worker_.computed(std::move(output), now);
     return outcome(now);
   }
   // The session's clock work (heartbeats).
   Outcome tick(double now) {
-    session_.tick(now);
+    worker_.tick(now);
     return outcome(now);
   }
-  bool done() const { return session_.done(); }
+  bool done() const { return worker_.done(); }
 
  private:
   static WorkerOptions options_for(const std::string& name) {
@@ -192,24 +176,18 @@ class SimulatedWorker {
   // for them to arrive: it is idle or still busy with earlier ones).
   Outcome outcome(double now) {
     Outcome out;
-    out.sent = std::move(link_.sent);
-    link_.sent.clear();
-    while (!jobs_.jobs.empty()) {
-      ComputeJob job = std::move(jobs_.jobs.front());
-      jobs_.jobs.pop_front();
+    out.sent = worker_.take_sent();
+    while (worker_.has_job()) {
       compute_clock_.time = std::max(compute_clock_.time, now);
-      for (ComputeOutput& output : trainer_.handle(std::move(job))) {
+      for (ComputeOutput& output : worker_.run_job()) {
         out.computed.emplace_back(compute_clock_.time, std::move(output));
       }
     }
     return out;
   }
 
-  ManualClock compute_clock_;
-  QueueLink link_;
-  JobQueue jobs_;
-  Trainer trainer_;
-  WorkerSession session_;
+  ManualClock compute_clock_;  // before the worker: its trainer reads it
+  InProcessWorker worker_;
 };
 
 // What happens at a time: a message reaches the coordinator or a worker, a

@@ -26,6 +26,7 @@
 #include "runtime/run_config.h"
 #include "runtime/setup.h"
 #include "tests/testing/softmax_model.h"
+#include "worker/in_process.h"
 #include "worker/session.h"
 #include "worker/trainer.h"
 #include "worker/worker_clock.h"
@@ -81,29 +82,11 @@ inline Message copy_of(const Message& message) {
 using dctrain::ManualClock;
 
 // The coordinator's end of a worker's link, for a test that calls the
-// session itself: it records what the worker sends and has nothing to poll.
-class RecordingLink : public Link {
- public:
-  void send(Message message) override { sent.push_back(std::move(message)); }
-  bool try_receive(std::vector<zmq::message_t>&) override { return false; }
-  std::optional<ConnectionEvent> try_event() override { return std::nullopt; }
-  void add_poll_items(std::vector<zmq::pollitem_t>&) override {}
-  // Everything sent and not yet taken, oldest first.
-  std::vector<Message> take() {
-    std::vector<Message> out(std::make_move_iterator(sent.begin()),
-                             std::make_move_iterator(sent.end()));
-    sent.clear();
-    return out;
-  }
-  std::deque<Message> sent;
-};
-
-// The compute side's queue as the session fills it; the test runs the jobs.
-class JobRecorder : public ComputeQueue {
- public:
-  void push(ComputeJob job) override { jobs.push_back(std::move(job)); }
-  std::deque<ComputeJob> jobs;
-};
+// session itself: it records what the worker sends (take()) and has nothing
+// to poll; and the compute side's queue as the session fills it, the test
+// running the jobs (worker/in_process.h).
+using RecordingLink = SentMessages;
+using JobRecorder = QueuedJobs;
 
 // A dataset shared by several workers of one test (each trainer owns its
 // training set, as each process does).
@@ -147,7 +130,7 @@ class FakeWorker {
       : name(std::move(worker_name)), parts_(std::make_unique<Parts>(name, train)) {}
 
   // The hello this worker's session says.
-  Message hello() const { return parts_->session.hello(); }
+  Message hello() const { return parts_->worker.hello(); }
 
   // Hands a copy of `message` to the session as it arrives from the
   // coordinator, runs the jobs the session hands to the compute side through
@@ -155,15 +138,12 @@ class FakeWorker {
   // the worker sent meanwhile.
   std::vector<Message> deliver(const Message& message) {
     Parts& p = *parts_;
-    p.session.handle(encode(copy_of(message)), p.clock.now());
-    while (!p.jobs.jobs.empty()) {
-      ComputeJob job = std::move(p.jobs.jobs.front());
-      p.jobs.jobs.pop_front();
-      for (ComputeOutput& out : p.trainer.handle(std::move(job))) {
-        p.session.on_compute(std::move(out), p.clock.now());
-      }
+    p.worker.deliver(copy_of(message), p.clock.now());
+    while (p.worker.has_job()) {
+      for (ComputeOutput& out : p.worker.run_job())
+        p.worker.computed(std::move(out), p.clock.now());
     }
-    return p.link.take();
+    return p.worker.take_sent();
   }
 
   // Takes a welcome; returns the Ready the coordinator waits for.
@@ -180,25 +160,21 @@ class FakeWorker {
   }
 
   // The trainer's replica (null before the first welcome).
-  Replica* replica() { return parts_->trainer.replica(); }
+  Replica* replica() { return parts_->worker.replica(); }
   std::string log() const { return parts_->log.text.str(); }
 
   std::string name;
 
  private:
-  // Held by pointer: the session refers to the link and the queue, and the
+  // Held by pointer: the worker's session refers to its link and queue, and the
   // tests keep workers in maps.
   struct Parts {
     Parts(const std::string& worker_name, const Dataset& train)
-        : trainer(options_for(worker_name), softmax_parts(train), clock, log.logger),
-          session(options_for(worker_name), v1::BlasInfo(), link, jobs, log.logger, clock.now()) {}
+        : worker(options_for(worker_name), softmax_parts(train), clock, log.logger, clock.now()) {}
 
     CapturedLog log;
     SteadyClock clock;
-    RecordingLink link;
-    JobRecorder jobs;
-    Trainer trainer;
-    WorkerSession session;
+    InProcessWorker worker;
   };
 
   static WorkerOptions options_for(const std::string& worker_name) {
