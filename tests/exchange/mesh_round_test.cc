@@ -4,7 +4,8 @@
 // ends with the rank-order sum, bit for bit, whatever the order of arrival
 // and the number of members; a member that sends nothing is named missing
 // by every other; a second copy of a piece is refused, and a piece of
-// another length is a conflict that names its sender.
+// another length is a conflict that names its sender, as is an owner whose
+// summed pieces claim another total than the members' counts.
 #include "exchange/mesh_round.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -97,6 +99,8 @@ class Mesh {
 
   // Members whose pieces are lost on the way.
   std::set<uint32_t> silent;
+  // A member whose summed pieces claim one sample more than the round has.
+  std::optional<uint32_t> overcounting_owner;
 
   std::vector<std::vector<float>> contributions, results;
   std::vector<ExchangeStats> stats;
@@ -107,7 +111,11 @@ class Mesh {
   class Sink final : public PieceSink {
    public:
     explicit Sink(Mesh& mesh) : mesh_(mesh) {}
-    void send(uint32_t to, const ChunkHeader& header, const float* data) override {
+    void send(uint32_t to, const ChunkHeader& sent, const float* data) override {
+      ChunkHeader header = sent;
+      if (header.kind == PieceKind::kResult && mesh_.overcounting_owner == header.from) {
+        ++header.samples;
+      }
       const auto bytes = encode_header(header);
       InFlight piece{to, std::vector<std::byte>(bytes.begin(), bytes.end()),
                      zmq::message_t(data, header.count * sizeof(float))};
@@ -210,6 +218,23 @@ TEST(MeshRound, ASecondCopyIsRefusedAndAPieceOfAnotherLengthIsAConflictNamingIts
   ExchangeOutcome out;
   mesh.at_rank(0).settle(out);
   EXPECT_EQ(out.conflicting, std::vector<uint32_t>{4});
+}
+
+TEST(MeshRound, AnOwnerWhoseTotalIsNotTheMembersCountsIsAConflictAndTheSumIncomplete) {
+  Mesh mesh(3, 200, 50);
+  mesh.overcounting_owner = 2;
+  mesh.run(4);
+  for (uint32_t rank : {0u, 4u}) {
+    MeshRound& r = mesh.at_rank(rank);
+    ASSERT_TRUE(r.complete()) << "every piece arrived";
+    ExchangeOutcome out;
+    out.complete = true;
+    r.settle(out);
+    EXPECT_FALSE(out.complete) << "rank " << rank;
+    EXPECT_EQ(out.conflicting, std::vector<uint32_t>{2}) << "rank " << rank;
+    EXPECT_EQ(r.conflict().rfind("rank 2: summed 37 samples, this peer counts 36", 0), 0u)
+        << r.conflict();
+  }
 }
 
 }  // namespace
