@@ -227,7 +227,7 @@ class CoordinatorImpl : private PlaneHost {
   uint64_t progress_samples_ = 0;
   uint64_t start_checksum_ = 0;
   uint64_t epoch_samples_ = 0;  // settled (done or lost) in the current epoch
-  std::map<uint32_t, Planned> planned_;
+  StepBook planned_;
   double last_loss_ = 0.0;
   double recent_step_seconds_ = 0.0;
   LiveMetrics live_metrics_;

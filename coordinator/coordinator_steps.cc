@@ -24,7 +24,7 @@ void CoordinatorImpl::lose_if_awaited(uint32_t rank, const std::string& why) {
 
 void CoordinatorImpl::drop_from_step(uint32_t rank) {
   plane_->forget(rank);  // nothing once it settled
-  if (auto p = planned_.find(rank); p != planned_.end()) p->second.contribution.reset();
+  planned_.drop(rank);
   ledger_.orphan_worker(rank);
 }
 
@@ -34,11 +34,8 @@ void CoordinatorImpl::declare_dead(uint32_t rank, const std::string& why) {
 }
 
 void CoordinatorImpl::remove(uint32_t rank, Removal removal, const std::string& why) {
-  auto it = planned_.find(rank);
-  if (it == planned_.end() || it->second.out()) return;
-  Planned& p = it->second;
-  p.removed = removal;
-  p.contribution.reset();
+  if (!planned_.take_out(rank, removal)) return;
+  const Planned& p = planned_.at(rank);
   plane_->forget(rank);  // nothing to forget once it has reported
   ledger_.orphan_worker(rank);
   log_->log(removal == Removal::kLost ? spdlog::level::warn : spdlog::level::debug,
@@ -81,8 +78,7 @@ void CoordinatorImpl::start_step(double now) {
   const double tau = threshold_.tau();
   plane_->open_step(planned, now, tau);
   for (WorkerPlan& plan : plans) {
-    Planned& p = planned_[plan.rank];
-    p.rank = plan.rank;
+    Planned& p = planned_.plan(plan.rank);
     Message m;
     m.envelope = make_envelope(step_, kCoordinatorName);
     v1::Plan& body = *m.envelope.mutable_plan();
@@ -125,8 +121,7 @@ void CoordinatorImpl::close_step(double now) {
   record_shares(shares_, record, closed.planned);
   record.set_policy(word(config_.step().policy()));
   observe_step(speed_planner_, record);
-  uint64_t planned_samples = 0;
-  for (const auto& [rank, p] : planned_) planned_samples += p.samples;
+  const uint64_t planned_samples = planned_.planned_samples();
   record.set_lr(step_learning_rate());
   if (auto checksum = plane_->apply(closed, planned_samples)) start_checksum_ = *checksum;
   count_step(record);

@@ -40,7 +40,7 @@ struct PlaneRooms {
   const std::function<double()>& clock;  // this process's monotonic seconds
   Membership& membership;
   Replica& replica;                   // the coordinator's reference replica
-  std::map<uint32_t, Planned>& book;  // the open step's, by rank (step_book.h)
+  StepBook& book;                     // the open step's (step_book.h)
   UpdateGuard& guard;
   Timeline& timeline;
   v1::RunTotals& totals;

@@ -1,10 +1,13 @@
 // The open step's book: what each worker of the step was planned, what it
 // sent, and whether and why it is out of the step. A worker leaves a step
-// one way, CoordinatorImpl::remove(rank, removal, why); the removal is
-// recorded in its WorkerStep (metrics.proto), and readers of the records
-// ask lost_from_step() whether it counts against the worker.
+// two ways, both the book's: take_out() (it is out, and why: the
+// coordinator's remove(rank, removal, why) on top) and drop() (the step is
+// dropped for it through no fault of its own). The removal is recorded in
+// its WorkerStep (metrics.proto), and readers of the records ask
+// lost_from_step() whether it counts against the worker.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -43,6 +46,39 @@ struct Planned {
   bool struck = false;             // exchange: failed a round of this step by its own fault
 
   bool out() const { return removed.has_value(); }
+};
+
+class StepBook {
+ public:
+  using Entries = std::map<uint32_t, Planned>;
+
+  // The entry of `rank` in the step being planned.
+  Planned& plan(uint32_t rank);
+  // A new step: no entry.
+  void clear() { entries_.clear(); }
+
+  bool contains(uint32_t rank) const { return entries_.contains(rank); }
+  Planned& at(uint32_t rank) { return entries_.at(rank); }
+  const Planned& at(uint32_t rank) const { return entries_.at(rank); }
+  Entries::iterator find(uint32_t rank) { return entries_.find(rank); }
+  Entries::const_iterator find(uint32_t rank) const { return entries_.find(rank); }
+  Entries::iterator begin() { return entries_.begin(); }
+  Entries::iterator end() { return entries_.end(); }
+  Entries::const_iterator begin() const { return entries_.begin(); }
+  Entries::const_iterator end() const { return entries_.end(); }
+  size_t size() const { return entries_.size(); }
+  // Samples planned in the step, over every entry.
+  uint64_t planned_samples() const;
+
+  // Takes `rank` out of the step as `removal`, once: what it sent is
+  // dropped. False when it has no entry or was out already.
+  bool take_out(uint32_t rank, Removal removal);
+  // The step is dropped for `rank`: what it sent is dropped, it is not out
+  // (no missed step).
+  void drop(uint32_t rank);
+
+ private:
+  Entries entries_;
 };
 
 // A step as the coordinator closes it: its metrics.jsonl record, and what it

@@ -59,8 +59,7 @@ class FakePlaneHost : public PlaneHost {
     std::map<uint32_t, Message> plans;
     uint64_t next_sample = 0;
     for (uint32_t rank : ranks) {
-      Planned& p = book[rank];
-      p.rank = rank;
+      Planned& p = book.plan(rank);
       Message m;
       m.envelope = make_envelope(step_, kCoordinatorName);
       v1::Plan& body = *m.envelope.mutable_plan();
@@ -114,16 +113,13 @@ class FakePlaneHost : public PlaneHost {
     sent[peer].push_back(std::move(message));
   }
   void remove(uint32_t rank, Removal removal, const std::string& why) override {
-    auto it = book.find(rank);
-    if (it == book.end() || it->second.out()) return;
-    it->second.removed = removal;
-    it->second.contribution.reset();
+    if (!book.take_out(rank, removal)) return;
     plane_->forget(rank);
     removed[rank] = {removal, why};
   }
   void drop_from_step(uint32_t rank) override {
     plane_->forget(rank);
-    if (auto p = book.find(rank); p != book.end()) p->second.contribution.reset();
+    book.drop(rank);
     dropped.push_back(rank);
   }
   void declare_dead(uint32_t rank, const std::string& why) override {
@@ -143,7 +139,7 @@ class FakePlaneHost : public PlaneHost {
   v1::RunConfig config;
   Membership membership;
   Replica replica;
-  std::map<uint32_t, Planned> book;
+  StepBook book;
   UpdateGuard guard;
   Timeline timeline;
   v1::RunTotals totals;
