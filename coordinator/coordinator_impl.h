@@ -183,7 +183,7 @@ class CoordinatorImpl : private PlaneHost {
   void send(const std::string& peer, Message message) override;
   double wall(double now) const { return wall_offset_ + (now - run_started_); }
   // The divisor of the step's gradient sum (normalization, short steps).
-  double step_divisor(const ClosedStep& closed, uint64_t planned_samples) const override;
+  double step_divisor(const ClosedStep& closed) const override;
   // The learning rate of the open step's update.
   double step_learning_rate() const override;
 

@@ -121,9 +121,8 @@ void CoordinatorImpl::close_step(double now) {
   record_shares(shares_, record, closed.planned);
   record.set_policy(word(config_.step().policy()));
   observe_step(speed_planner_, record);
-  const uint64_t planned_samples = planned_.planned_samples();
   record.set_lr(step_learning_rate());
-  if (auto checksum = plane_->apply(closed, planned_samples)) start_checksum_ = *checksum;
+  if (auto checksum = plane_->apply(closed)) start_checksum_ = *checksum;
   count_step(record);
   record.set_epoch(static_cast<uint32_t>(ledger_.epoch()));
   record.set_epochs(epochs());
@@ -268,7 +267,7 @@ double CoordinatorImpl::step_learning_rate() const {
                                                     t.samples_completed() + t.samples_lost()));
 }
 
-double CoordinatorImpl::step_divisor(const ClosedStep& closed, uint64_t planned_samples) const {
+double CoordinatorImpl::step_divisor(const ClosedStep& closed) const {
   // The gradient of the mean loss over what was completed (or, with
   // normalize "nominal", over what was planned): loss terms are samples for
   // the classifiers and masked tokens for MLM, so the divisor is in the
@@ -276,6 +275,7 @@ double CoordinatorImpl::step_divisor(const ClosedStep& closed, uint64_t planned_
   // planned than the global batch) is weighted by its size, so the epoch's
   // last few samples do not move the model as much as a full step.
   const v1::StepRecord& record = closed.record;
+  const uint64_t planned_samples = planned_.planned_samples();
   const auto terms = static_cast<double>(closed.loss_terms);
   double divisor = terms;
   switch (config_.step().normalize()) {

@@ -90,7 +90,7 @@ class DataPlane {
   // coordinator's replica (record.lr() set); sets the record's reduce and
   // apply times. Returns the checksum of the replica's parameters once the
   // update is in it; nothing while it waits for apply_pending().
-  virtual std::optional<uint64_t> apply(ClosedStep& closed, uint64_t planned_samples) = 0;
+  virtual std::optional<uint64_t> apply(ClosedStep& closed) = 0;
   // An update the workers have that the coordinator's replica has not yet:
   // applied now (before a welcome, an evaluation, a checkpoint, the end).
   // Returns the replica's checksum after it, when there was one.

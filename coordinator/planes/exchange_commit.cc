@@ -95,9 +95,8 @@ std::optional<std::string> ExchangePlane::forwarded_sum_problem(uint32_t rank, c
 v1::Update ExchangePlane::exchange_commit() const {
   // What the close will settle (settle_step), read from the reports.
   ClosedStep closed;
-  uint64_t samples = 0, planned_samples = 0;
+  uint64_t samples = 0;
   for (const auto& [rank, p] : rooms_.book) {
-    planned_samples += p.samples;
     if (!p.contribution) continue;
     closed.loss_terms += p.contribution->loss_terms();
     samples += p.contribution->samples();
@@ -111,7 +110,7 @@ v1::Update ExchangePlane::exchange_commit() const {
   body.set_optimizer_steps(static_cast<uint64_t>(rooms_.replica.optimizer_steps()) +
                            (applied ? 1 : 0));
   body.set_learning_rate(host_.step_learning_rate());
-  body.set_gradient_divisor(host_.step_divisor(closed, planned_samples));
+  body.set_gradient_divisor(host_.step_divisor(closed));
   body.set_statistics_divisor(static_cast<double>(samples));
   return body;
 }

@@ -77,7 +77,7 @@ class ExchangePlane final : public DataPlane {
   GuardedStep settle() override;
   // The rounds the step took and the round deadline it ran under.
   void record(v1::StepRecord& record) const override;
-  std::optional<uint64_t> apply(ClosedStep& closed, uint64_t planned_samples) override;
+  std::optional<uint64_t> apply(ClosedStep& closed) override;
   // The committed sum into the coordinator's replica, if not done yet.
   std::optional<uint64_t> apply_pending() override;
   bool workers_ahead() const override { return committed_ahead_.has_value(); }

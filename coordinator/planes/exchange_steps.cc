@@ -123,7 +123,7 @@ void ExchangePlane::record(v1::StepRecord& record) const {
   record.set_round_deadline_seconds(step_round_deadline_);
 }
 
-std::optional<uint64_t> ExchangePlane::apply(ClosedStep& closed, uint64_t) {
+std::optional<uint64_t> ExchangePlane::apply(ClosedStep& closed) {
   const double reduce_begin = rooms_.clock();
   const std::optional<uint64_t> checksum = commit_exchange(closed);
   closed.record.set_reduce_seconds(rooms_.clock() - reduce_begin);

@@ -60,9 +60,10 @@ class PlaneHost {
   // When the open step stops waiting for a contribution.
   virtual double deadline() const = 0;
   virtual void set_deadline(double deadline) = 0;
-  // The divisor of the step's gradient sum (normalization, short steps),
-  // and the learning rate of its update.
-  virtual double step_divisor(const ClosedStep& closed, uint64_t planned_samples) const = 0;
+  // The divisor of the step's gradient sum (normalization, short steps:
+  // the samples planned are the book's), and the learning rate of its
+  // update.
+  virtual double step_divisor(const ClosedStep& closed) const = 0;
   virtual double step_learning_rate() const = 0;
 
   virtual void send(const std::string& peer, Message message) = 0;

@@ -142,10 +142,10 @@ void StarPlane::cut_backup_workers() {
   }
 }
 
-std::optional<uint64_t> StarPlane::apply(ClosedStep& closed, uint64_t planned_samples) {
+std::optional<uint64_t> StarPlane::apply(ClosedStep& closed) {
   v1::StepRecord& record = closed.record;
   const double reduce_begin = rooms_.clock();
-  reducer_.finish(host_.step_divisor(closed, planned_samples),
+  reducer_.finish(host_.step_divisor(closed),
                   static_cast<double>(record.samples()));
   record.set_reduce_seconds(rooms_.clock() - reduce_begin);
   rooms_.timeline.span("reduce", reduce_begin, reduce_begin + record.reduce_seconds());

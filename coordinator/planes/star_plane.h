@@ -34,7 +34,7 @@ class StarPlane final : public DataPlane {
   // contribution or a discarded step has its micro-batches requeued.
   GuardedStep settle() override;
   void record(v1::StepRecord&) const override {}
-  std::optional<uint64_t> apply(ClosedStep& closed, uint64_t planned_samples) override;
+  std::optional<uint64_t> apply(ClosedStep& closed) override;
   std::optional<uint64_t> apply_pending() override { return std::nullopt; }
   bool workers_ahead() const override { return false; }
 

@@ -104,7 +104,7 @@ TEST_F(ExchangePlaneTest, ARoundIsCommittedOnItsReportsAndItsSumAppliedAfter) {
   EXPECT_FALSE(plane.hold_open(host.now));
   EXPECT_FALSE(plane.settle().discarded);
   ClosedStep closed = host.closed_step();
-  EXPECT_FALSE(plane.apply(closed, 24).has_value()) << "applied before the next plans";
+  EXPECT_FALSE(plane.apply(closed).has_value()) << "applied before the next plans";
   EXPECT_EQ(host.replica.parameter_checksum(), before);
   for (uint32_t rank = 0; rank < 3; ++rank) EXPECT_EQ(host.sent_to(name(rank)).size(), 1u);
 

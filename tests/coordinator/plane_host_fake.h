@@ -107,7 +107,7 @@ class FakePlaneHost : public PlaneHost {
   uint64_t start_checksum() const override { return start_checksum_; }
   double deadline() const override { return deadline_; }
   void set_deadline(double deadline) override { deadline_ = deadline; }
-  double step_divisor(const ClosedStep&, uint64_t) const override { return divisor; }
+  double step_divisor(const ClosedStep&) const override { return divisor; }
   double step_learning_rate() const override { return lr; }
   void send(const std::string& peer, Message message) override {
     sent[peer].push_back(std::move(message));

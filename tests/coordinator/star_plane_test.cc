@@ -107,7 +107,7 @@ TEST_F(StarPlaneTest, SumsInRankOrderWhateverTheArrivalAndAppliesWhatItSends) {
 
   ClosedStep closed = host.closed_step();
   ASSERT_EQ(closed.record.samples(), 24u);
-  const std::optional<uint64_t> checksum = plane.apply(closed, 24);
+  const std::optional<uint64_t> checksum = plane.apply(closed);
   ASSERT_TRUE(checksum.has_value());
   EXPECT_EQ(*checksum, expected);
   EXPECT_EQ(host.replica.parameter_checksum(), expected);
@@ -170,7 +170,7 @@ TEST_F(StarPlaneTest, AContributionThatMakesTheSumUnusableIsNamedAndNothingIsApp
 
   ClosedStep closed = host.closed_step();
   EXPECT_FALSE(closed.record.applied());
-  EXPECT_EQ(plane.apply(closed, 12), before);
+  EXPECT_EQ(plane.apply(closed), before);
   EXPECT_EQ(host.replica.parameter_checksum(), before);
   EXPECT_FALSE(host.sent_to("w0").front().envelope.update().applied());
 }
