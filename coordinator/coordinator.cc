@@ -58,6 +58,13 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
   } else {
     plane_ = std::make_unique<StarPlane>(host, plane_rooms());
   }
+  if (config_.step().policy() == v1::POLICY_ASYNC) {
+    flights_.emplace(config_.step().max_staleness());
+    log_->info(
+        "policy async: each contribution is applied as it lands; no plan computes on parameters "
+        "more than {} updates old",
+        config_.step().max_staleness());
+  }
   if (setup_.evaluation_thread != nullptr) {
     evaluations_ = setup_.evaluation_thread;
   } else if (evaluator != nullptr) {

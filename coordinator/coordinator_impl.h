@@ -11,6 +11,8 @@
 //   coordinator_observe.cc   evaluations off the step loop, live metrics
 //   coordinator_run.cc       evaluation, checkpoints, stop criteria, the end
 //                            of the run; tick()'s liveness and progress
+//   coordinator_async.cc     policy "async": plans as the staleness bound
+//                            admits them, each contribution a step
 //
 // Where the star and the exchange differ, the phases call the data plane
 // (coordinator/planes/data_plane.h: star_plane.h, exchange_plane.h), which sees
@@ -42,6 +44,7 @@
 #include "coordinator/planner.h"
 #include "coordinator/run_metrics.h"
 #include "coordinator/speed_planner.h"
+#include "coordinator/step/async_flights.h"
 #include "coordinator/step/membership.h"
 #include "coordinator/step/peer_limits.h"
 #include "coordinator/step/step_book.h"
@@ -88,6 +91,9 @@ class CoordinatorImpl : private PlaneHost {
   void dispatch(Received message, double now);
   void on_hello(const Received& from, const Message& message, double now);
   void on_contribution(const std::string& peer, Message message, double now);
+  // What is wrong with a contribution against what its sender was planned
+  // (`p`), if anything: its tensors, its micro-batches, its totals.
+  std::optional<std::string> contribution_problem(const Planned& p, const Message& message) const;
   void on_bye(const std::string& peer, const Message& message, double now);
   void on_ready(const std::string& peer, double now);
   // The data plane's own messages (ExchangeSum, ContributionSketch), from a
@@ -126,6 +132,25 @@ class CoordinatorImpl : private PlaneHost {
   // and it is told to leave.
   void release(uint32_t rank, const std::string& why) override;
   void start_step(double now);
+  // The plan message of `plan` at the open step under `tau`, its entry `p`
+  // filled in.
+  Message plan_message(const WorkerPlan& plan, Planned& p, double tau);
+  // A step is open and nothing more is awaited (never under policy
+  // "async", whose steps close as their contribution lands).
+  bool step_all_in() const { return phase_ == Phase::kStepping && !async() && plane_->all_in(); }
+
+  // Policy "async" (coordinator_async.cc, coordinator/step/async_flights.h).
+  bool async() const { return flights_.has_value(); }
+  // A plan with the replica's parameters to each ready worker without one,
+  // while the staleness bound admits it.
+  void send_async_plans(double now);
+  // A contribution lands: a step of its own, closed at once.
+  void on_async_contribution(uint32_t rank, Message message, double now);
+  // The flight of `rank` ends without its contribution (`why`, for the
+  // log): its micro-batches are requeued (lost without requeue).
+  void lose_flight(uint32_t rank, const std::string& why);
+  // Flights past their deadline are lost.
+  void tick_flights(double now);
   // Starts a step once the workers are ready (all of them to begin the
   // run; any one after every worker was lost); true when it did.
   bool start_when_ready(double now);
@@ -184,8 +209,14 @@ class CoordinatorImpl : private PlaneHost {
   double wall(double now) const { return wall_offset_ + (now - run_started_); }
   // The divisor of the step's gradient sum (normalization, short steps).
   double step_divisor(const ClosedStep& closed) const override;
-  // The learning rate of the open step's update.
+  // The learning rate of the open step's update: the outer optimizer's
+  // under local-sgd.
   double step_learning_rate() const override;
+  // The schedule's rate for the open step's gradient steps (local-sgd: the
+  // workers' local steps).
+  double inner_learning_rate() const;
+  // Gradient steps per step of the run: step.local_steps under local-sgd, else 1.
+  uint32_t local_steps() const;
 
   CoordinatorSetup setup_;
   const v1::RunConfig& config_;
@@ -210,6 +241,8 @@ class CoordinatorImpl : private PlaneHost {
   PeerLog peer_log_;
   SpeedPlanner speed_planner_;
   std::optional<StepShares> shares_;  // the open step's, when speed-aware
+  std::optional<AsyncFlights> flights_;  // policy "async" only
+  uint64_t staleness_ = 0;               // policy "async": the landing contribution's
 
   bool needs_data_root_ = false;
   Phase phase_ = Phase::kJoining;

@@ -21,8 +21,9 @@ void CoordinatorImpl::handle(Received received, double now) {
   try {
     dispatch(std::move(received), now);
     plane_->members_lost(now);
-    if (phase_ == Phase::kStepping && plane_->all_in()) close_step(now);
+    if (step_all_in()) close_step(now);
     start_when_ready(now);
+    if (async() && phase_ == Phase::kStepping) send_async_plans(now);
   } catch (const FileWriteError& e) {
     run_folder_failed(e.what(), now);
   }
@@ -258,6 +259,10 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
   member->last_heard = now;
   const uint32_t rank = member->rank;
   timeline_.contribution(rank, peer, message.envelope, now);
+  if (async()) {
+    on_async_contribution(rank, std::move(message), now);
+    return;
+  }
   // A redone exchange round reports the same compute again: counted once.
   const bool redo_report = message.envelope.contribution().exchange().attempt() > 0;
   if (message.envelope.has_contribution() && !redo_report) {
@@ -295,36 +300,7 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
   }
 
   // Everything is checked before anything is used.
-  std::optional<std::string> problem = plane_->contribution_problem(message);
-  if (!problem) {
-    std::set<uint64_t> seen;
-    uint64_t samples = 0;
-    for (const v1::MicroBatchTime& t : c.completed()) {
-      if (!p.micro_batches.contains(t.id()) || !seen.insert(t.id()).second) {
-        problem =
-            fmt::format("completed micro-batch {} was not planned or is listed twice", t.id());
-        break;
-      }
-      if (!std::isfinite(t.compute_seconds()) || t.compute_seconds() < 0.0) {
-        problem = fmt::format("micro-batch {} has compute time {}", t.id(), t.compute_seconds());
-        break;
-      }
-      samples += p.sizes[t.id()];
-    }
-    for (uint64_t id : c.dropped()) {
-      if (problem) break;
-      if (!p.micro_batches.contains(id) || !seen.insert(id).second) {
-        problem = fmt::format("dropped micro-batch {} was not planned or is listed twice", id);
-      }
-    }
-    if (!problem && seen.size() != p.micro_batches.size()) {
-      problem = fmt::format("it accounts for {} of its {} planned micro-batches", seen.size(),
-                            p.micro_batches.size());
-    }
-    if (!problem) {
-      problem = contribution_totals_problem(c, samples, max_loss_terms_per_sample(config_.model()));
-    }
-  }
+  const std::optional<std::string> problem = contribution_problem(p, message);
   if (problem) {
     if (!tensors_finite(message)) guard_.nonfinite_contribution();
     log_->error("rejected worker '{}' (rank {})'s contribution for step {}: {}", peer, rank, step,
@@ -345,6 +321,42 @@ void CoordinatorImpl::on_contribution(const std::string& peer, Message message, 
     return;
   }
   plane_->accept(rank, std::move(message), now);
+}
+
+std::optional<std::string> CoordinatorImpl::contribution_problem(const Planned& p,
+                                                                 const Message& message) const {
+  const v1::Contribution& c = message.envelope.contribution();
+  std::optional<std::string> problem = plane_->contribution_problem(message);
+  if (!problem) {
+    std::set<uint64_t> seen;
+    uint64_t samples = 0;
+    for (const v1::MicroBatchTime& t : c.completed()) {
+      if (!p.micro_batches.contains(t.id()) || !seen.insert(t.id()).second) {
+        problem =
+            fmt::format("completed micro-batch {} was not planned or is listed twice", t.id());
+        break;
+      }
+      if (!std::isfinite(t.compute_seconds()) || t.compute_seconds() < 0.0) {
+        problem = fmt::format("micro-batch {} has compute time {}", t.id(), t.compute_seconds());
+        break;
+      }
+      samples += p.sizes.at(t.id());
+    }
+    for (uint64_t id : c.dropped()) {
+      if (problem) break;
+      if (!p.micro_batches.contains(id) || !seen.insert(id).second) {
+        problem = fmt::format("dropped micro-batch {} was not planned or is listed twice", id);
+      }
+    }
+    if (!problem && seen.size() != p.micro_batches.size()) {
+      problem = fmt::format("it accounts for {} of its {} planned micro-batches", seen.size(),
+                            p.micro_batches.size());
+    }
+    if (!problem) {
+      problem = contribution_totals_problem(c, samples, max_loss_terms_per_sample(config_.model()));
+    }
+  }
+  return problem;
 }
 
 void CoordinatorImpl::on_plane_message(const std::string& peer, Message message, double now) {
@@ -420,7 +432,8 @@ void CoordinatorImpl::declare_disconnected(const std::string& peer, double now) 
   t.set_workers_disconnected(t.workers_disconnected() + 1);
   declare_dead(rank, "it died (its connection closed)");
   plane_->members_lost(now);
-  if (phase_ == Phase::kStepping && plane_->all_in()) close_step(now);
+  if (step_all_in()) close_step(now);
+  if (async() && phase_ == Phase::kStepping) send_async_plans(now);
 }
 
 }  // namespace dctrain

@@ -133,7 +133,8 @@ void CoordinatorImpl::finish(std::string reason, int exit_code, double now) {
   stop_reason_ = reason;
   // Stopped between a commit that went out ahead of its sum and the sum:
   // the members applied an update this replica does not have.
-  const bool same_replicas = exit_code == 0 && !plane_->workers_ahead();
+  // Under policy "async" a worker holds the parameters of its last plan.
+  const bool same_replicas = exit_code == 0 && !plane_->workers_ahead() && !async();
   if (plane_->workers_ahead()) {
     log_->warn(
         "step {} was committed but its sum had not arrived when the run stopped: the workers' "
@@ -286,7 +287,8 @@ void CoordinatorImpl::advance(double now) {
           }
         }
       }
-      if (plane_->all_in()) close_step(now);
+      if (step_all_in()) close_step(now);
+      if (async() && phase_ == Phase::kStepping) tick_flights(now);
       if (phase_ == Phase::kStepping && now - last_progress_ >= config_.progress_seconds())
         progress(now);
       return;
@@ -307,8 +309,8 @@ void CoordinatorImpl::progress(double now) {
                 static_cast<double>(planned);
   double remaining = std::numeric_limits<double>::infinity();
   const v1::StopConfig& s = config_.stop();
-  const double steps_per_epoch =
-      std::ceil(static_cast<double>(setup_.train_size) / config_.step().global_batch());
+  const double steps_per_epoch = std::ceil(static_cast<double>(setup_.train_size) /
+                                           (config_.step().global_batch() * local_steps()));
   if (s.max_steps() > 0)
     remaining = static_cast<double>(s.max_steps() - std::min(s.max_steps(), t.steps()));
   if (s.max_epochs() > 0.0) {

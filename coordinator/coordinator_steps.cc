@@ -29,6 +29,7 @@ void CoordinatorImpl::drop_from_step(uint32_t rank) {
 }
 
 void CoordinatorImpl::declare_dead(uint32_t rank, const std::string& why) {
+  if (async()) lose_flight(rank, why);
   if (stepping()) lose_if_awaited(rank, why);
   membership_.mark_dead(rank);
 }
@@ -47,7 +48,7 @@ void CoordinatorImpl::remove(uint32_t rank, Removal removal, const std::string& 
 
 void CoordinatorImpl::start_step(double now) {
   std::vector<uint32_t> ranks = membership_.ready_ranks();
-  if (ranks.empty()) {
+  if (ranks.empty() && (!async() || flights_->empty())) {
     if (phase_ != Phase::kWaiting && membership_.live_count() == 0) {
       log_->warn("no live worker left; waiting up to {:.0f} s for one to join",
                  config_.liveness().join_timeout_seconds());
@@ -56,11 +57,20 @@ void CoordinatorImpl::start_step(double now) {
     phase_ = Phase::kWaiting;
     return;
   }
+  if (phase_ != Phase::kStepping && step_ == (setup_.resume ? setup_.resume->next_step() : 0)) {
+    run_started_ = now;
+    last_progress_ = now;
+  }
+  if (async()) {
+    phase_ = Phase::kStepping;
+    send_async_plans(now);
+    return;
+  }
   std::vector<WorkerPlan> plans;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    PolicyPlans planned =
-        plan_for_policy(config_.step().policy(), speed_planner_, ledger_, ranks, step_,
-                        config_.step().global_batch(), config_.step().micro_batch());
+    PolicyPlans planned = plan_for_policy(config_.step().policy(), speed_planner_, ledger_, ranks,
+                                          step_, config_.step().global_batch() * local_steps(),
+                                          config_.step().micro_batch());
     plans = std::move(planned.plans);
     shares_ = std::move(planned.shares);
     uint64_t total = 0;
@@ -77,35 +87,39 @@ void CoordinatorImpl::start_step(double now) {
   std::sort(planned.begin(), planned.end());
   const double tau = threshold_.tau();
   plane_->open_step(planned, now, tau);
-  for (WorkerPlan& plan : plans) {
-    Planned& p = planned_.plan(plan.rank);
-    Message m;
-    m.envelope = make_envelope(step_, kCoordinatorName);
-    v1::Plan& body = *m.envelope.mutable_plan();
-    body.set_tau(tau);
-    body.set_parameter_checksum(start_checksum_);
-    for (PlannedMicroBatch& mb : plan.micro_batches) {
-      p.micro_batches.insert(mb.id);
-      p.sizes[mb.id] = mb.samples.size();
-      p.samples += mb.samples.size();
-      v1::MicroBatch& out = *body.add_micro_batches();
-      out.set_id(mb.id);
-      out.set_epoch(mb.epoch);
-      out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
-    }
-    plane_->add_to_plan(body);
-    timeline_.plan(step_, body, clock_());
+  for (const WorkerPlan& plan : plans) {
+    Message m = plan_message(plan, planned_.plan(plan.rank), tau);
+    plane_->add_to_plan(*m.envelope.mutable_plan());
+    timeline_.plan(step_, *m.envelope.mutable_plan(), clock_());
     send(membership_.at(plan.rank).name, std::move(m));
   }
   timeline_.span("plan", now, clock_());
-  if (phase_ != Phase::kStepping && step_ == (setup_.resume ? setup_.resume->next_step() : 0)) {
-    run_started_ = now;
-    last_progress_ = now;
-  }
   phase_ = Phase::kStepping;
   step_started_ = now;
   worker_summary_.step_started(step_, now);
   deadline_ = plane_->deadline(now, tau);
+}
+
+Message CoordinatorImpl::plan_message(const WorkerPlan& plan, Planned& p, double tau) {
+  Message m;
+  m.envelope = make_envelope(step_, kCoordinatorName);
+  v1::Plan& body = *m.envelope.mutable_plan();
+  body.set_tau(tau);
+  body.set_parameter_checksum(start_checksum_);
+  if (config_.step().policy() == v1::POLICY_LOCAL_SGD) {
+    body.mutable_local()->set_steps(local_steps());
+    body.mutable_local()->set_learning_rate(inner_learning_rate());
+  }
+  for (const PlannedMicroBatch& mb : plan.micro_batches) {
+    p.micro_batches.insert(mb.id);
+    p.sizes[mb.id] = mb.samples.size();
+    p.samples += mb.samples.size();
+    v1::MicroBatch& out = *body.add_micro_batches();
+    out.set_id(mb.id);
+    out.set_epoch(mb.epoch);
+    out.mutable_samples()->Assign(mb.samples.begin(), mb.samples.end());
+  }
+  return m;
 }
 
 void CoordinatorImpl::close_step(double now) {
@@ -120,8 +134,10 @@ void CoordinatorImpl::close_step(double now) {
   plane_->record(record);
   record_shares(shares_, record, closed.planned);
   record.set_policy(word(config_.step().policy()));
+  if (async()) record.set_staleness(static_cast<uint32_t>(staleness_));
   observe_step(speed_planner_, record);
   record.set_lr(step_learning_rate());
+  if (config_.step().policy() == v1::POLICY_LOCAL_SGD) record.set_inner_lr(inner_learning_rate());
   if (auto checksum = plane_->apply(closed)) start_checksum_ = *checksum;
   count_step(record);
   record.set_epoch(static_cast<uint32_t>(ledger_.epoch()));
@@ -262,9 +278,21 @@ ClosedStep CoordinatorImpl::settle_step() {
 }
 
 double CoordinatorImpl::step_learning_rate() const {
+  if (config_.step().policy() == v1::POLICY_LOCAL_SGD) return config_.step().outer_optimizer().lr();
+  return inner_learning_rate();
+}
+
+double CoordinatorImpl::inner_learning_rate() const {
+  // Under local-sgd the replica's updates are syncs, each of local_steps
+  // inner updates on the workers.
   const v1::RunTotals& t = metrics_.totals();
-  return learning_rate(schedule_, schedule_position(config_, replica_.optimizer_steps(),
-                                                    t.samples_completed() + t.samples_lost()));
+  return learning_rate(schedule_,
+                       schedule_position(config_, replica_.optimizer_steps() * local_steps(),
+                                         t.samples_completed() + t.samples_lost()));
+}
+
+uint32_t CoordinatorImpl::local_steps() const {
+  return config_.step().policy() == v1::POLICY_LOCAL_SGD ? config_.step().local_steps() : 1;
 }
 
 double CoordinatorImpl::step_divisor(const ClosedStep& closed) const {
@@ -277,6 +305,9 @@ double CoordinatorImpl::step_divisor(const ClosedStep& closed) const {
   const v1::StepRecord& record = closed.record;
   const uint64_t planned_samples = planned_.planned_samples();
   const auto terms = static_cast<double>(closed.loss_terms);
+  // Local SGD: the workers' deltas, each weighted by its loss terms (its
+  // local steps were averaged over their own terms already).
+  if (config_.step().policy() == v1::POLICY_LOCAL_SGD) return terms;
   double divisor = terms;
   switch (config_.step().normalize()) {
     case v1::NORMALIZE_NOMINAL:

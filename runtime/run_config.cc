@@ -222,7 +222,11 @@ void apply_run_defaults(v1::RunConfig& c) {
 // on, so a run that turns the digests off has it off.
 void apply_data_plane_and_guard_defaults(v1::RunConfig& c) {
   v1::DataPlaneConfig& dp = *c.mutable_data_plane();
-  DCTRAIN_DEFAULT(dp, kind, v1::DATA_PLANE_EXCHANGE);
+  // Policy "async" has no rounds: every contribution goes to the
+  // coordinator, the parameter server.
+  DCTRAIN_DEFAULT(
+      dp, kind,
+      c.step().policy() == v1::POLICY_ASYNC ? v1::DATA_PLANE_STAR : v1::DATA_PLANE_EXCHANGE);
   DCTRAIN_DEFAULT(dp, timeout_seconds, 10.0);
   if (!dp.has_rounds_per_step()) dp.set_rounds_per_step(2);
   if (!dp.has_check_sums()) dp.set_check_sums(true);

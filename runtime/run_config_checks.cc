@@ -300,6 +300,12 @@ void check_data_plane(const v1::RunConfig& c, Problems& p) {
           "the sum the members agree on, which needs data_plane.check_sums: leave check_sums on "
           "or set guard.norm_multiple to 0 (off)");
     }
+    if (c.step().policy() == v1::POLICY_ASYNC) {
+      p.add(
+          "step.policy 'async' sends every contribution to the coordinator, the parameter "
+          "server; it has no exchange rounds: use data_plane {{ kind: \"star\" }} (the default "
+          "under 'async')");
+    }
     if (c.step().policy() == v1::POLICY_BACKUP) {
       p.add(
           "step.policy 'backup' closes a step without its slowest workers, but an exchange round "

@@ -117,6 +117,11 @@ LrScheduleSpec run_schedule_spec(const v1::RunConfig& config) {
   return spec;
 }
 
+const v1::OptimizerConfig& replicated_optimizer(const v1::RunConfig& config) {
+  return config.step().policy() == v1::POLICY_LOCAL_SGD ? config.step().outer_optimizer()
+                                                        : config.optimizer();
+}
+
 double schedule_position(const v1::RunConfig& config, int64_t updates, uint64_t settled_samples) {
   switch (config.optimizer().schedule().clock()) {
     case v1::CLOCK_SAMPLES:
@@ -145,7 +150,10 @@ void resolve_step_budget(v1::RunConfig& config, uint64_t train_size) {
     return;
   }
   if (schedule.total_steps() != 0) return;
-  uint64_t steps = config.stop().max_steps();
+  // In gradient steps: a step of a local-sgd run is local_steps of them.
+  uint64_t steps =
+      config.stop().max_steps() *
+      (config.step().policy() == v1::POLICY_LOCAL_SGD ? config.step().local_steps() : 1);
   if (steps == 0) {
     const double per_epoch =
         std::ceil(static_cast<double>(train_size) / config.step().global_batch());

@@ -38,6 +38,11 @@ uint64_t test_samples(const v1::RunConfig& config, const Dataset& test);
 ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int threads);
 
 OptimizerSpec optimizer_spec(const v1::OptimizerConfig& optimizer);
+// The optimizer every replica applies the run's updates with, whose state
+// checkpoints and welcomes carry: step.outer_optimizer under policy
+// "local-sgd" (the run's `optimizer` is then each worker's own), else the
+// run's `optimizer`.
+const v1::OptimizerConfig& replicated_optimizer(const v1::RunConfig& config);
 // The schedule counted in updates (the optimizer's own view).
 LrScheduleSpec schedule_spec(const v1::OptimizerConfig& optimizer);
 // The run's schedule in the units of its clock: updates, or samples (every

@@ -35,6 +35,17 @@ void finalize_policy(v1::StepConfig& step) {
   if (step.policy() == v1::POLICY_UNSET) step.set_policy(v1::POLICY_SYNC);
   if (has_threshold(step)) step.set_policy(shares_of(step.policy()));
   if (step.policy() == v1::POLICY_BACKUP && step.backup_workers() == 0) step.set_backup_workers(1);
+  if (step.policy() == v1::POLICY_ASYNC && !step.has_max_staleness()) step.set_max_staleness(4);
+  if (step.policy() == v1::POLICY_LOCAL_SGD) {
+    if (step.local_steps() == 0) step.set_local_steps(4);
+    v1::OptimizerConfig& outer = *step.mutable_outer_optimizer();
+    if (outer.kind() == v1::OPTIMIZER_UNSET) outer.set_kind(v1::OPTIMIZER_SGD);
+    if (outer.lr() == 0.0) outer.set_lr(1.0);
+    // A constant rate, counted in syncs (local_sgd_problems refuses another).
+    v1::LrSchedule& schedule = *outer.mutable_schedule();
+    if (schedule.kind() == v1::SCHEDULE_UNSET) schedule.set_kind(v1::SCHEDULE_CONSTANT);
+    if (schedule.clock() == v1::CLOCK_UNSET) schedule.set_clock(v1::CLOCK_UPDATES);
+  }
   if (speed_aware(step.policy())) {
     v1::RebalanceConfig& r = *step.mutable_rebalance();
     if (r.window_steps() == 0) r.set_window_steps(8);
@@ -42,6 +53,29 @@ void finalize_policy(v1::StepConfig& step) {
     if (r.probe_every_steps() == 0) r.set_probe_every_steps(20);
   }
 }
+
+namespace {
+
+std::vector<std::string> local_sgd_problems(const v1::StepConfig& step) {
+  std::vector<std::string> problems;
+  const v1::OptimizerConfig& outer = step.outer_optimizer();
+  if (!(outer.lr() > 0.0)) {
+    problems.push_back(fmt::format(
+        "step.outer_optimizer.lr is {}; use > 0 (1: plain model averaging, 0.7: DiLoCo)",
+        outer.lr()));
+  }
+  if (outer.clip_norm() != 0.0 || outer.schedule().kind() != v1::SCHEDULE_CONSTANT) {
+    problems.push_back(
+        "step.outer_optimizer takes no clip_norm or schedule: clip and schedule the inner "
+        "steps in `optimizer`");
+  }
+  if (outer.nesterov() && !(outer.momentum() > 0.0)) {
+    problems.push_back("step.outer_optimizer.nesterov needs momentum > 0 (DiLoCo: 0.9)");
+  }
+  return problems;
+}
+
+}  // namespace
 
 std::vector<std::string> policy_problems(const v1::StepConfig& step, uint32_t workers) {
   std::vector<std::string> problems;
@@ -65,6 +99,18 @@ std::vector<std::string> policy_problems(const v1::StepConfig& step, uint32_t wo
           "(--tau auto), or use policy '{}' (the policy names the shares; tau the threshold)",
           word(policy), word(shares_of(policy))));
       break;
+    case v1::POLICY_ASYNC:
+      if (step.tau_policy() == v1::TAU_POLICY_AUTO) {
+        problems.push_back(
+            "step.policy 'async' has no step for the automatic threshold to time (each "
+            "contribution is an update of its own): give a fixed step.tau, or none");
+      }
+      break;
+    case v1::POLICY_LOCAL_SGD: {
+      const std::vector<std::string> local = local_sgd_problems(step);
+      problems.insert(problems.end(), local.begin(), local.end());
+      break;
+    }
     case v1::POLICY_SYNC:
     case v1::POLICY_REBALANCE:
     case v1::POLICY_UNSET:
@@ -82,6 +128,16 @@ std::vector<std::string> policy_problems(const v1::StepConfig& step, uint32_t wo
   } else if (step.backup_workers() != 0) {
     problems.push_back(fmt::format(
         "step.backup_workers is set but step.policy is '{}': use policy 'backup'", word(policy)));
+  }
+  if (policy != v1::POLICY_ASYNC && step.has_max_staleness()) {
+    problems.push_back(fmt::format(
+        "step.max_staleness is set but step.policy is '{}': use policy 'async'", word(policy)));
+  }
+  if (policy != v1::POLICY_LOCAL_SGD && (step.local_steps() != 0 || step.has_outer_optimizer())) {
+    problems.push_back(fmt::format(
+        "step.local_steps and step.outer_optimizer are set but step.policy is '{}': use policy "
+        "'local-sgd'",
+        word(policy)));
   }
   if (speed_aware(policy)) {
     const v1::RebalanceConfig& r = step.rebalance();

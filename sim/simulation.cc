@@ -253,7 +253,7 @@ class Simulation {
         network_(std::move(network)),
         trace_(trace),
         log_(std::move(log)),
-        replica_(std::make_unique<StandInModel>(nullptr, nullptr), config_.optimizer()),
+        replica_(std::make_unique<StandInModel>(nullptr, nullptr), replicated_optimizer(config_)),
         coordinator_(coordinator_setup(), replica_, nullptr, outbox_, log_,
                      [this] { return now_; }),
         quiet_(std::make_shared<spdlog::logger>("worker")),  // workers' logs: none

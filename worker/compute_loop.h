@@ -20,6 +20,7 @@
 #include "runtime/replica.h"
 #include "trace/recorder.h"
 #include "worker/delay_model.h"
+#include "worker/local_steps.h"
 #include "worker/worker_clock.h"
 
 namespace dctrain {
@@ -46,12 +47,18 @@ class LatestPlan {
 
 class ComputeLoop {
  public:
-  // Without `latest` every planned micro-batch under tau runs.
+  // Without `latest` every planned micro-batch under tau runs. `local`:
+  // policy "local-sgd"'s steps (the loop keeps it), for plans with local
+  // steps.
   ComputeLoop(Replica& replica, const Dataset& train, uint64_t data_seed, DelayModel& delays,
-              WorkerClock& clock, const LatestPlan* latest = nullptr);
+              WorkerClock& clock, const LatestPlan* latest = nullptr,
+              std::unique_ptr<LocalSteps> local = nullptr);
 
   // Runs `plan` for `step`; returns the contribution, signed by `sender`.
   // `received` is when the plan arrived on `clock` (for the overhead figure).
+  // A plan with local steps (worker/local_steps.h) moves the parameters and
+  // leaves the period's delta in the gradient arena; the next update, or
+  // end_local_steps(), puts the parameters back first.
   // Without `attach_tensors` (data plane "exchange") the gradient and
   // statistics stay in the replica's arenas and the message carries none.
   Message run(const v1::Plan& plan, uint64_t step, const std::string& sender, double received,
@@ -59,6 +66,9 @@ class ComputeLoop {
 
   // Applies a validated update (tensor 0: gradient, 1: statistics if any).
   void apply(const Message& update);
+  // The parameters a local-step plan started from, back in the replica
+  // (before an update applied elsewhere: the exchange's commit).
+  void end_local_steps();
 
   // The replica's parameter checksum at the start of the next run(): the
   // one its last update computed as it wrote them (applied()), else read
@@ -78,12 +88,18 @@ class ComputeLoop {
   TraceRecorder& trace() { return trace_; }
 
  private:
+  // One micro-batch of a step that started at `start` under `tau`: its
+  // compute and injected delay, its time into `c`.
+  MicroBatchResult run_micro_batch(const v1::MicroBatch& mb, double tau, double start,
+                                   v1::Contribution& c);
+
   Replica& replica_;
   const Dataset& train_;
   uint64_t data_seed_;
   DelayModel& delays_;
   WorkerClock& clock_;
   const LatestPlan* latest_;
+  std::unique_ptr<LocalSteps> local_;
   Batch batch_;
   std::vector<uint64_t> ids_;
   std::vector<float> statistics_;

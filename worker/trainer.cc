@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "comm/envelope.h"
+#include "comm/framing.h"
 #include "runtime/setup.h"
 #include "runtime/text_format.h"
 #include "worker/exit_codes.h"
@@ -95,7 +96,8 @@ Message Trainer::on_welcome(const Message& welcome) {
     data_key_ = data_key;
     log_->info("training data: {} ({:.1f} s to load)", train_->describe(), clock_.now() - begin);
   }
-  replica_ = std::make_unique<Replica>(parts_.make_model(config_, *train_), config_.optimizer());
+  replica_ =
+      std::make_unique<Replica>(parts_.make_model(config_, *train_), replicated_optimizer(config_));
   const std::vector<TensorSpec> specs = replica_->state_specs();
   if (const auto problem = check_tensors(welcome, specs)) {
     throw std::runtime_error(
@@ -106,8 +108,13 @@ Message Trainer::on_welcome(const Message& welcome) {
     throw std::runtime_error("the welcome's parameters do not match their checksum");
   }
   delays_ = std::make_unique<DelayModel>(config_.delay(), rank_);
+  std::unique_ptr<LocalSteps> local;
+  if (config_.step().policy() == v1::POLICY_LOCAL_SGD) {
+    local = std::make_unique<LocalSteps>(config_.optimizer(), replica_->model().table(),
+                                         replica_->model().thread_pool());
+  }
   loop_ = std::make_unique<ComputeLoop>(*replica_, *train_, config_.seed(), *delays_, clock_,
-                                        &latest_plan_);
+                                        &latest_plan_, std::move(local));
   expected_ = {{"gradient", replica_->parameter_count()}};
   if (replica_->buffer_count() > 0) expected_.push_back({"statistics", replica_->buffer_count()});
   log_->info(
@@ -126,6 +133,7 @@ std::vector<ComputeOutput> Trainer::on_plan(const ComputeJob& job) {
   if (!loop_) return out;  // not welcomed yet: the coordinator will requeue
   const v1::Plan& plan = job.message.envelope.plan();
   const uint64_t step = job.message.envelope.step();
+  if (plan.carries_parameters()) take_parameters(job.message);
   if (!plan.exchange().checksum_follows() &&
       plan.parameter_checksum() != loop_->start_checksum()) {
     log_->error(
@@ -150,6 +158,24 @@ std::vector<ComputeOutput> Trainer::on_plan(const ComputeJob& job) {
               c.completed_size(), c.dropped_size(), c.compute_seconds());
   out.emplace_back(std::move(contribution));
   return out;
+}
+
+void Trainer::take_parameters(const Message& plan) {
+  std::vector<TensorSpec> specs = {{"parameters", replica_->parameter_count()}};
+  if (replica_->buffer_count() > 0) specs.push_back({"buffers", replica_->buffer_count()});
+  if (const auto problem = check_tensors(plan, specs)) {
+    throw std::runtime_error(fmt::format("step {}: unusable parameters in the plan: {}",
+                                         plan.envelope.step(), *problem));
+  }
+  copy_tensor(plan, 0, replica_->model().parameters().flat());
+  if (replica_->buffer_count() > 0) copy_tensor(plan, 1, replica_->buffers());
+  const uint64_t checksum = replica_->parameter_checksum();
+  if (checksum != plan.envelope.plan().parameter_checksum()) {
+    throw std::runtime_error(fmt::format(
+        "step {}: the plan's parameters do not match their checksum ({:016x}, plan {:016x})",
+        plan.envelope.step(), checksum, plan.envelope.plan().parameter_checksum()));
+  }
+  loop_->applied(checksum);
 }
 
 void Trainer::on_update(const Message& update) {

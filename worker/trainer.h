@@ -93,6 +93,9 @@ class Trainer {
   Message on_welcome(const Message& welcome);
   std::vector<ComputeOutput> on_plan(const ComputeJob& job);
   void on_update(const Message& update);
+  // Policy "async": the plan's parameters and buffers into the replica,
+  // checked against the plan's checksum.
+  void take_parameters(const Message& plan);
   ComputeStatus on_bye(const v1::Bye& bye);
   // Data plane "exchange" (worker/trainer_exchange.cc): compute, sum with
   // the round's members, report; the sum waits for the coordinator's commit.

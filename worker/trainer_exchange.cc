@@ -253,6 +253,7 @@ void Trainer::on_commit(const Message& commit) {
   const bool held = summed_ && summed_->step == step && !summed_->committed;
   if (held) summed_->committed = true;
   held_.reset();
+  loop_->end_local_steps();
   // The apply as a span of the step's timeline (it travels with the next
   // step's report), as on the star path.
   TraceRecorder& trace = loop_->trace();

@@ -160,8 +160,11 @@ std::optional<uint64_t> StarPlane::apply(ClosedStep& closed) {
   body.set_learning_rate(record.lr());
   add_tensor(update, "gradient", reducer_.gradient());
   if (rooms_.replica.buffer_count() > 0) add_tensor(update, "statistics", reducer_.statistics());
-  for (uint32_t rank : rooms_.membership.live_ranks())
-    host_.send(rooms_.membership.at(rank).name, share(update));
+  // Under policy "async" each plan carries the parameters instead.
+  if (rooms_.config.step().policy() != v1::POLICY_ASYNC) {
+    for (uint32_t rank : rooms_.membership.live_ranks())
+      host_.send(rooms_.membership.at(rank).name, share(update));
+  }
 
   const double apply_begin = rooms_.clock();
   rooms_.timeline.span("send update", reduce_begin + record.reduce_seconds(), apply_begin);

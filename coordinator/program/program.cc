@@ -358,7 +358,7 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     log_run_config(*log, config, run_dir);
 
     Replica replica(make_model(model_spec(config, train->shape(), options.threads)),
-                    config.optimizer());
+                    replicated_optimizer(config));
     load_reference_state(config, resuming ? checkpoint_path(run_dir) : fs::path(), replica, *log);
     DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(),
                                config.seed());

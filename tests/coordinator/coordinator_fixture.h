@@ -51,7 +51,7 @@ class CoordinatorFixture : public ::testing::Test {
     finalize_run_config(config);
     train = open_dataset(config, Split::kTrain, "");
     resolve_step_budget(config, train_samples(config, *train));  // as the program does
-    replica = std::make_unique<Replica>(softmax_for(config), config.optimizer());
+    replica = std::make_unique<Replica>(softmax_for(config), replicated_optimizer(config));
     CoordinatorSetup setup{config, train_samples(config, *train), run_dir, std::nullopt,
                            std::nullopt};
     setup.evaluation_thread = evaluation_thread;

@@ -41,7 +41,7 @@ int export_checkpoint(const fs::path& source, const fs::path& out, const std::st
   const v1::CheckpointHeader header = load_checkpoint_header(checkpoint);
   const v1::RunConfig& config = header.config();
   Replica replica(make_model(model_spec(config, model_input(header, data_dir, checkpoint), 1)),
-                  config.optimizer());
+                  replicated_optimizer(config));
   load_checkpoint_state(checkpoint, replica);
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
   const std::vector<fs::path> written = write_model_file(
