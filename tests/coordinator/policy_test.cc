@@ -11,11 +11,14 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "coordinator/coordinator.h"
 #include "metrics/metrics_json.h"
 #include "runtime/run_config.h"
+#include "runtime/setup.h"
 #include "runtime/text_format.h"
 #include "tests/coordinator/coordinator_fixture.h"
 #include "tests/testing/fake_cluster.h"
@@ -239,6 +242,62 @@ TEST_F(PolicyTest, ThePolicyNamesTheSharesAndTauTheThreshold) {
     EXPECT_NE(std::string(e.what()).find("step.policy 'backup' runs at tau = inf"),
               std::string::npos)
         << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dctrain
+
+namespace dctrain {
+namespace {
+
+// kConfig with `step_text` added to its step, and `extra` to the config.
+std::string with_step(const std::string& step_text, const std::string& extra = "") {
+  const std::string step = "step { global_batch: 24 micro_batch: 4";
+  std::string text = kConfig;
+  text.replace(text.find(step), step.size(), step + " " + step_text);
+  return text + extra + "\n";
+}
+
+// The message of finalize_run_config's refusal of the config, or "".
+std::string refusal(const std::string& step_text, const std::string& extra = "") {
+  v1::RunConfig c = parse_run_config(with_step(step_text, extra), "policy");
+  try {
+    finalize_run_config(c);
+    return "";
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
+
+TEST(Policies, AsyncAndLocalSgdHaveDefaultsAndRefuseWhatMakesNoSense) {
+  v1::RunConfig async = parse_run_config(with_step("policy: \"async\""), "policy");
+  finalize_run_config(async);
+  EXPECT_EQ(async.step().max_staleness(), 4u);
+  EXPECT_EQ(async.data_plane().kind(), v1::DATA_PLANE_STAR) << "the server is the coordinator";
+
+  v1::RunConfig local = parse_run_config(
+      with_step("policy: \"local-sgd\"", "data_plane { kind: \"exchange\" }"), "policy");
+  finalize_run_config(local);
+  EXPECT_EQ(local.step().local_steps(), 4u);
+  EXPECT_EQ(local.step().outer_optimizer().kind(), v1::OPTIMIZER_SGD);
+  EXPECT_DOUBLE_EQ(local.step().outer_optimizer().lr(), 1.0) << "plain averaging";
+  EXPECT_EQ(&replicated_optimizer(local), &local.step().outer_optimizer());
+  EXPECT_EQ(&replicated_optimizer(async), &async.optimizer());
+
+  EXPECT_EQ(refusal("policy: \"async\" max_staleness: 0"), "");
+  for (const auto& [step, extra, why] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"policy: \"async\" tau_policy: \"auto\"", "", "no step for the automatic threshold"},
+           {"policy: \"async\"", "data_plane { kind: \"exchange\" }", "it has no exchange rounds"},
+           {"max_staleness: 2", "", "step.max_staleness is set but step.policy is 'sync'"},
+           {"policy: \"rebalance\" local_steps: 4", "", "use policy 'local-sgd'"},
+           {"policy: \"local-sgd\" outer_optimizer { lr: -1 }", "", "outer_optimizer.lr is -1"},
+           {"policy: \"local-sgd\" outer_optimizer { nesterov: true }", "", "needs momentum > 0"},
+           {"policy: \"local-sgd\" outer_optimizer { clip_norm: 1 }", "", "takes no clip_norm"},
+       }) {
+    const std::string message = refusal(step, extra);
+    EXPECT_NE(message.find(why), std::string::npos) << step << " " << extra << ":\n" << message;
   }
 }
 

@@ -14,6 +14,7 @@
 #include "dropcompute/threshold_model.h"
 #include "metrics/metrics_json.h"
 #include "proto/report.pb.h"
+#include "runtime/run_config.h"
 #include "tests/testing/paths.h"
 #include "tools/experiment/sweep.h"
 #include "tools/report/document.h"
@@ -131,6 +132,46 @@ worker_batch: 32)",
       "--mttf",           "600",
       "--trace",          std::filesystem::absolute(dir / "trace.jsonl").string()};
   EXPECT_EQ(args, expected) << "an unset field is left to the simulator's default; a 0 is passed";
+}
+
+TEST(Sweep, NamedArmsMergeTheirConfigAndNameTheirCases) {
+  const testing::ScratchDir dir("sweep-arms");
+  std::ofstream(dir / "m.cfg") << R"(name: "m" seed: 1 workers: 4 model { name: "mlp" }
+dataset { kind: "synthetic" synthetic_samples: 1000 }
+optimizer { lr: 0.1 } step { global_batch: 64 micro_batch: 8 } stop { max_steps: 10 })";
+  const std::string axes = R"(
+configs: "m.cfg"
+policies: ["sync", "async", "local-sgd", "diloco"]
+arms { name: "diloco" config { step { policy: "local-sgd" local_steps: 8
+  outer_optimizer { kind: "sgd" lr: 0.7 momentum: 0.9 nesterov: true } } } }
+arms { name: "async" config { step { policy: "async" max_staleness: 2 } optimizer { lr: 0.025 } } }
+)";
+  const SweepPlan plan = plan_sweep(parse_sweep(axes, "t.sweep"), dir, "t");
+  ASSERT_EQ(plan.cases.size(), 4u);
+  EXPECT_EQ(plan.cases[0].info.case_name(), "m_w4_none_tau-inf_s1");
+  // An arm named as a policy is the arm; an unnamed policy its defaults.
+  const v1::RunConfig& async = plan.cases[1].config;
+  EXPECT_EQ(plan.cases[1].info.policy(), "async");
+  EXPECT_EQ(async.step().policy(), v1::POLICY_ASYNC);
+  EXPECT_EQ(async.step().max_staleness(), 2u);
+  EXPECT_DOUBLE_EQ(async.optimizer().lr(), 0.025);
+  EXPECT_EQ(plan.cases[2].config.step().policy(), v1::POLICY_LOCAL_SGD);
+  v1::RunConfig local = plan.cases[2].config;
+  finalize_run_config(local);
+  EXPECT_EQ(local.step().local_steps(), 4u) << "the policy's default";
+  const SweepCase& diloco = plan.cases[3];
+  EXPECT_EQ(diloco.info.case_name(), "m_w4_none_diloco_tau-inf_s1");
+  EXPECT_EQ(diloco.info.policy(), "diloco");
+  EXPECT_EQ(diloco.config.step().local_steps(), 8u);
+  EXPECT_TRUE(diloco.config.step().outer_optimizer().nesterov());
+  EXPECT_DOUBLE_EQ(diloco.config.optimizer().lr(), 0.1) << "the config's, not the arm's";
+  try {
+    plan_sweep(parse_sweep(axes + "policies: [\"mystery\"]\n", "u.sweep"), dir, "u");
+    ADD_FAILURE() << "an unknown arm was planned";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'mystery' is neither a step policy"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Sweep, ClearSetsAFieldToZeroWhereAnOverrideCannot) {

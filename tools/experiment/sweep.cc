@@ -174,6 +174,8 @@ namespace {
 struct Arm {
   v1::Policy policy = v1::POLICY_UNSET;  // unset: the config's
   TauPolicy tau;
+  std::string name;                       // one of the sweep's arms; "": the policy's word
+  const v1::RunConfig* config = nullptr;  // that arm's, merged into its cases' configs
 };
 
 // The sweep's arms. The baseline runs first and always: tau = inf, with the
@@ -190,17 +192,30 @@ std::vector<Arm> plan_arms(const v1::Sweep& sweep, std::vector<std::string>& pro
       problems.push_back(fmt::format("taus: {}", e.what()));
     }
   }
-  std::vector<Arm> arms = {
-      {sweep.policies().empty() ? v1::POLICY_UNSET : v1::POLICY_SYNC, parse_tau_policy("inf")}};
+  std::vector<Arm> arms = {{sweep.policies().empty() ? v1::POLICY_UNSET : v1::POLICY_SYNC,
+                            parse_tau_policy("inf"), "", nullptr}};
   if (sweep.policies().empty()) {
-    for (const TauPolicy& t : finite) arms.push_back({v1::POLICY_UNSET, t});
+    for (const TauPolicy& t : finite) arms.push_back({v1::POLICY_UNSET, t, "", nullptr});
   }
   for (const std::string& text : sweep.policies()) {
+    const auto arm = std::find_if(sweep.arms().begin(), sweep.arms().end(),
+                                  [&](const v1::Arm& a) { return a.name() == text; });
+    if (arm != sweep.arms().end()) {
+      const v1::Policy policy = arm->config().step().policy();
+      if (policy == v1::POLICY_UNSET || !name_safe(text)) {
+        problems.push_back(fmt::format(
+            "arms: '{}' needs a step.policy and a name of letters, digits, '-' or '.'", text));
+        continue;
+      }
+      arms.push_back({policy, parse_tau_policy("inf"), text, &arm->config()});
+      continue;
+    }
     const std::optional<v1::Policy> parsed = parse_policy(text);
     if (!parsed) {
       problems.push_back(fmt::format(
-          "policies: '{}' is not a step policy; use \"sync\", \"dropcompute\", \"rebalance\", "
-          "\"rebalance+dropcompute\" or \"backup\"",
+          "policies: '{}' is neither a step policy (\"sync\", \"dropcompute\", \"rebalance\", "
+          "\"rebalance+dropcompute\", \"backup\", \"async\", \"local-sgd\") nor one of the "
+          "sweep's arms",
           text));
       continue;
     }
@@ -210,14 +225,14 @@ std::vector<Arm> plan_arms(const v1::Sweep& sweep, std::vector<std::string>& pro
     // (sweep.proto): the config takes the shares (step.policy), the taus
     // axis the threshold.
     if (shares_of(policy) == policy) {
-      arms.push_back({policy, parse_tau_policy("inf")});
+      arms.push_back({policy, parse_tau_policy("inf"), "", nullptr});
       continue;
     }
     if (finite.empty()) {
       problems.push_back(fmt::format(
           "policies: '{}' needs a threshold: add a finite tau or \"auto\" to taus", text));
     }
-    for (const TauPolicy& t : finite) arms.push_back({policy, t});
+    for (const TauPolicy& t : finite) arms.push_back({policy, t, "", nullptr});
   }
   return arms;
 }
@@ -340,11 +355,13 @@ SweepCase make_case(const v1::Sweep& sweep, const std::string& sweep_name,
     step.clear_auto_tau();
   }
   if (policy != v1::POLICY_UNSET) step.set_policy(policy);
+  if (axes.arm->config != nullptr) c.config.MergeFrom(*axes.arm->config);
+  const std::string arm_name = axes.arm->name.empty() ? word(policy) : axes.arm->name;
   const std::string name =
       policy == v1::POLICY_UNSET || axes.baseline_arm
           ? case_name(model, axes.workers, axes.delay->name(), tau, axes.requeue, axes.seed)
           : case_name(model, axes.workers, axes.delay->name(), tau, axes.requeue, axes.seed,
-                      word(policy));
+                      arm_name);
   c.config.set_name(name);
   c.info.set_sweep(sweep_name);
   c.info.set_case_name(name);
@@ -355,7 +372,7 @@ SweepCase make_case(const v1::Sweep& sweep, const std::string& sweep_name,
   c.info.set_tau_seconds(c.config.step().tau());
   c.info.set_requeue(axes.requeue);
   c.info.set_seed(axes.seed);
-  if (policy != v1::POLICY_UNSET) c.info.set_policy(word(policy));
+  if (policy != v1::POLICY_UNSET) c.info.set_policy(arm_name);
   c.info.set_simulated(sweep.simulate());
   return c;
 }

@@ -141,6 +141,61 @@ void accuracy_plots(const Experiment& e, PlotWriter& writer) {
   }
 }
 
+// Accuracy against wall time, one curve per row (policy): the mean over
+// its seeds of each seed's last evaluation by then, with the band from the
+// lowest to the highest seed, on a grid up to the last evaluation of any
+// run. Only for experiments whose rows have more than one seed.
+void policy_accuracy_plot(const Experiment& e, PlotWriter& writer) {
+  double end = 0.0;
+  bool seeds = false;
+  for (const CaseRow& row : e.rows) {
+    seeds |= row.runs.size() > 1;
+    for (size_t i : row.runs) {
+      const RunFolder& run = e.runs[i];
+      if (!run.evals.empty())
+        end = std::max(end, run.evals.back().wall_seconds() + run.summary.startup_seconds());
+    }
+  }
+  if (!seeds || !(end > 0.0)) return;
+  constexpr int kPoints = 80;
+  std::string data, plot = "plot ";
+  size_t block = 0;
+  for (const CaseRow& row : e.rows) {
+    std::string rows;
+    for (int k = 0; k <= kPoints; ++k) {
+      const double t = end * k / kPoints;
+      double sum = 0.0, lo = 1.0, hi = 0.0;
+      size_t n = 0;
+      for (size_t i : row.runs) {
+        const std::optional<double> a = accuracy_at(e.runs[i], t);
+        if (!a) continue;
+        sum += *a;
+        lo = std::min(lo, *a);
+        hi = std::max(hi, *a);
+        ++n;
+      }
+      // Drawn once every seed has an evaluation.
+      if (n == row.runs.size() && n > 0) rows += fmt::format("{} {} {} {}\n", t, sum / n, lo, hi);
+    }
+    if (rows.empty()) continue;
+    data += fmt::format("# {}: wall_seconds mean low high over {} seeds\n{}\n\n", row.label,
+                        row.runs.size(), rows);
+    plot += fmt::format(
+        "{}data index {} using 1:3:4 with filledcurves fs transparent solid 0.15 lc {} notitle, "
+        "\\\n     data index {} using 1:2 with lines lw 2 lc {} title {}",
+        block ? ", \\\n     " : "", block, block + 1, block, block + 1, gp_string(row.label));
+    ++block;
+  }
+  if (block == 0) return;
+  writer.draw(
+      e.slug, e.slug + "_accuracy_policies",
+      fmt::format("{}, {} workers, {} delays: accuracy against wall time, mean over seeds "
+                  "(band: lowest to highest seed)",
+                  e.model, e.workers, e.delay),
+      data,
+      "set xlabel 'wall time from the process start (s)'\nset ylabel 'eval accuracy'\n" + plot);
+}
+
 void compute_distribution_plot(const Experiment& e, PlotWriter& writer) {
   if (!e.baseline_row) return;
   std::vector<double> times;
@@ -460,6 +515,7 @@ std::vector<Plot> draw_plots(const Report& report, const fs::path& out_dir,
   PlotWriter writer(out_dir, gnuplot);
   for (const Experiment& e : report.experiments) {
     accuracy_plots(e, writer);
+    policy_accuracy_plot(e, writer);
     compute_distribution_plot(e, writer);
     tau_plot(e, writer);
   }

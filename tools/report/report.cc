@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "metrics/metrics_json.h"
+#include "runtime/text_format.h"
 
 namespace dctrain {
 
@@ -339,9 +340,35 @@ void aggregate_row(const Experiment& e, std::optional<double> target, CaseRow& r
   }
 }
 
+// The settings an async or local-sgd arm ran with, for its label: the
+// report says what each arm was ("S = 4, lr 0.0125"); empty for the others.
+std::string arm_settings(const v1::RunConfig& config) {
+  const v1::StepConfig& step = config.step();
+  const double lr = config.optimizer().lr();
+  if (step.policy() == v1::POLICY_ASYNC) {
+    return fmt::format("async, S = {}, lr {:.4g}", step.max_staleness(), lr);
+  }
+  if (step.policy() == v1::POLICY_LOCAL_SGD) {
+    const v1::OptimizerConfig& outer = step.outer_optimizer();
+    return fmt::format(
+        "local-sgd, H = {}, inner {} lr {:.4g}, outer {} lr {:.4g}{}{}", step.local_steps(),
+        word(config.optimizer().kind()), lr, word(outer.kind()), outer.lr(),
+        outer.momentum() > 0 ? fmt::format(" momentum {:.3g}", outer.momentum()) : "",
+        outer.nesterov() ? " nesterov" : "");
+  }
+  return "";
+}
+
 // The case's name in the tables ("sync, tau = auto (median 0.035 s),
 // requeue").
 std::string row_label(const Experiment& e, const CaseRow& row) {
+  const std::string settings = arm_settings(e.runs[row.runs.front()].config);
+  if (!settings.empty()) {
+    const std::string arm = row.policy == settings.substr(0, row.policy.size())
+                                ? settings
+                                : fmt::format("{} ({})", row.policy, settings);
+    return row.tau_policy == "inf" ? arm : fmt::format("{}, tau = {} s", arm, row.tau_policy);
+  }
   if (is_baseline(row)) {
     return row.policy.empty() ? "tau = inf (baseline)" : "sync, tau = inf (baseline)";
   }
@@ -435,6 +462,15 @@ std::vector<uint32_t> reported_worker_counts() {
 
 double steady_samples_per_second(const RunFolder& run) {
   double samples = 0.0, seconds = 0.0;
+  // Async steps overlap (each is one worker's round trip): the wall time
+  // between the first quarter's end and the last step is theirs.
+  if (run.config.step().policy() == v1::POLICY_ASYNC) {
+    const size_t first = run.steps.size() / 4;
+    if (first == 0 || first >= run.steps.size()) return 0.0;
+    for (size_t i = first; i < run.steps.size(); ++i) samples += run.steps[i].samples();
+    seconds = run.steps.back().wall_seconds() - run.steps[first - 1].wall_seconds();
+    return seconds > 0.0 ? samples / seconds : 0.0;
+  }
   for (size_t i = run.steps.size() / 4; i < run.steps.size(); ++i) {
     const v1::StepRecord& s = run.steps[i];
     samples += s.samples();
