@@ -160,6 +160,9 @@ class SimulatedWorker {
     options.name = name;
     options.connect = "sim://coordinator";  // never dialled
     options.connect_timeout = 0.0;
+    // Never read (the stand-in's data are parts_for's): a run on a dataset
+    // with files would refuse a worker without a data root.
+    options.data_dir = "sim://data";
     return options;
   }
   TrainerParts parts_for(const SizeAndShape& train, ComputeCost cost) {

@@ -189,11 +189,13 @@ void policy_accuracy_plot(const Experiment& e, PlotWriter& writer) {
   if (block == 0) return;
   writer.draw(
       e.slug, e.slug + "_accuracy_policies",
-      fmt::format("{}, {} workers, {} delays: accuracy against wall time, mean over seeds "
-                  "(band: lowest to highest seed)",
+      fmt::format("{}, {} workers, {} delays: accuracy against wall time by policy "
+                  "(mean over seeds; band: lowest to highest seed)",
                   e.model, e.workers, e.delay),
       data,
-      "set xlabel 'wall time from the process start (s)'\nset ylabel 'eval accuracy'\n" + plot);
+      "set key below\nset xlabel 'wall time from the process start (s)'\n"
+      "set ylabel 'eval accuracy'\n" +
+          plot);
 }
 
 void compute_distribution_plot(const Experiment& e, PlotWriter& writer) {
