@@ -221,3 +221,76 @@ TEST(Policies, LocalSgdLosesNoSampleWhenAWorkerIsKilledAndRestarted) {
 
 }  // namespace
 }  // namespace dctrain
+
+namespace dctrain {
+namespace {
+
+// The coordinator killed between checkpoints, resumed with fresh workers:
+// the run completes with every sample of its epochs done once.
+// `steps`: the run's steps over its 2 epochs.
+void expect_resume_after_a_crash_loses_nothing(const std::string& label, const std::string& step,
+                                               size_t steps) {
+  const std::string run =
+      "stop { max_epochs: 2 }\ncheckpoint { every_steps: 5 }\n"
+      "delay { kind: \"constant\" seconds: 0.03 }";
+  Cluster broken(label, small_config(2, run, step), 2);
+  broken.start_coordinator();
+  broken.start_workers();
+  ASSERT_TRUE(eventually([&] { return broken.records().steps.size() >= 8; }, 60s))
+      << broken.coordinator().output();
+  broken.coordinator().kill(SIGKILL);
+  ASSERT_TRUE(broken.coordinator().wait_for(10s).has_value());
+  broken.worker("w0").kill(SIGKILL);
+  broken.worker("w1").kill(SIGKILL);
+  ASSERT_TRUE(std::filesystem::exists(checkpoint_path(broken.run_dir())));
+  ASSERT_LT(broken.records().steps.size(), steps) << "killed mid-run";
+
+  testing::resume_run(broken.run_dir());
+  EXPECT_NE(broken.log().find("resuming at step "), std::string::npos) << broken.log();
+  const v1::RunSummary summary = broken.summary();
+  EXPECT_EQ(summary.samples(), 960u) << "2 epochs of 480, each sample exactly once";
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  EXPECT_EQ(summary.epochs_audited(), 2u);
+}
+
+TEST(Policies, AsyncResumesFromItsCheckpointAndLosesNothing) {
+  expect_resume_after_a_crash_loses_nothing(
+      "async-resume", "step { global_batch: 48 micro_batch: 8 tau: inf policy: \"async\" }", 40);
+}
+
+TEST(Policies, LocalSgdResumesFromItsCheckpointAndLosesNothing) {
+  expect_resume_after_a_crash_loses_nothing(
+      "local-resume",
+      "step { global_batch: 16 micro_batch: 8 tau: inf policy: \"local-sgd\" local_steps: 2 }", 30);
+}
+
+TEST(Policies, LocalSgdUnderATimeBudgetSyncsWithTheStepsItHasAndRequeuesTheRest) {
+  // Each worker's sync period plans 6 micro-batches of 30 ms against a
+  // budget of 100 ms: it syncs with what it completed, the rest requeued.
+  Cluster cluster("local-budget",
+                  small_config(2,
+                               "delay { kind: \"constant\" seconds: 0.03 }\n"
+                               "stop { max_epochs: 1 }",
+                               "step { global_batch: 48 micro_batch: 8 tau: 0.1 "
+                               "policy: \"local-sgd\" local_steps: 2 }"),
+                  2);
+  cluster.start_coordinator();
+  cluster.start_workers();
+  cluster.expect_clean_finish();
+  uint32_t dropped = 0;
+  for (const v1::StepRecord& r : cluster.records().steps) {
+    dropped += r.dropped();
+    EXPECT_TRUE(r.applied()) << r.ShortDebugString();
+    for (const v1::WorkerStep& w : r.workers()) {
+      EXPECT_LE(w.samples(), 48u) << "never more than its 6 planned micro-batches";
+    }
+  }
+  EXPECT_GT(dropped, 0u) << "the budget cut the periods";
+  const v1::RunSummary summary = cluster.summary();
+  EXPECT_EQ(summary.samples(), 480u) << "what a budget cut is done later, once";
+  EXPECT_EQ(summary.audits_failed(), 0u);
+}
+
+}  // namespace
+}  // namespace dctrain
