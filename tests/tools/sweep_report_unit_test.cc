@@ -624,3 +624,29 @@ TEST(Document, LinksTheTimelineOfEachRunThatHasOne) {
 
 }  // namespace
 }  // namespace dctrain
+
+namespace dctrain {
+namespace {
+
+// Every shipped sweep plans, and every case's config is one the programs
+// take (the arms' merged configs included).
+TEST(Sweep, EveryShippedSweepPlansCasesThatValidate) {
+  int sweeps = 0;
+  for (const auto& entry : fs::directory_iterator(DCTRAIN_SOURCE_DIR "/experiments")) {
+    if (entry.path().extension() != ".sweep") continue;
+    std::ifstream in(entry.path());
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const SweepPlan plan = plan_sweep(parse_sweep(text, entry.path().string()),
+                                      entry.path().parent_path(), entry.path().stem().string());
+    EXPECT_FALSE(plan.cases.empty()) << entry.path();
+    for (const SweepCase& c : plan.cases) {
+      v1::RunConfig config = c.config;
+      EXPECT_NO_THROW(finalize_run_config(config)) << entry.path() << " " << c.info.case_name();
+    }
+    ++sweeps;
+  }
+  EXPECT_GE(sweeps, 5);
+}
+
+}  // namespace
+}  // namespace dctrain
