@@ -67,6 +67,10 @@ struct CoordinatorSetup {
   // Unix microseconds (heartbeats' stamps, the exchange's run id). Unset:
   // the system's.
   WallClock wall_clock{};
+  // The host's 1-minute load average, recorded with every step (a loaded
+  // host shows in the report, not as the method's effect). Unset: not read
+  // (a simulated run's host is not the run's).
+  std::function<double()> host_load{};
   // A completed run writes its model (RUN_DIR/model.safetensors); not a
   // simulated one, whose model is a stand-in.
   bool write_model = true;

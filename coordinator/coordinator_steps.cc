@@ -143,6 +143,7 @@ void CoordinatorImpl::close_step(double now) {
   record.set_epoch(static_cast<uint32_t>(ledger_.epoch()));
   record.set_epochs(epochs());
   record.set_wall_seconds(wall(now));
+  if (setup_.host_load) record.set_host_load(setup_.host_load());
   worker_summary_.step_closed(record, closed.planned);
   track_misses(record);
   for (const auto& [rank, p] : planned_) {

@@ -392,6 +392,11 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     CoordinatorSetup setup{config,         train_size,     run_dir,
                            loaded->resume, to_proto(blas), model_input_of(train->shape())};
     if (evaluation_thread) setup.evaluation_thread = &*evaluation_thread;
+    setup.host_load = [] {
+      double load = 0.0;
+      std::ifstream("/proc/loadavg") >> load;
+      return load;
+    };
     if (metrics_server) {
       setup.publish_metrics = [server = metrics_server.get()](auto snapshot) {
         server->publish(std::move(snapshot));
