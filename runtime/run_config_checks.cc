@@ -243,6 +243,33 @@ void check_delay(const v1::RunConfig& c, Problems& p) {
   }
 }
 
+// Real slowness (applied by dctrain-launch): each entry's kind with what
+// it needs; workers by their index on the launching host.
+void check_slowness(const v1::RunConfig& c, Problems& p) {
+  for (const v1::SlownessConfig& s : c.slowness()) {
+    p.kind("slowness.kind", s.kind());
+    if (s.kind() == v1::SLOWNESS_CPU_QUOTA && !(s.cores() >= 0.01)) {
+      p.add("slowness 'cpu-quota' needs cores >= 0.01 (0.5: half of one core); it is {}",
+            s.cores());
+    }
+    if (s.kind() == v1::SLOWNESS_CO_LOCATED_LOAD &&
+        (s.quiet_seconds() < 0.0 || (s.quiet_seconds() > 0.0 && !(s.busy_seconds() > 0.0)))) {
+      p.add(
+          "slowness 'co-located-load' needs quiet_seconds >= 0 and, with quiet_seconds, "
+          "busy_seconds > 0 (bursts of busy_seconds every busy + quiet seconds)");
+    }
+    if (s.kind() == v1::SLOWNESS_SLOW_LINK &&
+        (s.delay_seconds() < 0.0 || s.rate_bytes() < 0.0 ||
+         !(s.delay_seconds() > 0.0 || s.rate_bytes() > 0.0))) {
+      p.add("slowness 'slow-link' needs delay_seconds > 0 or rate_bytes > 0 (neither negative)");
+    }
+    for (uint32_t w : s.workers()) {
+      if (w >= c.workers())
+        p.add("slowness names worker {}, but workers run 0..{}", w, c.workers() - 1);
+    }
+  }
+}
+
 void check_liveness_and_guard(const v1::RunConfig& c, Problems& p) {
   const v1::LivenessConfig& l = c.liveness();
   if (l.heartbeat_seconds() <= 0.0 || l.silence_seconds() <= l.heartbeat_seconds()) {
@@ -339,6 +366,7 @@ std::vector<std::string> validate(const v1::RunConfig& c) {
   check_optimizer(c, p);
   check_step(c, p);
   check_delay(c, p);
+  check_slowness(c, p);
   check_liveness_and_guard(c, p);
   check_data_plane(c, p);
   check_stop(c, p);

@@ -34,6 +34,7 @@
 #include "common/stop_signals.h"
 #include "metrics/run_identity.h"
 #include "runtime/run_config.h"
+#include "tools/launch/host_slowness.h"
 #include "tools/launch/supervisor.h"
 
 namespace {
@@ -87,6 +88,7 @@ struct LaunchOptions {
   int workers = 0;           // unless given: the config's
   int workers_per_host = 0;  // unless given: all of them
   std::string bind, connect, name_prefix, keys_dir;
+  std::string cgroup_parent;  // real slowness's groups go here; empty: found
   bool insecure = false;
   bool curve = false;
   int threads = 1;
@@ -130,6 +132,10 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
       ->check(CLI::ExistingDirectory);
   app.add_flag("--insecure", o.insecure,
                "With --bind: no keys, plain TCP that other hosts reach (a trusted network only)");
+  app.add_option("--cgroup-parent", o.cgroup_parent,
+                 "A config's cpu-quota and co-located-load slowness: the cgroup (v2, or v1's cpu "
+                 "controller) under which each worker gets a group of its own (default: the root "
+                 "of the hierarchy with the cpu controller; needs root, or a delegated cgroup)");
   dctrain::add_run_flags(app, o.run);
   app.add_option("--threads", o.threads, "Compute threads per worker")
       ->check(CLI::Range(1, 256))
@@ -291,6 +297,8 @@ struct Host {
   fs::path bin;  // the folder of this program, and of the others
   bool several_hosts = false;
   dctrain::Supervisor& supervisor;
+  // The config's real slowness on this host's processes; null: none.
+  const dctrain::HostSlowness* slowness = nullptr;
 
   // This host's `count` workers, for the coordinator at `endpoint`.
   void start_workers(const std::string& endpoint, int count, const fs::path& keys) const {
@@ -304,6 +312,7 @@ struct Host {
         const std::vector<std::string> key_args = worker_keys(keys, name);
         args.insert(args.end(), key_args.begin(), key_args.end());
       }
+      if (slowness != nullptr) args = slowness->worker_command(w, std::move(args));
       supervisor.start(several_hosts ? name : fmt::format("worker {}", w), std::move(args));
     }
   }
@@ -311,7 +320,7 @@ struct Host {
 
 // The coordinator's host: the run's config and folder checked, the
 // coordinator started, then this host's workers once it listens.
-int run_coordinator_host(const CLI::App& app, LaunchOptions& o, const Host& host,
+int run_coordinator_host(const CLI::App& app, LaunchOptions& o, Host host,
                          dctrain::StopSignals& signals) {
   if (o.run.config_path.empty() && o.run.resume_dir.empty()) {
     refuse("pass --config FILE (see experiments/) or --resume RUN_DIR");
@@ -356,12 +365,39 @@ int run_coordinator_host(const CLI::App& app, LaunchOptions& o, const Host& host
       return dctrain::kExitUsage;
     }
   }
+  // Real slowness: made now, or refused with what it needs.
+  std::optional<dctrain::HostSlowness> slowness;
+  if (run_config.slowness_size() > 0) {
+    try {
+      slowness.emplace(run_config, o.workers_per_host, o.cgroup_parent);
+    } catch (const std::exception& e) {
+      refuse(fmt::format("{} asks for real slowness, which cannot be applied here: {}", source,
+                         e.what()));
+      return dctrain::kExitUsage;
+    }
+    if (slowness->coordinator_bind() && host.several_hosts) {
+      refuse(
+          "a slow link puts this host's processes in network namespaces of their own: run "
+          "it on one host (no --bind)");
+      return dctrain::kExitUsage;
+    }
+    host.slowness = &*slowness;
+  }
   fs::create_directories(run_dir);
   fs::remove(run_dir / dctrain::run_files::kEndpoint);
 
   // Keys: made once (--keys), or throwaway ones for this host's processes.
   const fs::path keys = o.curve ? make_throwaway_keys(run_dir, o) : fs::path(o.keys_dir);
-  host.supervisor.start("coordinator", coordinator_command(host.bin, o, keys));
+  LaunchOptions coordinator_options = o;
+  if (slowness && slowness->coordinator_bind()) {
+    // On the bridge of namespaces made for this run, which only this host
+    // reaches.
+    coordinator_options.bind = *slowness->coordinator_bind();
+    coordinator_options.insecure = keys.empty();
+  }
+  std::vector<std::string> coordinator = coordinator_command(host.bin, coordinator_options, keys);
+  if (slowness) coordinator = slowness->coordinator_command(std::move(coordinator));
+  host.supervisor.start("coordinator", std::move(coordinator));
   int status = 0;
   const std::optional<std::string> endpoint = wait_for_endpoint(host.supervisor, run_dir, status);
   if (!endpoint) return status;
@@ -373,6 +409,17 @@ int run_coordinator_host(const CLI::App& app, LaunchOptions& o, const Host& host
                  keys.empty() ? "" : " --keys DIR");
   }
   host.start_workers(*endpoint, o.workers_per_host, keys);
+  if (slowness) {
+    std::vector<pid_t> worker_pids;
+    for (size_t c = 1; c < host.supervisor.children().size(); ++c)
+      worker_pids.push_back(host.supervisor.children()[c].process.pid());
+    slowness->start_load(run_dir / "slowness.log", worker_pids);
+    std::ofstream applied(run_dir / "slowness.txt");
+    for (const std::string& line : slowness->applied()) {
+      std::fprintf(stderr, "dctrain-launch: slowness: %s\n", line.c_str());
+      applied << line << '\n';
+    }
+  }
   return host.supervisor.supervise(/*coordinator=*/true, signals, run_dir.string());
 }
 

@@ -35,7 +35,7 @@ namespace dctrain {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::CpuQuota;
+using dctrain::CpuGroup;
 using testing::eventually;
 using testing::Network;
 using testing::NetworkNamespace;
@@ -48,8 +48,7 @@ constexpr int kWorkers = 3;
 // Why this machine cannot run the test, or nothing.
 std::optional<std::string> missing_prerequisite() {
   if (::geteuid() != 0) return "needs root to make network namespaces and cgroups";
-  if (testing::ip_program().empty())
-    return "iproute2's 'ip' is not installed (apt-get install iproute2)";
+  if (!testing::have_ip()) return "iproute2's 'ip' is not installed (apt-get install iproute2)";
   if (!std::filesystem::exists(kData + "/mnist/train-images-idx3-ubyte.gz")) {
     return fmt::format("MNIST is not at {}/mnist", kData);
   }
@@ -294,8 +293,14 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
   config.replace(config.find("join_timeout_seconds: 60"), 24,
                  "join_timeout_seconds: 60 release_after_missed_steps: 8");
   // Declared before the processes, so they are gone before it is removed.
-  CpuQuota quota(fmt::format("dctrain-multihost-{}", ::getpid()), 0.05);
-  if (!quota.error().empty()) GTEST_SKIP() << "cannot cap a worker's CPU: " << quota.error();
+  std::unique_ptr<CpuGroup> quota;
+  try {
+    quota = std::make_unique<CpuGroup>(dctrain::find_cpu_group_parent({}),
+                                       fmt::format("dctrain-multihost-{}", ::getpid()));
+    quota->set_quota(0.05);
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << "cannot cap a worker's CPU: " << e.what();
+  }
   Cluster cluster("b");
   if (!cluster.network.error().empty())
     GTEST_SKIP() << "cannot make the hosts: " << cluster.network.error();
@@ -307,12 +312,9 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     Job run(dir, config);
     run.start_coordinator(cluster.on(0), cluster.coordinator_bind(), {"--insecure"});
     run.start_worker(cluster.on(1), "w0");
-    // The shell joins the cgroup, then becomes the worker: every thread the
-    // worker starts is under the quota.
-    std::vector<std::string> capped = {
-        "/bin/sh", "-c", fmt::format("echo $$ > {} && exec \"$@\"", quota.procs().string()), "sh"};
-    const auto on_w1 = cluster.on(2);
-    capped.insert(capped.end(), on_w1.begin(), on_w1.end());
+    // The worker joins the cgroup before it starts: every thread it starts
+    // is under the quota.
+    const std::vector<std::string> capped = quota->joining(cluster.on(2));
     run.start_worker(capped, "w1-capped-cpu");
     run.start_worker(cluster.on(3), "w2-slow-link");
     run.expect_clean_finish(150s, {2});
@@ -330,7 +332,7 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     EXPECT_EQ(summary.epochs_audited(), 1u);
     EXPECT_EQ(summary.audits_failed(), 0u);
     EXPECT_EQ(summary.checksum_mismatches(), 0u);
-    EXPECT_GT(quota.throttled_periods(), 0) << "the CPU quota never throttled the capped worker";
+    EXPECT_GT(quota->throttled_periods(), 0) << "the CPU quota never throttled the capped worker";
 
     const auto per_worker = [&](const std::string& name) -> const v1::PerWorkerTotals* {
       for (const v1::PerWorkerTotals& w : summary.per_worker()) {
