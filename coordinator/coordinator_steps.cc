@@ -470,6 +470,9 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
   r.set_steps(static_cast<uint32_t>(e.steps));
   r.set_old_tau_drop_rate(d->in_force.drop_rate);
   r.set_old_tau_speedup(1.0 + d->in_force.speedup);
+  r.set_gain_low(d->gain_spread.low);
+  r.set_gain_high(d->gain_spread.high);
+  r.set_within_noise(d->within_noise);
   metrics_.record_tau(r);
   if (d->changed) {
     t.set_tau_changes(t.tau_changes() + 1);
@@ -487,6 +490,13 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
         d->in_force_over_bound
             ? fmt::format(", dropping {:.1f}%, above max_drop_rate", 100.0 * d->in_force.drop_rate)
             : std::string());
+  } else if (d->within_noise) {
+    log_->info(
+        "tau stays {} after step {} ({} over {} steps): the best tau, {}, would gain {:+.1f}%, "
+        "but that is within the window's noise (resampled 5th to 95th percentile {:+.1f}% to "
+        "{:+.1f}%)",
+        describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 100.0 * d->gain,
+        100.0 * d->gain_spread.low, 100.0 * d->gain_spread.high);
   } else {
     log_->debug(
         "tau stays {} after step {} ({} over {} steps): best {} would give {:.3f}x "

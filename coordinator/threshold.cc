@@ -16,6 +16,8 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr uint64_t kImputeStream = 0x7461752d66696c6cULL;  // "tau-fill"
+constexpr uint64_t kResampleStream = 0x7461752d626f6f74ULL;  // "tau-boot"
+constexpr int kResamples = 100;
 
 }  // namespace
 
@@ -103,11 +105,33 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
   const double next = d.estimate.tau;
   const bool differs = std::isinf(next) != std::isinf(tau_) ||
                        (!std::isinf(next) && std::abs(next - tau_) > config_.min_change() * tau_);
-  const bool pays = d.estimate.speedup - d.in_force.speedup > config_.min_gain();
+  d.gain = d.estimate.speedup - d.in_force.speedup;
+  bool pays = d.gain > config_.min_gain();
+  if (pays && differs) {
+    d.gain_spread = gain_interval(steps, overhead, next, tau_, seed_, step_number);
+    d.within_noise = !(d.gain_spread.low > 0.0);
+    pays = !d.within_noise;
+  }
   d.changed = differs && (pays || d.in_force_over_bound);
   if (d.changed) tau_ = next;
   d.new_tau = tau_;
   return d;
+}
+
+GainInterval gain_interval(const std::vector<RecordedStep>& steps, double overhead_seconds,
+                           double tau, double in_force, uint64_t seed, uint64_t step) {
+  if (steps.empty()) return {};
+  std::vector<double> gains;
+  gains.reserve(kResamples);
+  std::vector<RecordedStep> resample(steps.size());
+  for (int b = 0; b < kResamples; ++b) {
+    Rng rng({seed, kResampleStream, step, static_cast<uint64_t>(b)});
+    for (RecordedStep& s : resample) s = steps[rng.below(steps.size())];
+    gains.push_back(evaluate_threshold(resample, overhead_seconds, tau).speedup -
+                    evaluate_threshold(resample, overhead_seconds, in_force).speedup);
+  }
+  std::sort(gains.begin(), gains.end());
+  return {gains[kResamples * 5 / 100], gains[kResamples * 95 / 100]};
 }
 
 std::string describe_tau(double tau) {

@@ -42,6 +42,16 @@ std::vector<RecordedStep> complete_observations(const std::vector<StepObservatio
 // its steps when none is); 0 for an empty window.
 double median_overhead(const std::vector<StepObservation>& window);
 
+// The spread of the predicted gain of `tau` over `in_force` on `steps`: the
+// 5th and 95th percentiles of the gain over resamples of the steps (drawn
+// with replacement, keyed by `seed` and `step`). A gain whose low end is
+// not above 0 cannot be told from the noise of the window.
+struct GainInterval {
+  double low = 0.0, high = 0.0;
+};
+GainInterval gain_interval(const std::vector<RecordedStep>& steps, double overhead_seconds,
+                           double tau, double in_force, uint64_t seed, uint64_t step);
+
 // A threshold for the log: "inf", or seconds to 3 significant digits.
 std::string describe_tau(double tau);
 
@@ -57,6 +67,12 @@ struct ThresholdDecision {
   // The tau in force would drop more than max_drop_rate on this window: it
   // moves to the estimate even when that does not pay more.
   bool in_force_over_bound = false;
+  // The estimate's gain over the tau in force, with its spread over the
+  // window (gain_interval); within_noise: its low end is not above 0, so
+  // tau stays.
+  double gain = 0.0;
+  GainInterval gain_spread;
+  bool within_noise = false;
 };
 
 // The threshold in force. Policy "fixed": step.tau, always. Policy "auto":
@@ -69,9 +85,10 @@ struct ThresholdDecision {
 // tau moves when the new tau differs from the old by more than min_change
 // (relative; inf against a finite tau always differs) and either the
 // estimate's speedup beats the prediction at the tau in force by more than
-// min_gain or the tau in force would drop more than max_drop_rate on the
-// window (the bound is a constraint: a tau chosen under it stops meeting it
-// when the workers' times change, e.g. a straggler slowing down further).
+// min_gain, beyond the window's noise (the gain's resampled 5th percentile
+// above 0: an automatic threshold must not cost), or the tau in force would
+// drop more than max_drop_rate on the window (the bound is a constraint: a tau chosen under it
+// stops meeting it when the workers' times change, e.g. a straggler slowing down further).
 class Threshold {
  public:
   // `step` finalized (runtime/run_config.h); `seed` keys the imputation.

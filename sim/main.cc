@@ -76,6 +76,14 @@ int main(int argc, char** argv) try {
   if (workers > 0) o.config.set_workers(workers);
   if (steps > 0) o.config.mutable_stop()->set_max_steps(steps);
   if (!tau.empty()) dctrain::apply_tau_option(tau, *o.config.mutable_step());
+  if (o.config.slowness_size() > 0) {
+    std::fprintf(
+        stderr,
+        "dctrain-simulate: %s asks for real slowness (CPU quotas, load, slow links), which "
+        "only real processes have: run it with dctrain-launch\n",
+        config_path.c_str());
+    return dctrain::kExitUsage;
+  }
   o.run_dir = out;
   if (std::filesystem::exists(o.run_dir / dctrain::run_files::kMetrics)) {
     if (!overwrite) {

@@ -272,6 +272,11 @@ void check_axes(const v1::Sweep& sweep, const fs::path& sweep_dir, SweepPlan& pl
                       "into folder names)",
                       d.name()));
     }
+    if (sweep.simulate() && d.slowness_size() > 0) {
+      problems.push_back(fmt::format(
+          "delays: '{}' has real slowness, which a simulated sweep cannot apply (simulate: false)",
+          d.name()));
+    }
     if (!delay_names.insert(d.name()).second) {
       problems.push_back(fmt::format("delays: the name '{}' is used twice", d.name()));
     }
@@ -336,6 +341,7 @@ SweepCase make_case(const v1::Sweep& sweep, const std::string& sweep_name,
     c.config.mutable_step()->set_global_batch(sweep.worker_batch() * axes.workers);
   }
   *c.config.mutable_delay() = axes.delay->delay();
+  c.config.mutable_slowness()->MergeFrom(axes.delay->slowness());
   c.config.set_seed(axes.seed);
   v1::StepConfig& step = *c.config.mutable_step();
   step.set_requeue(axes.requeue);
