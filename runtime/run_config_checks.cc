@@ -248,8 +248,8 @@ void check_delay(const v1::RunConfig& c, Problems& p) {
 void check_slowness(const v1::RunConfig& c, Problems& p) {
   for (const v1::SlownessConfig& s : c.slowness()) {
     p.kind("slowness.kind", s.kind());
-    if (s.kind() == v1::SLOWNESS_CPU_QUOTA && !(s.cores() >= 0.01)) {
-      p.add("slowness 'cpu-quota' needs cores >= 0.01 (0.5: half of one core); it is {}",
+    if (s.kind() == v1::SLOWNESS_CPU_QUOTA && !(s.cores() >= 0.05)) {
+      p.add("slowness 'cpu-quota' needs cores >= 0.05 (0.5: half of one core); it is {}",
             s.cores());
     }
     if (s.kind() == v1::SLOWNESS_CO_LOCATED_LOAD &&

@@ -30,8 +30,8 @@ using testing::small_config;
 
 // Three workers, each a device of 0.45 cores (so that the others' speed
 // does not hang on how the kernel shares this host's cores), worker 0 at
-// 0.05: a step's compute (ten micro-batches of 32) takes it several
-// 100 ms periods on any machine where it takes the others more than 5 ms.
+// 0.05, a ninth of theirs: its step's compute (ten micro-batches of 32)
+// spans many 1 ms budgets on any machine where it takes more than 1 ms.
 std::string quota_config() {
   return small_config(3,
                       "stop { max_steps: 8 }\n"

@@ -35,7 +35,8 @@ class CpuGroup {
   CpuGroup(const CpuGroup&) = delete;
   CpuGroup& operator=(const CpuGroup&) = delete;
 
-  // At most `cores` of CPU time per 100 ms period (0.5: half of one core).
+  // At most `cores` of CPU time per 20 ms period (0.5: half of one core;
+  // at least 0.05, the kernel's 1 ms).
   void set_quota(double cores);
   // Moves the process (all its threads) into the group.
   void add(pid_t pid);
