@@ -145,37 +145,41 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
   EXPECT_NE(markdown.find("## tiny-mlp: 2 workers, dropcompute delays"), std::string::npos)
       << markdown;
   const std::vector<std::string> header = table_row(markdown, "case");
-  ASSERT_EQ(header.size(), 10u);
+  ASSERT_EQ(header.size(), 12u);
   EXPECT_EQ(header[2], "final accuracy");
-  EXPECT_EQ(header[4], "samples/s");
-  EXPECT_EQ(header[5], "speedup vs tau = inf [95% CI]");
-  EXPECT_EQ(header[6], "p");
-  EXPECT_EQ(header[7], "predicted");
+  EXPECT_EQ(header[3], "time to target");
+  EXPECT_EQ(header[4], "speedup on time to target [95% CI]");
+  EXPECT_EQ(header[5], "p");
+  EXPECT_EQ(header[6], "samples/s");
+  EXPECT_EQ(header[7], "speedup on samples/s [95% CI]");
+  EXPECT_EQ(header[8], "p");
+  EXPECT_EQ(header[9], "predicted");
   const std::vector<std::string> base_row = table_row(markdown, "tau = inf (baseline)");
   const std::vector<std::string> drop_row =
       table_row(markdown, fmt::format("tau = p80 ({:.4g} s), requeue", tau));
-  ASSERT_EQ(base_row.size(), 10u);
-  ASSERT_EQ(drop_row.size(), 10u);
+  ASSERT_EQ(base_row.size(), 12u);
+  ASSERT_EQ(drop_row.size(), 12u);
   for (const auto& [row, summary] :
        {std::pair{base_row, base_summary}, std::pair{drop_row, drop_summary}}) {
     EXPECT_EQ(row[1], "1");
     ASSERT_TRUE(summary.final_eval_accuracy().has_number_value()) << summary.ShortDebugString();
     EXPECT_EQ(row[2], fmt::format("{:.4f}", summary.final_eval_accuracy().number_value()));
-    EXPECT_EQ(row[3], "not reached");  // no target configured
-    EXPECT_EQ(row[4], fmt::format("{:.1f}", summary.samples_per_second()));
-    EXPECT_EQ(row[6], "-");  // one seed: no test
-    EXPECT_EQ(row[8], fmt::format("{:.2f}%", 100 * summary.drop_rate()));
-    EXPECT_EQ(row[9], fmt::format("{:.0f}", static_cast<double>(summary.samples_lost())));
+    EXPECT_EQ(row[3], "no target");  // none configured
+    EXPECT_EQ(row[4], "no target");
+    EXPECT_EQ(row[6], fmt::format("{:.1f}", summary.samples_per_second()));
+    EXPECT_EQ(row[8], "-");  // one seed: no test
+    EXPECT_EQ(row[10], fmt::format("{:.2f}%", 100 * summary.drop_rate()));
+    EXPECT_EQ(row[11], fmt::format("{:.0f}", static_cast<double>(summary.samples_lost())));
   }
-  EXPECT_EQ(base_row[5], "1.000x (samples/s)");
-  EXPECT_EQ(drop_row[5], fmt::format("{:.3f}x (samples/s)", drop_summary.samples_per_second() /
-                                                                base_summary.samples_per_second()));
+  EXPECT_EQ(base_row[7], "1.000x");
+  EXPECT_EQ(drop_row[7], fmt::format("{:.3f}x", drop_summary.samples_per_second() /
+                                                    base_summary.samples_per_second()));
   // The prediction beside the measurement: the baseline replayed under
   // the case's tau, a ratio with its drop rate; and a sentence on what the
   // one-seed table can and cannot show.
-  EXPECT_EQ(base_row[7], "1.000x (0.0% dropped)");
-  EXPECT_EQ(drop_row[7].find('x'), 5u) << drop_row[7];
-  EXPECT_NE(drop_row[7].find("% dropped)"), std::string::npos) << drop_row[7];
+  EXPECT_EQ(base_row[9], "1.000x (0.0% dropped)");
+  EXPECT_EQ(drop_row[9].find('x'), 5u) << drop_row[9];
+  EXPECT_NE(drop_row[9].find("% dropped)"), std::string::npos) << drop_row[9];
   EXPECT_NE(markdown.find("What this table shows: no case has the seeds for an interval. What it "
                           "cannot show: whether tau = p80"),
             std::string::npos)
@@ -241,10 +245,24 @@ TEST_F(ExperimentReport, TwoCasesEndToEndThenRerunSkips) {
     }
     EXPECT_EQ(workers, (std::vector<uint32_t>{1, 2, 4, 8, 16, 32, 64, 128, 256})) << curve;
   }
-  EXPECT_NE(markdown.find("Predicted speedup with the best tau: "), std::string::npos) << markdown;
-  EXPECT_NE(last_output_.find("Predicted speedup with the best tau: "), std::string::npos);
+  // One predicted figure per thing: the case's curve at the run's 2 workers
+  // is its predicted column; the best tau only at the other worker counts.
+  const size_t p80_at = speedup_dat.find(fmt::format("# predicted, tau = p80 ({:.4g} s)", tau));
+  ASSERT_NE(p80_at, std::string::npos);
+  const size_t two_at = speedup_dat.find("\n2 ", p80_at);
+  ASSERT_NE(two_at, std::string::npos);
+  std::istringstream two(speedup_dat.substr(two_at + 1));
+  uint32_t two_workers = 0;
+  std::string two_tau;
+  double two_speedup = 0.0;
+  two >> two_workers >> two_tau >> two_speedup;
+  EXPECT_EQ(drop_row[9].substr(0, 6), fmt::format("{:.3f}x", two_speedup)) << speedup_dat;
+  const std::string best = "The best tau at other worker counts, a model and not a measurement";
+  EXPECT_NE(markdown.find(best), std::string::npos) << markdown;
+  EXPECT_EQ(markdown.find("Predicted speedup with the best tau"), std::string::npos);
+  EXPECT_NE(last_output_.find(best), std::string::npos);
   EXPECT_NE(json.find("\"predicted\":{\"model\":"), std::string::npos) << json;
-  EXPECT_NE(html.find("Predicted speedup with the best tau: "), std::string::npos);
+  EXPECT_NE(html.find(best), std::string::npos);
   // The compute-time histogram marks tau.
   EXPECT_NE(read_text(report / "plots" / "tiny-mlp_w2_dropcompute_compute.dat")
                 .find(fmt::format("{} 0", tau)),
@@ -292,9 +310,9 @@ requeue: [true]
             std::string::npos)
       << markdown;
   EXPECT_NE(markdown.find("### Simulated against real"), std::string::npos) << markdown;
-  // The tau = 0.03 s row: the real speedup is the real runs' samples/s
-  // ratio, the simulated one the mean of the two simulated seeds' over
-  // their baselines'.
+  // The tau = 0.03 s row: each side's speedup on samples/s as its table
+  // gives it: the real run's samples/s ratio, and the simulated seeds'
+  // paired by seed (the geometric mean of the two seeds' ratios).
   const std::vector<std::string> row =
       table_row(markdown, "tiny-mlp: 2 workers, dropcompute delays | tau = 0.03 s, requeue");
   ASSERT_EQ(row.size(), 11u) << markdown;
@@ -302,17 +320,22 @@ requeue: [true]
   const v1::RunSummary base = read_summary(real / "tiny-mlp_w2_dropcompute_tau-inf_s5");
   const v1::RunSummary drop = read_summary(real / "tiny-mlp_w2_dropcompute_tau-0.03s_requeue_s5");
   EXPECT_EQ(row[3], fmt::format("{:.3f}x", drop.samples_per_second() / base.samples_per_second()));
-  double sim_base = 0.0, sim_drop = 0.0;
+  double log_ratios = 0.0;
   for (const char* seed : {"s5", "s6"}) {
-    sim_base += read_summary(sim / fmt::format("tiny-mlp_w2_dropcompute_tau-inf_{}", seed))
-                    .samples_per_second() /
-                2;
-    sim_drop +=
-        read_summary(sim / fmt::format("tiny-mlp_w2_dropcompute_tau-0.03s_requeue_{}", seed))
-            .samples_per_second() /
+    log_ratios +=
+        std::log(
+            read_summary(sim / fmt::format("tiny-mlp_w2_dropcompute_tau-0.03s_requeue_{}", seed))
+                .samples_per_second() /
+            read_summary(sim / fmt::format("tiny-mlp_w2_dropcompute_tau-inf_{}", seed))
+                .samples_per_second()) /
         2;
   }
-  EXPECT_EQ(row[4], fmt::format("{:.3f}x", sim_drop / sim_base));
+  EXPECT_EQ(row[4], fmt::format("{:.3f}x", std::exp(log_ratios)));
+  const std::vector<std::string> sim_row = table_row(
+      markdown.substr(markdown.find("## tiny-mlp: 2 workers, dropcompute delays (simulated)")),
+      "tau = 0.03 s, requeue");
+  ASSERT_EQ(sim_row.size(), 12u);
+  EXPECT_EQ(sim_row[7].substr(0, row[4].size()), row[4]) << "the table's figure";
   // The simulated family has its own speedup plot, with the seeds' interval.
   const fs::path plot = report / "plots" / "speedup_tiny-mlp_dropcompute_sim.png";
   ASSERT_TRUE(fs::exists(plot)) << last_output_;

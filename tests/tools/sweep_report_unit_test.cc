@@ -10,7 +10,9 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
+#include "common/files.h"
 #include "dropcompute/threshold_model.h"
 #include "metrics/metrics_json.h"
 #include "proto/report.pb.h"
@@ -19,6 +21,7 @@
 #include "tools/experiment/sweep.h"
 #include "tools/report/document.h"
 #include "tools/report/markdown.h"
+#include "tools/report/plots.h"
 #include "tools/report/prediction.h"
 #include "tools/report/report_json.h"
 #include "tools/runs/run_folder.h"
@@ -282,38 +285,301 @@ TEST(Tables, AggregatesSeedsAndPicksTheSpeedupBasis) {
   // Both seeds of both rows reached the target, and the row ran the
   // baseline's seeds: paired by seed, the geometric mean of 12 / 10 and
   // 12 / 14 (the ratio of the means, 12 / 12, before pairing).
-  EXPECT_NEAR(*requeue.speedup, std::sqrt(1.2 * 12.0 / 14.0), 1e-12);
-  EXPECT_EQ(requeue.speedup_basis, "time to target, paired by seed");
-  ASSERT_TRUE(requeue.speedup_test.has_value());
-  EXPECT_EQ(requeue.speedup_test->df, 1.0);
+  ASSERT_TRUE(requeue.time_to_target_speedup.has_value());
+  const Speedup& on_time = *requeue.time_to_target_speedup;
+  EXPECT_NEAR(on_time.ratio, std::sqrt(1.2 * 12.0 / 14.0), 1e-12);
+  EXPECT_EQ(on_time.basis, "time to target");
+  EXPECT_TRUE(on_time.paired);
+  ASSERT_TRUE(on_time.test.has_value());
+  EXPECT_EQ(on_time.test->df, 1.0);
+  EXPECT_EQ(&*requeue.speedup(), &*requeue.time_to_target_speedup) << "the row's one speedup";
+  // Its samples/s beside it, paired too: 120 / 100 in both seeds.
+  ASSERT_TRUE(requeue.samples_speedup.has_value());
+  EXPECT_NEAR(requeue.samples_speedup->ratio, 1.2, 1e-12);
   // Without requeue only seed 1 ran, no seed reached the target: the
   // samples/s ratio of the means, unpaired, no interval with one seed.
-  EXPECT_DOUBLE_EQ(*e.rows[2].speedup, 1.5);
-  EXPECT_EQ(e.rows[2].speedup_basis, "samples/s");
-  EXPECT_FALSE(e.rows[2].speedup_interval.has_value());
-  const auto cells = table_cells(requeue);
+  EXPECT_FALSE(e.rows[2].time_to_target_speedup.has_value());
+  ASSERT_TRUE(e.rows[2].speedup().has_value());
+  EXPECT_DOUBLE_EQ(e.rows[2].speedup()->ratio, 1.5);
+  EXPECT_EQ(e.rows[2].speedup()->basis, "samples/s");
+  EXPECT_FALSE(e.rows[2].speedup()->paired);
+  EXPECT_FALSE(e.rows[2].speedup()->interval.has_value());
+  // Time to target and its speedup first, samples/s and its own second.
+  const auto header = table_header();
+  ASSERT_EQ(header.size(), 12u);
+  EXPECT_EQ(header[4], "speedup on time to target [95% CI]");
+  EXPECT_EQ(header[7], "speedup on samples/s [95% CI]");
+  const auto cells = table_cells(e, requeue);
+  ASSERT_EQ(cells.size(), 12u);
   EXPECT_EQ(cells[2], "0.8500 ± 0.0707");
   EXPECT_EQ(cells[3], "12.00 ± 2.83 s");
-  EXPECT_EQ(cells[5], fmt::format("1.014x [{:.3f}, {:.3f}] (time to target, paired by seed)",
-                                  requeue.speedup_interval->low, requeue.speedup_interval->high));
-  EXPECT_LT(requeue.speedup_interval->low, 1.0);
-  EXPECT_GT(requeue.speedup_interval->high, 1.0);
-  EXPECT_EQ(cells[6], fmt::format("{:.2g}", requeue.speedup_test->p));
+  EXPECT_EQ(cells[4],
+            fmt::format("1.014x [{:.3f}, {:.3f}]", on_time.interval->low, on_time.interval->high));
+  EXPECT_LT(on_time.interval->low, 1.0);
+  EXPECT_GT(on_time.interval->high, 1.0);
+  EXPECT_EQ(cells[5], fmt::format("{:.2g}", on_time.test->p));
+  EXPECT_EQ(cells[6], "120.0 ± 0.0");
+  EXPECT_EQ(cells[7], "1.200x [1.200, 1.200]");
   // The replay column: the fake runs record no steps, so nothing to replay.
-  EXPECT_EQ(cells[7], "-");
-  EXPECT_EQ(table_cells(e.rows[0])[7], "1.000x (0.0% dropped)");
-  EXPECT_EQ(table_cells(e.rows[2])[3], "not reached");
-  EXPECT_EQ(table_cells(e.rows[2])[5], "1.500x (samples/s)");
-  EXPECT_EQ(table_cells(e.rows[2])[6], "-");
+  EXPECT_EQ(cells[9], "-");
+  EXPECT_EQ(table_cells(e, e.rows[0])[9], "1.000x (0.0% dropped)");
+  EXPECT_EQ(table_cells(e, e.rows[0])[4], "1.000x");
+  const auto no_requeue = table_cells(e, e.rows[2]);
+  // No target: the summaries' figures where they have one.
+  EXPECT_EQ(no_requeue[3], "no target");
+  EXPECT_EQ(no_requeue[4], "no target");
+  EXPECT_EQ(no_requeue[5], "-");
+  EXPECT_EQ(no_requeue[7], "1.500x");
+  EXPECT_EQ(no_requeue[8], "-");
   // Under the table: the 1.5x of one seed cannot be told from noise.
   const std::string reading = reading_line(e);
-  EXPECT_NE(reading.find("tau = p90 (0.2 s), requeue (1.01x) cannot be told from the baseline"),
+  EXPECT_NE(reading.find("tau = p90 (0.2 s), requeue (1.01x on time to target) cannot be told "
+                         "from the baseline"),
             std::string::npos)
       << reading;
   EXPECT_NE(reading.find("whether tau = p90 (0.2 s), no requeue differ from the baseline at all "
                          "(one seed: no interval"),
             std::string::npos)
       << reading;
+}
+
+// A run that evaluated at these (wall seconds, accuracy) points.
+RunFolder evaluated_run(const std::string& policy, uint64_t seed,
+                        const std::vector<std::pair<double, double>>& evals, double tau = kInf) {
+  RunFolder r = fake_run(policy, true, seed, evals.back().second, 100, std::nullopt, tau);
+  for (const auto& [wall, accuracy] : evals) {
+    v1::EvalRecord& e = r.evals.emplace_back();
+    e.set_wall_seconds(wall);
+    e.set_eval_accuracy(accuracy);
+  }
+  return r;
+}
+
+TEST(TimeToTarget, IsInterpolatedBetweenTheEvaluationsAroundTheCrossing) {
+  RunFolder run = evaluated_run("inf", 1, {{10, 0.3}, {20, 0.5}});
+  run.summary.set_startup_seconds(2);
+  // The evaluations decide, not the summary's figure at the evaluation.
+  *run.summary.mutable_time_to_target_seconds() = number_or_null(20.0);
+  *run.summary.mutable_target_accuracy() = number_or_null(0.4);
+  const std::optional<TargetCrossing> at = run_time_to_target(run, 0.4);
+  ASSERT_TRUE(at.has_value());
+  EXPECT_DOUBLE_EQ(at->seconds, 15.0 + 2.0);
+  EXPECT_EQ(at->resolution, 10.0);
+  // Reached at the first evaluation: somewhere since the training started.
+  const std::optional<TargetCrossing> first = run_time_to_target(run, 0.3);
+  EXPECT_DOUBLE_EQ(first->seconds, 12.0);
+  EXPECT_EQ(first->resolution, 10.0);
+  EXPECT_FALSE(run_time_to_target(run, 0.6).has_value());
+  // No evaluations: the summary's figure, at its own target only.
+  RunFolder bare = run;
+  bare.evals.clear();
+  EXPECT_DOUBLE_EQ(run_time_to_target(bare, 0.4)->seconds, 22.0);
+  EXPECT_FALSE(run_time_to_target(bare, 0.4)->resolution.has_value());
+  EXPECT_FALSE(run_time_to_target(bare, 0.42).has_value());
+
+  // The row carries its mean resolution; the text says it.
+  std::vector<RunFolder> runs;
+  runs.push_back(run);
+  runs.push_back(evaluated_run("p90", 1, {{5, 0.3}, {10, 0.5}}, 0.2));
+  const Report report = build_report(std::move(runs), 0.4);
+  const Experiment& e = report.experiments[0];
+  EXPECT_EQ(e.rows[0].target_resolution, 10.0);
+  EXPECT_EQ(e.rows[1].target_resolution, 5.0);
+  EXPECT_NE(caution_lines(e).find("Time to target is interpolated between evaluations 7.5 s "
+                                  "apart on average (5 s to 10 s by case)."),
+            std::string::npos)
+      << caution_lines(e);
+  const std::string json = report_json(report);
+  v1::ReportFile file;
+  parse_json(json, file, "report.json");
+  EXPECT_EQ(file.experiments(0).rows(1).time_to_target_resolution_seconds().number_value(), 5.0);
+}
+
+// Seeds 1 and 2 of a case, the second's evaluations 0.1 s later.
+void add_seeds(std::vector<RunFolder>& runs, const std::string& policy, double tau,
+               const std::vector<std::pair<double, double>>& evals) {
+  for (uint64_t seed : {1, 2}) {
+    std::vector<std::pair<double, double>> shifted = evals;
+    for (auto& [wall, accuracy] : shifted) wall += 0.1 * static_cast<double>(seed - 1);
+    runs.push_back(evaluated_run(policy, seed, shifted, tau));
+  }
+}
+
+TEST(Verdict, AWarningWhenItChangesWithinTwoPointsOfTheTarget) {
+  // The baseline crosses 0.38 ... 0.42 at 13 ... 17 s.
+  const std::vector<std::pair<double, double>> base = {{10, 0.35}, {20, 0.45}, {30, 0.5}};
+  // Fast to 0.40 (7.5 s: 2x), then a plateau: 0.41 at 25 s (0.64x).
+  std::vector<RunFolder> runs;
+  add_seeds(runs, "inf", kInf, base);
+  add_seeds(runs, "p90", 0.2, {{5, 0.395}, {10, 0.405}, {40, 0.415}, {50, 0.45}});
+  const Report flipping = build_report(std::move(runs), 0.4);
+  const CaseRow& row = flipping.experiments[0].rows[1];
+  ASSERT_TRUE(row.time_to_target_speedup.has_value());
+  EXPECT_NEAR(row.time_to_target_speedup->ratio, 2.0, 0.02);
+  EXPECT_EQ(verdict(*row.time_to_target_speedup), "faster");
+  ASSERT_EQ(row.near_target.size(), 4u);
+  EXPECT_DOUBLE_EQ(row.near_target[2].target, 0.41);
+  EXPECT_NEAR(row.near_target[2].speedup.ratio, 16.0 / 25.0, 0.01);
+  EXPECT_EQ(verdict(row.near_target[2].speedup), "slower");
+  EXPECT_EQ(verdict(row.near_target[0].speedup), "faster");
+  EXPECT_EQ(row.verdict_warning,
+            fmt::format("tau = p90 (0.2 s), requeue: the verdict changes within 2 points of the "
+                        "target: {:.2f}x at 0.4 (faster), {:.2f}x at 0.41 (slower), {:.2f}x at "
+                        "0.42 (slower); read it as unsettled",
+                        row.time_to_target_speedup->ratio, row.near_target[2].speedup.ratio,
+                        row.near_target[3].speedup.ratio));
+  // Under the table and in report.json.
+  const std::string markdown = markdown_tables(flipping);
+  EXPECT_NE(markdown.find("\nWarning: " + row.verdict_warning + ".\n"), std::string::npos)
+      << markdown;
+  v1::ReportFile file;
+  parse_json(report_json(flipping), file, "report.json");
+  const v1::ReportRow& json_row = file.experiments(0).rows(1);
+  EXPECT_EQ(json_row.verdict_warning(), row.verdict_warning);
+  EXPECT_EQ(json_row.verdict(), "faster");
+  ASSERT_EQ(json_row.near_target_size(), 4);
+  EXPECT_EQ(json_row.near_target(2).speedup().verdict(), "slower");
+  EXPECT_EQ(json_row.near_target(2).speedup().ratio().number_value(),
+            row.near_target[2].speedup.ratio);
+
+  // Twice as fast all the way: the same verdict at every target, no warning.
+  std::vector<RunFolder> steady;
+  add_seeds(steady, "inf", kInf, base);
+  add_seeds(steady, "p90", 0.2, {{5, 0.35}, {10, 0.45}, {15, 0.5}});
+  const Report stable = build_report(std::move(steady), 0.4);
+  const CaseRow& fast = stable.experiments[0].rows[1];
+  ASSERT_EQ(fast.near_target.size(), 4u);
+  for (const CaseRow::NearTarget& n : fast.near_target)
+    EXPECT_EQ(verdict(n.speedup), "faster") << n.target;
+  EXPECT_EQ(fast.verdict_warning, "");
+  EXPECT_EQ(markdown_tables(stable).find("Warning:"), std::string::npos);
+}
+
+// `times` step records (seconds each) that read this host load.
+void add_steps(RunFolder& run, const std::vector<double>& times, double host_load) {
+  for (size_t i = 0; i < times.size(); ++i) {
+    v1::StepRecord& s = run.steps.emplace_back();
+    s.set_step(static_cast<uint32_t>(i));
+    s.set_step_seconds(times[i]);
+    s.set_samples(100);
+    s.set_host_load(host_load);
+  }
+}
+
+TEST(Host, ARowMeasuredOnABusierHostThanItsBaselineIsFlagged) {
+  // 12 steps: the first 3 (a quarter) left out of the spread.
+  const std::vector<double> even(12, 1.0);
+  const std::vector<double> spread = {1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3};  // p90 3, median 1
+  const auto runs_with = [&](std::optional<v1::SlownessKind> slowness) {
+    std::vector<RunFolder> runs;
+    runs.push_back(fake_run("inf", true, 1, 0.8, 100, std::nullopt));
+    add_steps(runs.back(), even, 1.2);
+    runs.push_back(fake_run("p90", true, 1, 0.8, 120, std::nullopt, 0.2));
+    add_steps(runs.back(), spread, 3.1);
+    if (slowness) runs.back().config.add_slowness()->set_kind(*slowness);
+    // An older run: no host load read, step times as even as the baseline's.
+    runs.push_back(fake_run("p80", true, 1, 0.8, 110, std::nullopt, 0.1));
+    add_steps(runs.back(), even, 0.0);
+    return runs;
+  };
+  const Report report = build_report(runs_with(std::nullopt), std::nullopt);
+  const Experiment& e = report.experiments[0];
+  ASSERT_EQ(e.rows.size(), 3u);
+  const CaseRow& busy = e.rows[2];
+  ASSERT_EQ(busy.label, "tau = p90 (0.2 s), requeue");
+  EXPECT_DOUBLE_EQ(busy.host_load->mean, 3.1);
+  EXPECT_DOUBLE_EQ(busy.step_spread->mean, 3.0);
+  EXPECT_EQ(busy.host_warning,
+            "tau = p90 (0.2 s), requeue: host busier than the baseline's: load 3.1 against 1.2 "
+            "(seed 1); step times spread 3.0x against 1.0x (p90 / median, seed 1): read this "
+            "row's speed with care");
+  const CaseRow& older = e.rows[1];
+  EXPECT_FALSE(older.host_load.has_value());
+  EXPECT_EQ(older.host_warning, "");
+  EXPECT_EQ(e.rows[0].host_warning, "");
+  // Under the table, in the statistics table and in report.json.
+  const std::string markdown = markdown_tables(report);
+  EXPECT_NE(markdown.find("\nWarning: " + busy.host_warning + ".\n"), std::string::npos)
+      << markdown;
+  EXPECT_NE(statistics_table(e).find("| 3.10 | 3.00x |"), std::string::npos) << statistics_table(e);
+  EXPECT_NE(statistics_table(e).find("| - | 1.00x |"), std::string::npos) << statistics_table(e);
+  v1::ReportFile file;
+  parse_json(report_json(report), file, "report.json");
+  EXPECT_EQ(file.experiments(0).rows(2).host_warning(), busy.host_warning);
+  EXPECT_DOUBLE_EQ(file.experiments(0).rows(2).host_load().number_value(), 3.1);
+  EXPECT_DOUBLE_EQ(file.experiments(0).rows(2).step_time_spread().number_value(), 3.0);
+
+  // The case injected the load itself: said so, not a measurement problem.
+  const Report injected = build_report(runs_with(v1::SLOWNESS_CO_LOCATED_LOAD), std::nullopt);
+  const std::string own = injected.experiments[0].rows[2].host_warning;
+  EXPECT_NE(own.find("load 3.1 against 1.2 (seed 1)"), std::string::npos) << own;
+  EXPECT_NE(own.find("the case's own injected load (its config's co-located-load slowness), not "
+                     "a measurement problem"),
+            std::string::npos)
+      << own;
+  EXPECT_EQ(own.find("with care"), std::string::npos) << own;
+}
+
+// The numbers of the data line after `marker` in a plot's .dat.
+std::vector<double> data_after(const std::string& dat, const std::string& marker) {
+  const size_t at = dat.find(marker);
+  if (at == std::string::npos) return {};
+  std::istringstream line(
+      dat.substr(at + marker.size(), dat.find('\n', at + marker.size()) - at - marker.size()));
+  std::vector<double> out;
+  for (double v; line >> v;) out.push_back(v);
+  return out;
+}
+
+TEST(Report, TheTablePlotAndReportJsonGiveEachRowOneSpeedup) {
+  std::string gnuplot;
+  try {
+    gnuplot = find_gnuplot();
+  } catch (const std::exception& e) {
+    GTEST_SKIP() << e.what();
+  }
+  std::vector<RunFolder> runs;
+  add_seeds(runs, "inf", kInf, {{10, 0.35}, {20, 0.45}, {30, 0.5}});
+  add_seeds(runs, "p90", 0.2, {{8, 0.35}, {16, 0.45}, {24, 0.5}});
+  // Never reaches 0.4: its speedup is on samples/s.
+  add_seeds(runs, "p80", 0.1, {{10, 0.3}, {20, 0.35}});
+  runs[4].summary.set_samples_per_second(130);
+  runs[5].summary.set_samples_per_second(125);
+  const Report report = build_report(std::move(runs), 0.4);
+  const Experiment& e = report.experiments[0];
+  const testing::ScratchDir dir("report-one-speedup");
+  draw_plots(report, dir.path(), gnuplot);
+  const std::string dat = read_text_file(dir.path() / "plots" / "speedup_m_dc.dat");
+  const std::string gp = read_text_file(dir.path() / "plots" / "speedup_m_dc.gp");
+  v1::ReportFile file;
+  parse_json(report_json(report), file, "report.json");
+  struct Expected {
+    size_t row;
+    std::string key, basis;
+    size_t cell;  // the table's cell of that basis
+  };
+  for (const Expected& x : {Expected{1, "tau = p80, requeue", "samples/s", 7},
+                            Expected{2, "tau = p90, requeue", "time to target", 4}}) {
+    const CaseRow& row = e.rows[x.row];
+    ASSERT_TRUE(row.speedup().has_value()) << row.label;
+    const Speedup& s = *row.speedup();
+    EXPECT_EQ(s.basis, x.basis) << row.label;
+    ASSERT_TRUE(s.interval.has_value());
+    EXPECT_EQ(table_cells(e, row)[x.cell],
+              fmt::format("{:.3f}x [{:.3f}, {:.3f}]", s.ratio, s.interval->low, s.interval->high));
+    const v1::ReportRow& json_row = file.experiments(0).rows(static_cast<int>(x.row));
+    EXPECT_EQ(json_row.speedup().number_value(), s.ratio) << row.label;
+    EXPECT_EQ(json_row.speedup_low().number_value(), s.interval->low);
+    EXPECT_EQ(json_row.speedup_high().number_value(), s.interval->high);
+    EXPECT_EQ(json_row.speedup_basis(), x.basis + ", paired by seed");
+    const std::vector<double> point =
+        data_after(dat.substr(dat.find("# " + x.key + ":")), "# 4 workers: on " + x.basis + "\n");
+    EXPECT_EQ(point, (std::vector<double>{4, s.ratio, s.interval->low, s.interval->high}))
+        << x.key << " in\n"
+        << dat;
+    EXPECT_NE(gp.find(x.key + ": measured on " + x.basis + ", 95% interval"), std::string::npos)
+        << gp;
+  }
 }
 
 TEST(Prediction, ReplaysTheBaselineUnderTau) {
@@ -550,12 +816,23 @@ TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
   const double best_16 = best_tau_point(pooled, 16).speedup;
   const double best_64 = best_tau_point(pooled, 64).speedup;
   EXPECT_EQ(best_16, 1.0);  // none pays beyond 2 workers (above)
+  // The best tau at the reported counts other than the runs' 4 workers.
   EXPECT_EQ(predicted_line(e),
-            "Predicted speedup with the best tau: 1.00x at 4 workers (tau inf), 1.00x at 16 (tau "
-            "inf), 1.00x at 64 (tau inf); within the runs' drop-rate bound of 10% (the automatic "
-            "threshold's max_drop_rate): 1.00x at 4 workers (tau inf), 1.00x at 16 (tau inf), "
-            "1.00x at 64 (tau inf). I.i.d. workers drawn from the baseline's 3 worker steps, "
-            "overhead 0.5 s per step.\n");
+            "The best tau at other worker counts, a model and not a measurement (workers drawn "
+            "i.i.d. from this baseline's 3 worker steps, overhead 0.5 s per step; see Predicted in "
+            "the notes): 1.00x at 16 workers (tau inf), 1.00x at 64 (tau inf); within the runs' "
+            "drop-rate bound of 10% (the automatic threshold's max_drop_rate): 1.00x at 16 "
+            "workers (tau inf), 1.00x at 64 (tau inf).\n");
+  // At the runs' 4 workers a case's curve is its row's predicted column:
+  // the baseline's own steps replayed under its tau (1.5 s drops nothing).
+  const CaseRow& p90 = e.rows[2];
+  ASSERT_EQ(p90.label, "tau = p90 (1.5 s), requeue");
+  ASSERT_TRUE(p90.predicted.has_value());
+  EXPECT_EQ(p90.predicted->speedup, predict_speedup(e.runs[e.rows[0].runs[0]], 1.5)->speedup);
+  EXPECT_EQ(curve_point(e.predicted->curves[3], 4)->speedup, p90.predicted->speedup);
+  EXPECT_EQ(curve_point(e.predicted->curves[3], 4)->drop_rate, p90.predicted->drop_rate);
+  EXPECT_EQ(table_cells(e, p90)[9], fmt::format("{:.3f}x ({:.1f}% dropped)", p90.predicted->speedup,
+                                                100 * p90.predicted->drop_rate));
   EXPECT_EQ(best_64, 1.0);
   // report.json, read back through its schema (proto/report.proto).
   const std::string json = report_json(report);
@@ -585,6 +862,12 @@ TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
   for (const v1::PredictedPoint& point : predicted.curves(3).points()) {
     EXPECT_TRUE(point.workers() == 4 || point.workers() == 16 || point.workers() == 64)
         << "only 4, 16 and 64 workers: " << point.workers();
+    // At the runs' 4 workers, the row's predicted column, as the row gives it.
+    if (point.workers() == 4) {
+      EXPECT_EQ(point.speedup().number_value(), p90.predicted->speedup);
+      EXPECT_EQ(point.speedup().number_value(),
+                file.experiments(0).rows(2).predicted_speedup().number_value());
+    }
     if (point.workers() != 16) continue;
     found = true;
     EXPECT_EQ(point.tau_seconds().number_value(), 1.5);
@@ -595,8 +878,9 @@ TEST(PredictedCurve, ReportHasOneCurvePerTauAndTheBestTauFigures) {
   EXPECT_NE(json.find("\"recorded_workers\":4,"), std::string::npos) << json;
   // The markdown tables carry the line under the table.
   EXPECT_NE(markdown_tables(report).find("| tau = 1 s, requeue |"), std::string::npos);
-  EXPECT_NE(markdown_tables(report).find("\n\nPredicted speedup with the best tau: 1.00x at 4"),
+  EXPECT_NE(markdown_tables(report).find("\n\nThe best tau at other worker counts"),
             std::string::npos);
+  EXPECT_EQ(markdown_tables(report).find("Predicted speedup with the best tau"), std::string::npos);
 }
 
 // A run folder with a trace.json gets a link to it in both documents; one

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "common/files.h"
 #include "common/run_files.h"
@@ -64,18 +65,17 @@ size_t run_count(const Report& report) {
 }
 
 constexpr const char* kPredictionNote =
-    "Speedup is the samples/s basis: completed micro-batches per second against the tau = inf "
-    "baseline's, (1 - drop rate) x T_inf / T_tau with the time outside compute (the baseline's "
-    "mean step wall time + update - slowest compute) in both step times; measured: samples/s "
-    "against the baseline's. Curves (dropcompute/threshold_model.h, predict_step_time): N workers "
-    "drawn "
-    "i.i.d. from the baseline's worker steps pooled over ranks, steps and seeds, each starting no "
+    "Measured points: each case's speedup as its table row gives it, on the basis the key names "
+    "(time to target, else samples/s), with its 95% interval over seeds. Curves: the predicted "
+    "samples/s speedup (Predicted in the notes below), (1 - drop rate) x T_inf / T_tau with the "
+    "baseline's time outside compute (mean step wall time + update - slowest compute) in both "
+    "step times. At the run's worker count a case's curve is the table's predicted column. "
+    "Elsewhere (dropcompute/threshold_model.h, predict_step_time) N workers are drawn i.i.d. "
+    "from the baseline's worker steps pooled over ranks, steps and seeds, each starting no "
     "micro-batch once its compute clock has reached tau; a step takes the slowest plus the "
     "baseline's time outside compute, whatever N; the best tau is the argmax for each N over 200 "
     "candidates, as the automatic threshold searches. A persistent straggler is not i.i.d.: the "
-    "curves take a random worker to be slow as often as in the recording. Open points: the "
-    "baseline's recorded steps replayed under the case's tau with the same workers (each keeps its "
-    "rank, so a straggler stays one).";
+    "curves take a random worker to be slow as often as in the recording.";
 
 constexpr const char* kTimelineNote =
     "Timelines (trace.json: open in https://ui.perfetto.dev or chrome://tracing):";
@@ -168,10 +168,14 @@ std::string report_html(const Report& report, const std::vector<Plot>& plots,
     out += "</tr>\n";
     for (const CaseRow& row : e.rows) {
       out += "<tr>";
-      for (const std::string& cell : table_cells(row)) out += "<td>" + html_escape(cell) + "</td>";
+      for (const std::string& cell : table_cells(e, row))
+        out += "<td>" + html_escape(cell) + "</td>";
       out += "</tr>\n";
     }
     out += "</table>\n";
+    std::istringstream cautions(caution_lines(e));
+    for (std::string line; std::getline(cautions, line);)
+      out += "<p>" + html_escape(line) + "</p>\n";
     const std::string reading = reading_line(e);
     if (!reading.empty()) out += "<p>" + html_escape(reading) + "</p>\n";
     const std::string stats = statistics_table(e);

@@ -25,13 +25,21 @@ std::string experiment_title(const Experiment& e);
 // What the columns mean (time to target, speedup basis, spread).
 std::string table_notes(const Report& report);
 
-// The table's cells, as printed (tests compare them with the summaries).
+// The table's cells, as printed (tests compare them with the summaries):
+// time to target and its speedup first, then samples/s and its own.
 std::vector<std::string> table_header();
-std::vector<std::string> table_cells(const CaseRow& row);
+std::vector<std::string> table_cells(const Experiment& e, const CaseRow& row);
 
-// The line under an experiment's table: the predicted speedup with the best
-// tau at 4, 16 and 64 workers, each with its tau and drop rate, and the
-// best within the runs' drop-rate bound beside it; "" without a prediction.
+// The lines right under an experiment's table: how far apart the
+// evaluations time to target is interpolated between were, and each row's
+// warnings (its verdict changes near the target; its host was busier or its
+// step times spread wider than the baseline's); "" without either.
+std::string caution_lines(const Experiment& e);
+
+// The line under an experiment's table: the model's best tau at the
+// reported worker counts other than the experiment's (4, 16, 64), each with
+// its tau and drop rate, and the best within the runs' drop-rate bound
+// beside it; "" without a prediction.
 std::string predicted_line(const Experiment& e);
 
 // The line under an experiment's table on how close to the machine its
@@ -48,7 +56,7 @@ std::string reading_line(const Experiment& e);
 
 // A case that ran for real and simulated (the same model, workers, delay,
 // policy, tau policy and requeue): its figures side by side, means over
-// each side's seeds. The speedup is on the samples/s basis for both (a
+// each side's seeds. The speedup is each side's row's on samples/s (a
 // simulation has no accuracy), against each side's own baseline.
 struct TwinRow {
   std::string experiment;  // the real experiment's title

@@ -311,17 +311,22 @@ class SpeedupPlot {
     }
   }
 
-  // Measured at the worker counts that ran, beside the replay, with the
-  // 95% interval over seeds when the speedup is on the samples/s basis.
+  // Measured at the worker counts that ran: each row's one speedup, as its
+  // table gives it (CaseRow::speedup), with its 95% interval over seeds.
   void add_measured(const std::vector<const Experiment*>& experiments) {
     std::map<std::string, std::vector<Point>> series;  // by policy_key
     std::map<std::string, const CaseRow*> series_row;
     for (const Experiment* e : experiments) {
       if (!e->baseline_row) continue;
-      const CaseRow& base_row = e->rows[*e->baseline_row];
       for (const CaseRow& row : e->rows) {
-        if (&row == &base_row || !row.speedup) continue;
-        series[policy_key(row)].push_back(measured_point(*e, base_row, row));
+        if (&row == &e->rows[*e->baseline_row] || !row.speedup()) continue;
+        const Speedup& s = *row.speedup();
+        Point m{e->workers, s.ratio, s.ratio, s.ratio, s.basis};
+        if (s.interval) {
+          m.low = s.interval->low;
+          m.high = s.interval->high;
+        }
+        series[policy_key(row)].push_back(m);
         series_row.emplace(policy_key(row), &row);
       }
     }
@@ -341,8 +346,8 @@ class SpeedupPlot {
     const double pad = std::max(0.02, 0.08 * (y_hi_ - y_lo_));
     return fmt::format(
         "set xlabel 'workers (log scale)'\n"
-        "set ylabel \"speedup over tau = inf, samples/s basis:\\n"
-        "(1 - drop rate) x T_inf / T_tau, overhead in T\"\n"
+        "set ylabel \"speedup over tau = inf\\n"
+        "(measured: basis in the key; curves: samples/s)\"\n"
         "set logscale x 2\nset xrange [0.8:{}]\nset xtics {})\nset yrange [{}:{}]\n"
         "set key default\nset key outside below center horizontal spacing 1.2\n"
         "set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb '#999999'\n{}",
@@ -352,7 +357,8 @@ class SpeedupPlot {
  private:
   struct Point {
     uint32_t workers = 0;
-    double measured = 0.0, replayed = 0.0, low = 0.0, high = 0.0;
+    double measured = 0.0, low = 0.0, high = 0.0;
+    std::string basis;  // "time to target" or "samples/s"
     bool operator<(const Point& o) const { return workers < o.workers; }
   };
 
@@ -375,10 +381,15 @@ class SpeedupPlot {
                  const std::string& source) {
     data_ += fmt::format(
         "# predicted, {}: i.i.d. workers drawn from the {}-worker baseline's {} worker steps, "
-        "overhead {} s\n"
+        "overhead {} s{}\n"
         "# workers tau_seconds predicted_speedup drop_rate step_seconds "
         "baseline_step_seconds\n",
-        curve.label, p.recorded_workers, p.worker_steps, p.overhead_seconds);
+        curve.label, p.recorded_workers, p.worker_steps, p.overhead_seconds,
+        curve.tau_policy == "best" || curve.tau_policy == "bounded"
+            ? ""
+            : fmt::format("; at {} workers the baseline's own steps replayed under this tau, the "
+                          "table's predicted column",
+                          p.recorded_workers));
     for (const CurvePoint& c : curve.points) {
       data_ += fmt::format("{} {} {} {} {} {}\n", c.workers, tau_text(c.tau), c.speedup,
                            c.drop_rate, c.step_seconds, c.baseline_step_seconds);
@@ -394,54 +405,30 @@ class SpeedupPlot {
                                   best ? "best tau for each worker count" : curve.label, source))));
   }
 
-  static Point measured_point(const Experiment& e, const CaseRow& base_row, const CaseRow& row) {
-    const RunFolder& baseline = e.runs[base_row.runs.front()];
-    // The replay models a threshold on even shares only.
-    const auto predicted =
-        row.tau_policy == "inf" ? std::nullopt : predict_speedup(baseline, row.tau_seconds.mean);
-    // The measured figure is always throughput here, whatever the table's
-    // basis, to stand beside the throughput prediction.
-    Point m;
-    m.workers = e.workers;
-    const double base_sps = base_row.samples_per_second.mean;
-    m.measured = base_sps > 0 ? row.samples_per_second.mean / base_sps : 0.0;
-    m.low = m.high = m.measured;
-    if (row.speedup_basis.starts_with("samples/s") && row.speedup_interval) {
-      m.measured = *row.speedup;
-      m.low = row.speedup_interval->low;
-      m.high = row.speedup_interval->high;
-    }
-    m.replayed = predicted ? predicted->speedup : std::nan("");
-    return m;
-  }
-
   void add_series(const std::string& policy, const CaseRow& row, const std::vector<Point>& points) {
     data_ += fmt::format(
-        "# {}\n# workers measured_speedup predicted_speedup interval_low interval_high "
+        "# {}: the table's speedup, on its basis\n# workers speedup interval_low interval_high "
         "(95%, over seeds)\n",
         policy);
+    std::string bases;
     for (const Point& m : points) {
-      data_ += fmt::format("{} {} {} {} {}\n", m.workers, m.measured, m.replayed, m.low, m.high);
+      data_ += fmt::format("# {} workers: on {}\n{} {} {} {}\n", m.workers, m.basis, m.workers,
+                           m.measured, m.low, m.high);
       widen(m.low);
       widen(m.high);
-      widen(m.replayed);
       worker_counts_.insert(m.workers);
+      if (bases.find(m.basis) == std::string::npos) bases += (bases.empty() ? "" : " / ") + m.basis;
     }
     data_ += "\n\n";
-    // The colour of the predicted curve of its tau, when the row's shares are even.
+    // The colour of the predicted curve of its tau, when the replay models it.
     const bool even = row.policy.empty() || row.policy == "dropcompute" || row.policy == "sync";
     const std::string line_color = color(even ? row.tau_policy : row.policy + " " + row.tau_policy);
-    if (simulated_) {
-      add(blocks_++, fmt::format("using 1:2:4:5 with yerrorlines pt {} ps 1.2 lw 2 {} title {}",
-                                 row.requeue ? 7 : 5, line_color,
-                                 gp_string(policy + ": simulated, 95% interval")));
-      return;
-    }
-    add(blocks_, fmt::format("using 1:2:4:5 with yerrorbars pt {} ps 1.6 {} title {}",
-                             row.requeue ? 7 : 5, line_color, gp_string(policy + ": measured")));
     add(blocks_++,
-        fmt::format("using 1:3 with points pt {} ps 1.6 lw 2 {} title {}", row.requeue ? 6 : 4,
-                    line_color, gp_string(policy + ": baseline replayed")));
+        fmt::format("using 1:2:3:4 with {} pt {} ps {} lw 2 {} title {}",
+                    simulated_ ? "yerrorlines" : "yerrorbars", row.requeue ? 7 : 5,
+                    simulated_ ? 1.2 : 1.6, line_color,
+                    gp_string(fmt::format("{}: {} on {}, 95% interval", policy,
+                                          simulated_ ? "simulated" : "measured", bases))));
   }
 
   bool simulated_;
@@ -454,11 +441,11 @@ class SpeedupPlot {
 
 // Speedup against worker count for each (model, delay), on a log-2 axis:
 // the predicted curves over 1..256 workers from each worker count's
-// baseline (i.i.d. workers drawn from its pooled worker steps), and at the
-// worker counts that ran, the measured speedup beside the replay of that
-// count's baseline under the case's tau. A simulated family (beside the
-// real one) shows its cases alone, each policy a line through its worker
-// counts with the seeds' interval.
+// baseline (i.i.d. workers drawn from its pooled worker steps; a case's
+// curve at the baseline's own count is the table's predicted column), and
+// at the worker counts that ran, each case's speedup as its table gives it. A simulated family
+// (beside the real one) shows its cases alone, each policy a line through its worker counts with
+// the seeds' interval.
 void speedup_plots(const Report& report, PlotWriter& writer) {
   std::map<std::tuple<std::string, std::string, bool>, std::vector<const Experiment*>> families;
   for (const Experiment& e : report.experiments) {

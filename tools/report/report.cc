@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -53,14 +54,21 @@ std::tuple<int, int, int, double, int> row_order(const CaseRow& row) {
   return {first, policy, 1, std::atof(p.c_str()), requeue};
 }
 
-// The cases' curves: one per tau policy and tau (requeue does not enter the
-// model); the requeue setting joins the label only when a policy has several
-// taus (auto with and without requeue settles differently).
-std::vector<CurveCase> curve_cases(const Experiment& e) {
+// Whether the replay (predict_speedup) models the row's policy: a threshold
+// on even shares; not rebalance, backup or the arms.
+bool replay_models(const CaseRow& row) {
+  return row.policy.empty() || row.policy == "dropcompute" || row.policy == "sync";
+}
+
+// The cases' curves: one per tau policy and tau of the rows the replay
+// models (requeue does not enter the model), with the first row of each;
+// the requeue setting joins the label only when a policy has several taus
+// (auto with and without requeue settles differently).
+std::vector<CurveCase> curve_cases(const Experiment& e, std::vector<const CaseRow*>& rows) {
   std::vector<CurveCase> cases;
-  std::vector<const CaseRow*> rows;
   for (const CaseRow& row : e.rows) {
-    if (row.tau_policy == "inf" || !std::isfinite(row.tau_seconds.mean)) continue;
+    if (row.tau_policy == "inf" || !std::isfinite(row.tau_seconds.mean) || !replay_models(row))
+      continue;
     bool seen = false;
     for (const CurveCase& c : cases)
       seen = seen || (c.tau_policy == row.tau_policy && c.tau == row.tau_seconds.mean);
@@ -85,18 +93,67 @@ std::vector<CurveCase> curve_cases(const Experiment& e) {
   return cases;
 }
 
-}  // namespace
-
-std::optional<double> run_time_to_target(const RunFolder& run, std::optional<double> target) {
-  // On the clock from the process's start, as MLPerf measures it: the
-  // start-up (workers joining, loading data) counts.
-  const double startup = run.summary.startup_seconds();
-  if (auto t = optional_number(run.summary.time_to_target_seconds())) return *t + startup;
-  if (!target) return std::nullopt;
-  for (const v1::EvalRecord& e : run.evals) {
-    if (e.eval_accuracy() >= *target) return e.wall_seconds() + startup;
+// The first evaluation at or above `target`, interpolated with the one
+// before it (below the target), on the clock from the process's start.
+std::optional<TargetCrossing> crossing(const RunFolder& run, double target) {
+  for (size_t i = 0; i < run.evals.size(); ++i) {
+    const v1::EvalRecord& at = run.evals[i];
+    if (at.eval_accuracy() < target) continue;
+    // The first evaluation: somewhere since the training started.
+    TargetCrossing c{at.wall_seconds(), at.wall_seconds()};
+    if (i > 0) {
+      const v1::EvalRecord& before = run.evals[i - 1];
+      c.resolution = at.wall_seconds() - before.wall_seconds();
+      c.seconds = before.wall_seconds() + *c.resolution * (target - before.eval_accuracy()) /
+                                              (at.eval_accuracy() - before.eval_accuracy());
+    }
+    c.seconds += run.summary.startup_seconds();
+    return c;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<TargetCrossing> run_time_to_target(const RunFolder& run,
+                                                 std::optional<double> target) {
+  // On the clock from the process's start, as MLPerf measures it: the
+  // start-up (workers joining, loading data) counts.
+  if (!run.evals.empty()) return target ? crossing(run, *target) : std::nullopt;
+  const std::optional<double> measured_at = optional_number(run.summary.target_accuracy());
+  const std::optional<double> t = optional_number(run.summary.time_to_target_seconds());
+  if (!t || (target && measured_at != target)) return std::nullopt;
+  return TargetCrossing{*t + run.summary.startup_seconds(), std::nullopt};
+}
+
+std::string verdict(const Speedup& speedup) {
+  const double low = speedup.interval ? speedup.interval->low : speedup.ratio;
+  const double high = speedup.interval ? speedup.interval->high : speedup.ratio;
+  if (low > 1.0) return "faster";
+  if (high < 1.0) return "slower";
+  return "cannot be told";
+}
+
+std::optional<double> mean_host_load(const RunFolder& run) {
+  double sum = 0.0;
+  size_t read = 0;
+  for (const v1::StepRecord& s : run.steps) {
+    if (s.host_load() <= 0.0) continue;
+    sum += s.host_load();
+    ++read;
+  }
+  if (read == 0) return std::nullopt;
+  return sum / static_cast<double>(read);
+}
+
+std::optional<double> step_time_spread(const RunFolder& run) {
+  std::vector<double> times;
+  for (size_t i = run.steps.size() / 4; i < run.steps.size(); ++i)
+    times.push_back(run.steps[i].step_seconds());
+  if (times.empty()) return std::nullopt;
+  const double median = percentile(times, 50);
+  if (!(median > 0.0)) return std::nullopt;
+  return percentile(times, 90) / median;
 }
 
 double run_tau(const RunFolder& run) {
@@ -175,25 +232,31 @@ bool same_seeds(const Experiment& e, const CaseRow& a, const CaseRow& b) {
   return true;
 }
 
-// The row's speedup = mean(faster) / mean(slower) per seed, its interval and
-// test: paired by seed when both rows ran the same seeds (a seed fixes the
-// data order and the injected delays, so what the seeds share cancels),
-// else the two means' ratio and Welch's test.
-void speedup_of(CaseRow& row, const std::vector<double>& numerator,
-                const std::vector<double>& denominator, bool paired, const std::string& basis) {
-  row.speedup_basis = basis;
+// mean(faster) / mean(slower) per seed as a Speedup: paired by seed when
+// both rows ran the same seeds (a seed fixes the data order and the
+// injected delays, so what the seeds share cancels), else the two means'
+// ratio and Welch's test. Nothing when a mean is not positive.
+std::optional<Speedup> speedup_between(const std::vector<double>& numerator,
+                                       const std::vector<double>& denominator, bool paired,
+                                       const std::string& basis) {
+  if (numerator.empty() || denominator.empty()) return std::nullopt;
+  Speedup out;
+  out.basis = basis;
   if (paired) {
     if (const std::optional<PairedRatio> r = paired_ratio(numerator, denominator)) {
-      row.speedup = r->ratio.mean;
-      row.speedup_interval = r->ratio;
-      row.speedup_test = r->test;
-      row.speedup_basis += ", paired by seed";
-      return;
+      out.ratio = r->ratio.mean;
+      out.interval = r->ratio;
+      out.test = r->test;
+      out.paired = true;
+      return out;
     }
   }
-  row.speedup = mean_interval(numerator).mean / mean_interval(denominator).mean;
-  row.speedup_interval = ratio_interval(numerator, denominator);
-  row.speedup_test = welch_test(numerator, denominator);
+  const double below = mean_interval(denominator).mean;
+  if (!(below > 0.0)) return std::nullopt;
+  out.ratio = mean_interval(numerator).mean / below;
+  out.interval = ratio_interval(numerator, denominator);
+  out.test = welch_test(numerator, denominator);
+  return out;
 }
 
 // A case's per-seed figure against the baseline's: paired by seed when
@@ -206,25 +269,129 @@ std::optional<TTest> seed_test(const std::vector<double>& row, const std::vector
 
 // The replay of the baseline's seeds under the row's tau (see CaseRow).
 void predict_row(const Experiment& e, const CaseRow& base, CaseRow& row) {
+  CurvePoint point;
+  point.workers = e.workers;
+  point.tau = row.tau_seconds.mean;
   if (&row == &base) {
-    row.predicted_speedup = 1.0;
-    row.predicted_drop_rate = 0.0;
+    point.tau = std::numeric_limits<double>::infinity();
+    row.predicted = point;
     return;
   }
-  const bool modelled = row.policy.empty() || row.policy == "dropcompute" || row.policy == "sync";
-  if (!modelled || !std::isfinite(row.tau_seconds.mean)) return;
-  double speedup = 0.0, dropped = 0.0;
+  if (!replay_models(row) || !std::isfinite(row.tau_seconds.mean)) return;
+  double speedup = 0.0, dropped = 0.0, step = 0.0, base_step = 0.0;
   size_t replayed = 0;
   for (size_t i : base.runs) {
     const std::optional<Prediction> p = predict_speedup(e.runs[i], row.tau_seconds.mean);
     if (!p) continue;
     speedup += p->speedup;
     dropped += 1.0 - p->completed_fraction;
+    step += p->step_seconds_tau;
+    base_step += p->step_seconds_inf;
     ++replayed;
   }
   if (replayed == 0) return;
-  row.predicted_speedup = speedup / static_cast<double>(replayed);
-  row.predicted_drop_rate = dropped / static_cast<double>(replayed);
+  const double n = static_cast<double>(replayed);
+  point.speedup = speedup / n;
+  point.drop_rate = dropped / n;
+  point.step_seconds = step / n;
+  point.baseline_step_seconds = base_step / n;
+  row.predicted = point;
+}
+
+// The figure of every seed of `row` at `target` (crossing), or nothing when
+// a seed did not reach it.
+std::optional<std::vector<double>> times_to(const Experiment& e, const CaseRow& row,
+                                            double target) {
+  std::vector<double> out;
+  for (size_t i : row.runs) {
+    const std::optional<TargetCrossing> c = crossing(e.runs[i], target);
+    if (!c) return std::nullopt;
+    out.push_back(c->seconds);
+  }
+  return out;
+}
+
+// The row's speedup on time to target at the targets within 2 points
+// (CaseRow::near_target) and the warning when its verdict changes there.
+void check_near_target(const Experiment& e, const CaseRow& base, double target, CaseRow& row) {
+  const bool paired = same_seeds(e, row, base);
+  for (const double shift : {-0.02, -0.01, 0.01, 0.02}) {
+    // Rounded, so that 0.4 + 0.02 is the 0.42 an evaluation may report.
+    const double near = std::round((target + shift) * 1e6) / 1e6;
+    if (near <= 0.0 || near > 1.0) continue;
+    const auto base_times = times_to(e, base, near);
+    const auto row_times = times_to(e, row, near);
+    if (!base_times || !row_times) continue;
+    if (auto s = speedup_between(*base_times, *row_times, paired, "time to target"))
+      row.near_target.push_back({near, *s});
+  }
+  const Speedup& main = *row.time_to_target_speedup;
+  std::string changes;
+  for (const CaseRow::NearTarget& n : row.near_target) {
+    if (verdict(n.speedup) == verdict(main)) continue;
+    changes +=
+        fmt::format(", {:.2f}x at {:.4g} ({})", n.speedup.ratio, n.target, verdict(n.speedup));
+  }
+  if (changes.empty()) return;
+  row.verdict_warning = fmt::format(
+      "{}: the verdict changes within 2 points of the target: {:.2f}x at {:.4g} ({}){}; read it "
+      "as unsettled",
+      row.label, main.ratio, target, verdict(main), changes);
+}
+
+// Whether any run of the row injected a co-located load (config slowness).
+bool injects_load(const Experiment& e, const CaseRow& row) {
+  for (size_t i : row.runs) {
+    for (const v1::SlownessConfig& s : e.runs[i].config.slowness())
+      if (s.kind() == v1::SLOWNESS_CO_LOCATED_LOAD) return true;
+  }
+  return false;
+}
+
+// The row's host figures over its seeds, and the warning when a seed's
+// host load is more than 1 above its baseline seed's or its step times
+// spread more than 1.5 times as wide: its speed may be the host's, not the
+// case's.
+void check_host(const Experiment& e, const CaseRow& base, CaseRow& row) {
+  std::vector<double> loads, spreads;
+  std::string load_part, spread_part;
+  double most_load = 1.0, most_spread = 1.5;
+  for (size_t i : row.runs) {
+    const RunFolder& run = e.runs[i];
+    const std::optional<double> load = mean_host_load(run), spread = step_time_spread(run);
+    if (load) loads.push_back(*load);
+    if (spread) spreads.push_back(*spread);
+    const RunFolder* paired = nullptr;
+    for (size_t b : base.runs) {
+      if (e.runs[b].info.seed() == run.info.seed()) paired = &e.runs[b];
+    }
+    if (&row == &base || e.simulated || paired == nullptr) continue;
+    const std::optional<double> base_load = mean_host_load(*paired);
+    const std::optional<double> base_spread = step_time_spread(*paired);
+    if (load && base_load && *load - *base_load > most_load) {
+      most_load = *load - *base_load;
+      load_part =
+          fmt::format("host busier than the baseline's: load {:.1f} against {:.1f} (seed {})",
+                      *load, *base_load, run.info.seed());
+    }
+    if (spread && base_spread && *spread > most_spread * *base_spread) {
+      most_spread = *spread / *base_spread;
+      spread_part = fmt::format("step times spread {:.1f}x against {:.1f}x (p90 / median, seed {})",
+                                *spread, *base_spread, run.info.seed());
+    }
+  }
+  if (!loads.empty()) row.host_load = aggregate(loads);
+  if (!spreads.empty()) row.step_spread = aggregate(spreads);
+  const std::string parts =
+      load_part + (load_part.empty() || spread_part.empty() ? "" : "; ") + spread_part;
+  if (parts.empty()) return;
+  row.host_warning =
+      injects_load(e, row)
+          ? fmt::format(
+                "{}: {}: the case's own injected load (its config's co-located-load slowness), "
+                "not a measurement problem",
+                row.label, parts)
+          : fmt::format("{}: {}: read this row's speed with care", row.label, parts);
 }
 
 }  // namespace
@@ -305,10 +472,10 @@ void set_shared_bounds(Experiment& e) {
 }
 
 // A row's figures over its seeds (its runs put in seed order).
-void aggregate_row(const Experiment& e, std::optional<double> target, CaseRow& row) {
+void aggregate_row(const Experiment& e, CaseRow& row) {
   std::sort(row.runs.begin(), row.runs.end(),
             [&](size_t a, size_t b) { return e.runs[a].info.seed() < e.runs[b].info.seed(); });
-  std::vector<double> accuracy, ttt, sps, drop, lost, tau, mfu, achieved;
+  std::vector<double> accuracy, ttt, resolution, sps, drop, lost, tau, mfu, achieved;
   for (size_t i : row.runs) {
     const RunFolder& run = e.runs[i];
     if (run.summary.mean_mfu() > 0.0) {
@@ -317,7 +484,10 @@ void aggregate_row(const Experiment& e, std::optional<double> target, CaseRow& r
       row.training_flops_per_sample = run.summary.training_flops_per_sample();
     }
     if (auto a = optional_number(run.summary.final_eval_accuracy())) accuracy.push_back(*a);
-    if (auto t = run_time_to_target(run, target)) ttt.push_back(*t);
+    if (const std::optional<TargetCrossing> t = run_time_to_target(run, e.target)) {
+      ttt.push_back(t->seconds);
+      if (t->resolution) resolution.push_back(*t->resolution);
+    }
     row.steady_values.push_back(steady_samples_per_second(run));
     if (e.equal_time) {
       if (auto a = accuracy_at(run, *e.equal_time)) row.accuracy_at_time_values.push_back(*a);
@@ -330,6 +500,7 @@ void aggregate_row(const Experiment& e, std::optional<double> target, CaseRow& r
   if (!accuracy.empty()) row.accuracy = aggregate(accuracy);
   if (!ttt.empty()) row.time_to_target = aggregate(ttt);
   row.time_to_target_values = ttt;
+  if (!resolution.empty()) row.target_resolution = aggregate(resolution).mean;
   row.samples_per_second = aggregate(sps);
   row.drop_rate = aggregate(drop);
   row.samples_lost = aggregate(lost);
@@ -390,45 +561,72 @@ std::string row_label(const Experiment& e, const CaseRow& row) {
   return fmt::format("{}tau = {}, {}", policy, tau_label, row.requeue ? "requeue" : "no requeue");
 }
 
-// Each row against the baseline row (speedup with its interval, the seed
-// tests, the predicted speedups), and the experiment's predicted curves.
+// Whether every seed of the row reached the target.
+bool reached_everywhere(const CaseRow& row) {
+  return row.time_to_target && row.time_to_target->count == row.runs.size();
+}
+
+// The replay at the experiment's worker count is the case curves' point
+// there, so that the plot's curve and the table's predicted column agree.
+void put_replay_on_curves(Experiment& e, const std::vector<const CaseRow*>& rows) {
+  std::vector<SpeedupCurve>& curves = e.predicted->curves;
+  const size_t first = curves.size() - rows.size();  // after the best-tau curves
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::vector<CurvePoint>& points = curves[first + k].points;
+    if (!rows[k]->predicted) continue;
+    auto at = std::find_if(points.begin(), points.end(),
+                           [&](const CurvePoint& p) { return p.workers >= e.workers; });
+    if (at != points.end() && at->workers == e.workers) {
+      *at = *rows[k]->predicted;
+    } else {
+      points.insert(at, *rows[k]->predicted);
+    }
+  }
+}
+
+// Each row against the baseline row (speedups with their intervals, the
+// seed tests, the checks near the target and of the host, the predicted
+// speedups), and the experiment's predicted curves.
 void compare_with_baseline(Experiment& e) {
   const CaseRow& base = e.rows[*e.baseline_row];
+  std::vector<double> base_sps;
+  for (size_t i : base.runs) base_sps.push_back(e.runs[i].summary.samples_per_second());
   for (CaseRow& row : e.rows) {
-    const bool all_reached =
-        row.time_to_target && base.time_to_target && row.time_to_target->count == row.runs.size() &&
-        base.time_to_target->count == base.runs.size() && row.time_to_target->mean > 0;
-    std::vector<double> base_sps, row_sps;
-    for (size_t i : base.runs) base_sps.push_back(e.runs[i].summary.samples_per_second());
-    for (size_t i : row.runs) row_sps.push_back(e.runs[i].summary.samples_per_second());
-    if (all_reached) {
-      // Faster is a shorter time: the baseline's over the case's.
-      speedup_of(row, base.time_to_target_values, row.time_to_target_values,
-                 same_seeds(e, row, base), "time to target");
-    } else if (base.samples_per_second.mean > 0) {
-      speedup_of(row, row_sps, base_sps, same_seeds(e, row, base), "samples/s");
-    }
-    if (&row == &base) {
-      row.speedup_test.reset();
-      row.speedup_interval.reset();
-    }
-    predict_row(e, base, row);
     const bool paired = same_seeds(e, row, base);
+    std::vector<double> row_sps;
+    for (size_t i : row.runs) row_sps.push_back(e.runs[i].summary.samples_per_second());
+    // Faster is a shorter time: the baseline's over the case's.
+    if (reached_everywhere(row) && reached_everywhere(base)) {
+      row.time_to_target_speedup = speedup_between(
+          base.time_to_target_values, row.time_to_target_values, paired, "time to target");
+    }
+    row.samples_speedup = speedup_between(row_sps, base_sps, paired, "samples/s");
+    predict_row(e, base, row);
+    check_host(e, base, row);
     row.time_to_target_test =
         seed_test(row.time_to_target_values, base.time_to_target_values, paired, row.runs.size());
     row.steady_test = seed_test(row.steady_values, base.steady_values, paired, row.runs.size());
     row.accuracy_at_time_test = seed_test(row.accuracy_at_time_values, base.accuracy_at_time_values,
                                           paired, row.runs.size());
     if (&row == &base) {
+      for (std::optional<Speedup>* s : {&row.time_to_target_speedup, &row.samples_speedup}) {
+        if (!*s) continue;
+        (*s)->interval.reset();
+        (*s)->test.reset();
+      }
       row.time_to_target_test.reset();
       row.steady_test.reset();
       row.accuracy_at_time_test.reset();
+    } else if (e.target && row.time_to_target_speedup) {
+      check_near_target(e, base, *e.target, row);
     }
   }
   std::vector<const RunFolder*> baselines;
   for (size_t i : base.runs) baselines.push_back(&e.runs[i]);
-  e.predicted =
-      predict_curves(pool_baseline_steps(baselines), e.workers, curve_cases(e), e.max_drop_rate);
+  std::vector<const CaseRow*> rows;
+  const std::vector<CurveCase> cases = curve_cases(e, rows);
+  e.predicted = predict_curves(pool_baseline_steps(baselines), e.workers, cases, e.max_drop_rate);
+  if (e.predicted) put_replay_on_curves(e, rows);
 }
 
 }  // namespace
@@ -443,11 +641,12 @@ Report build_report(std::vector<RunFolder> runs, std::optional<double> target) {
   }
   report.experiments = group_experiments(std::move(runs));
   for (Experiment& e : report.experiments) {
+    e.target = report.target;
     group_rows(e);
     set_shared_bounds(e);
     for (size_t r = 0; r < e.rows.size(); ++r) {
       CaseRow& row = e.rows[r];
-      aggregate_row(e, report.target, row);
+      aggregate_row(e, row);
       row.label = row_label(e, row);
       if (is_baseline(row) && !e.baseline_row) e.baseline_row = r;
     }

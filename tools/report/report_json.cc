@@ -16,6 +16,23 @@ google::protobuf::Value mean(const std::optional<Aggregate>& a) {
   return number_or_null(a ? std::optional<double>(a->mean) : std::nullopt);
 }
 
+v1::ReportSpeedup speedup_of(const Speedup& s) {
+  v1::ReportSpeedup out;
+  *out.mutable_ratio() = number(s.ratio);
+  // Null without an interval or a test (one seed; the baseline).
+  if (s.interval) {
+    *out.mutable_low() = number(s.interval->low);
+    *out.mutable_high() = number(s.interval->high);
+  } else {
+    *out.mutable_low() = number(std::nullopt);
+    *out.mutable_high() = number(std::nullopt);
+  }
+  *out.mutable_p() = number(s.test ? std::optional(s.test->p) : std::nullopt);
+  out.set_basis(s.basis + (s.paired ? ", paired by seed" : ""));
+  out.set_verdict(verdict(s));
+  return out;
+}
+
 void fill_predicted(const Experiment& e, const PredictedCurves& p, v1::PredictedSpeedups& out) {
   out.set_model("i.i.d. workers drawn from the tau = inf baseline's pooled worker steps");
   out.set_speedup_basis("samples/s");
@@ -61,18 +78,38 @@ v1::ReportFile report_file(const Report& report) {
       *r.mutable_accuracy() = mean(row.accuracy);
       *r.mutable_time_to_target_seconds() = mean(row.time_to_target);
       *r.mutable_samples_per_second() = number(row.samples_per_second.mean);
-      *r.mutable_speedup() = number(row.speedup);
-      r.set_speedup_basis(row.speedup_basis);
+      if (const std::optional<Speedup>& s = row.speedup()) {
+        const v1::ReportSpeedup one = speedup_of(*s);
+        *r.mutable_speedup() = one.ratio();
+        r.set_speedup_basis(one.basis());
+        *r.mutable_speedup_low() = one.low();
+        *r.mutable_speedup_high() = one.high();
+        *r.mutable_speedup_p() = one.p();
+        r.set_verdict(one.verdict());
+      } else {
+        *r.mutable_speedup() = number(std::nullopt);
+      }
       *r.mutable_drop_rate() = number(row.drop_rate.mean);
       *r.mutable_samples_lost() = number(row.samples_lost.mean);
       *r.mutable_tau_seconds() = number(row.tau_seconds.mean);
-      if (row.speedup_interval) {
-        *r.mutable_speedup_low() = number(row.speedup_interval->low);
-        *r.mutable_speedup_high() = number(row.speedup_interval->high);
+      *r.mutable_predicted_speedup() =
+          number(row.predicted ? std::optional(row.predicted->speedup) : std::nullopt);
+      *r.mutable_predicted_drop_rate() =
+          number(row.predicted ? std::optional(row.predicted->drop_rate) : std::nullopt);
+      *r.mutable_time_to_target_resolution_seconds() = number(row.target_resolution);
+      r.set_seeds_reached_target(
+          static_cast<uint32_t>(row.time_to_target ? row.time_to_target->count : 0));
+      if (row.samples_speedup)
+        *r.mutable_samples_per_second_speedup() = speedup_of(*row.samples_speedup);
+      for (const CaseRow::NearTarget& n : row.near_target) {
+        v1::ReportNearTarget& near = *r.add_near_target();
+        *near.mutable_target() = number(n.target);
+        *near.mutable_speedup() = speedup_of(n.speedup);
       }
-      if (row.speedup_test) *r.mutable_speedup_p() = number(row.speedup_test->p);
-      *r.mutable_predicted_speedup() = number(row.predicted_speedup);
-      *r.mutable_predicted_drop_rate() = number(row.predicted_drop_rate);
+      r.set_verdict_warning(row.verdict_warning);
+      *r.mutable_host_load() = mean(row.host_load);
+      *r.mutable_step_time_spread() = mean(row.step_spread);
+      r.set_host_warning(row.host_warning);
     }
     if (e.predicted) fill_predicted(e, *e.predicted, *x.mutable_predicted());
   }
