@@ -410,15 +410,22 @@ int run_coordinator_host(const CLI::App& app, LaunchOptions& o, Host host,
   }
   host.start_workers(*endpoint, o.workers_per_host, keys);
   if (slowness) {
-    std::vector<pid_t> worker_pids;
-    for (size_t c = 1; c < host.supervisor.children().size(); ++c)
-      worker_pids.push_back(host.supervisor.children()[c].process.pid());
-    slowness->start_load(run_dir / "slowness.log", worker_pids);
-    std::ofstream applied(run_dir / "slowness.txt");
-    for (const std::string& line : slowness->applied()) {
-      std::fprintf(stderr, "dctrain-launch: slowness: %s\n", line.c_str());
-      applied << line << '\n';
-    }
+    // From the first step record on (the workers' start-up is not slowed).
+    host.supervisor.every_pass([&, started = false]() mutable {
+      std::error_code ec;
+      if (started || fs::file_size(run_dir / dctrain::run_files::kMetrics, ec) == 0 || ec) return;
+      started = true;
+      std::vector<pid_t> worker_pids;
+      for (size_t c = 1; c < host.supervisor.children().size(); ++c)
+        worker_pids.push_back(host.supervisor.children()[c].process.pid());
+      slowness->start(run_dir / "slowness.log", worker_pids);
+      std::ofstream applied(run_dir / "slowness.txt");
+      for (const std::string& line : slowness->applied()) {
+        std::fprintf(stderr, "dctrain-launch: slowness from the first step record on: %s\n",
+                     line.c_str());
+        applied << line << '\n';
+      }
+    });
   }
   return host.supervisor.supervise(/*coordinator=*/true, signals, run_dir.string());
 }

@@ -59,7 +59,8 @@ TEST(RealSlowness, ACpuQuotaShowsInTheThrottledWorkersRecordedComputeTimes) {
                  {"--config", (dir / "run.cfg").string(), "--out", (dir / "run").string()},
                  dir / "launch.out");
   ASSERT_EQ(launch.wait_for(120s), std::optional<int>(0)) << launch.output();
-  EXPECT_NE(launch.output().find("slowness: worker 0: a CPU quota of 0.05 cores"),
+  EXPECT_NE(launch.output().find(
+                "slowness from the first step record on: worker 0: a CPU quota of 0.05 cores"),
             std::string::npos)
       << launch.output();
 

@@ -190,15 +190,10 @@ std::vector<std::string> HostSlowness::coordinator_command(std::vector<std::stri
 }
 
 std::vector<std::string> HostSlowness::worker_command(int w, std::vector<std::string> argv) const {
-  if (network_) {
-    std::vector<std::string> in_namespace =
-        network_->host(static_cast<size_t>(w) + 1).exec_prefix();
-    in_namespace.insert(in_namespace.end(), argv.begin(), argv.end());
-    argv = std::move(in_namespace);
-  }
-  // The group is joined before the namespace is entered: `ip netns exec`
-  // mounts a /sys of its own, without the cgroup hierarchies.
-  return groups_.empty() ? argv : groups_[w]->joining(std::move(argv));
+  if (!network_) return argv;
+  std::vector<std::string> out = network_->host(static_cast<size_t>(w) + 1).exec_prefix();
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
 }
 
 std::optional<std::string> HostSlowness::coordinator_bind() const {
@@ -206,7 +201,10 @@ std::optional<std::string> HostSlowness::coordinator_bind() const {
   return fmt::format("tcp://{}:*", Network::address(0));
 }
 
-void HostSlowness::start_load(const fs::path& log, const std::vector<pid_t>& worker_pids) {
+void HostSlowness::start(const fs::path& log, const std::vector<pid_t>& worker_pids) {
+  for (size_t w = 0; w < groups_.size() && w < worker_pids.size(); ++w) {
+    groups_[w]->add(worker_pids[w]);
+  }
   std::vector<fs::path> procs;
   for (const auto& g : groups_) procs.push_back(g->path() / "cgroup.procs");
   const Clock::time_point t0 = Clock::now();

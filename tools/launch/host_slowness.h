@@ -39,16 +39,19 @@ class HostSlowness {
   HostSlowness& operator=(const HostSlowness&) = delete;
 
   // The coordinator's and worker w's command lines, inside their
-  // namespaces and groups.
+  // namespaces.
   std::vector<std::string> coordinator_command(std::vector<std::string> argv) const;
   std::vector<std::string> worker_command(int w, std::vector<std::string> argv) const;
   // With a slow link: the address the coordinator binds in its namespace,
   // which the workers reach over the bridge.
   std::optional<std::string> coordinator_bind() const;
 
-  // Starts the co-located load, if any, once the workers run (their pids,
-  // worker-0 first); its bursts are logged to `log`.
-  void start_load(const std::filesystem::path& log, const std::vector<pid_t>& worker_pids);
+  // Puts the workers (their pids, worker-0 first) in their groups and
+  // starts the co-located load, if any, its bursts logged to `log`: once
+  // the run's first step is recorded, so that the workers' start-up
+  // (joining, loading data) is not what is slowed. Throws when a worker
+  // cannot be moved (the run must not go on without its slowness).
+  void start(const std::filesystem::path& log, const std::vector<pid_t>& worker_pids);
 
   // What was applied, a sentence each ("worker 0: a CPU quota of 0.5
   // cores (cgroup /sys/fs/cgroup/cpu/dctrain-7-worker-0)").

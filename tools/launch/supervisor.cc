@@ -78,6 +78,7 @@ int Supervisor::supervise(bool coordinator, StopSignals& signals, const std::str
       }
     }
     reap();
+    if (every_pass_) every_pass_();
     if (coordinator && children_[0].status && !coordinator_done) coordinator_done = Clock::now();
     if (all_done()) break;
     // Workers leave when the coordinator says bye; do not wait for ever.

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +47,10 @@ class Supervisor {
   // Takes the status of every child that has ended.
   void reap();
 
+  // Called once per pass of supervise()'s loop (about every 100 ms), on its
+  // thread: work that waits for the run to reach a point.
+  void every_pass(std::function<void()> work) { every_pass_ = std::move(work); }
+
   // Streams the children's output until every one has ended, forwarding a
   // stop signal (SIGINT to each); returns the launcher's status. With
   // `coordinator`, children()[0] is the coordinator: its status says the
@@ -68,6 +73,7 @@ class Supervisor {
 
   SupervisorOptions options_;
   std::vector<SupervisedChild> children_;
+  std::function<void()> every_pass_;
 };
 
 }  // namespace dctrain
