@@ -93,11 +93,19 @@ void SpeedPlanner::forget(uint32_t rank) {
 std::optional<double> SpeedPlanner::estimate(uint32_t rank) const {
   const auto it = history_.find(rank);
   if (it == history_.end()) return std::nullopt;
-  std::vector<double> all;
-  for (const std::vector<double>& step : it->second)
-    all.insert(all.end(), step.begin(), step.end());
-  if (all.empty()) return std::nullopt;
-  return median(std::move(all));
+  // Per step, the mean: a CPU quota or a co-located job lands as a wait on
+  // a few micro-batches of every step (the others run at full speed), which
+  // a median over micro-batches would not see. The median over steps still
+  // leaves out the odd stalled step.
+  std::vector<double> per_step;
+  for (const std::vector<double>& step : it->second) {
+    if (step.empty()) continue;
+    double sum = 0.0;
+    for (double t : step) sum += t;
+    per_step.push_back(sum / static_cast<double>(step.size()));
+  }
+  if (per_step.empty()) return std::nullopt;
+  return median(std::move(per_step));
 }
 
 size_t SpeedPlanner::steps_recorded(uint32_t rank) const {

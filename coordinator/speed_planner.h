@@ -3,16 +3,18 @@
 // speed, so a persistent straggler gets fewer and the step keeps its whole
 // global batch. The idea of DynMo's load balancing, for data parallelism.
 //
-// The estimate. A worker's micro-batch time is the median of its recorded
-// micro-batch compute times (injected delays included, as the worker
-// reports them) over its last `window_steps` observed steps: robust to the
-// odd stall, which tau is there to catch, and quick to follow a persistent
-// change (half a window). Under a threshold the completed micro-batches are
-// an unbiased sample of the plan's times when they are independent (Wald's
-// identity), so the drops do not bias it. A worker that missed the deadline
-// or died reported nothing; it is recorded as at least as slow as the time
-// the step waited for it, spread over its plan (a lower bound), so a worker
-// that never answers in time sinks to the bottom of the order.
+// The estimate. A worker's micro-batch time is the median, over its last
+// `window_steps` observed steps, of each step's mean micro-batch compute
+// time (injected delays included, as the worker reports them): robust to
+// the odd stalled step, which tau is there to catch, quick to follow a
+// persistent change (half a window), and it sees real slowness, which a
+// median over micro-batches does not: under a CPU quota most micro-batches
+// run at full speed and a few of every step carry the throttled waits. Under a threshold the
+// completed micro-batches are an unbiased sample of the plan's times when they are independent
+// (Wald's identity), so the drops do not bias it. A worker that missed the deadline or died
+// reported nothing; it is recorded as at least as slow as the time the step waited for it, spread
+// over its plan (a lower bound), so a worker that never answers in time sinks to the bottom of the
+// order.
 //
 // The shares. Even until every worker has kMinHistorySteps steps on record.
 // Then the step's micro-batches go one by one to the worker that
@@ -80,7 +82,8 @@ class SpeedPlanner {
   // A new worker took `rank`: its history is not this one's.
   void forget(uint32_t rank);
 
-  // The median over the rank's window; nothing when it has no record.
+  // The median over the rank's window of each step's mean micro-batch
+  // time; nothing when it has no record.
   std::optional<double> estimate(uint32_t rank) const;
   // Steps in the rank's window.
   size_t steps_recorded(uint32_t rank) const;

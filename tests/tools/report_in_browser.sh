@@ -28,9 +28,16 @@ trap 'rm -rf "$work"' EXIT
 # root, as CI has): every table and plot of
 # the report, in under a minute.
 echo "report_in_browser: running the demo sweep's first seed (under a minute)"
-"$bin/dctrain-experiment" "$source/experiments/demo.sweep" --out "$work/runs" --only _s1 \
-  > "$work/sweep.log" 2>&1 ||
-  { tail -20 "$work/sweep.log"; echo "FAIL: the demo sweep did not finish"; exit 1; }
+if ! "$bin/dctrain-experiment" "$source/experiments/demo.sweep" --out "$work/runs" --only _s1 \
+  > "$work/sweep.log" 2>&1; then
+  # Only the CPU-quota case may fail, on a machine without CPU groups.
+  if ! grep -q "  failed: " "$work/sweep.log" ||
+    grep "  failed: " "$work/sweep.log" | grep -vq "cpu-quota"; then
+    tail -20 "$work/sweep.log"; echo "FAIL: the demo sweep did not finish"; exit 1
+  fi
+  echo "report_in_browser: the CPU-quota case cannot run here ($(grep -m1 "cannot be applied" \
+    "$work"/runs/*cpu-quota*/launch.log | sed 's/.*: //')); the report shows the others"
+fi
 "$bin/dctrain-report" "$work/runs" --out "$work/report" > "$work/report.log" 2>&1 ||
   { cat "$work/report.log"; echo "FAIL: dctrain-report failed"; exit 1; }
 page="$work/report/report.html"
