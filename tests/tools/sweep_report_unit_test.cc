@@ -932,5 +932,17 @@ TEST(Sweep, EveryShippedSweepPlansCasesThatValidate) {
   EXPECT_GE(sweeps, 5);
 }
 
+TEST(Tables, AnExperimentOfRealSlownessSaysSoInItsTitle) {
+  Experiment e;
+  e.model = "mlp";
+  e.workers = 4;
+  e.delay = "cpu-quota";
+  e.runs.emplace_back();
+  EXPECT_EQ(slowness_label(e), "cpu-quota delays");
+  e.runs.front().config.add_slowness()->set_kind(v1::SLOWNESS_CPU_QUOTA);
+  EXPECT_EQ(slowness_label(e), "cpu-quota (real slowness)");
+  EXPECT_EQ(experiment_title(e), "mlp: 4 workers, cpu-quota (real slowness)");
+}
+
 }  // namespace
 }  // namespace dctrain

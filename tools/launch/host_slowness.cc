@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <stdexcept>
 #include <thread>
 
@@ -105,6 +107,19 @@ void spin_for(double seconds) {
   }
 }
 
+// Groups left by a launcher that was killed (SIGKILL leaves no time to
+// remove them): dctrain-PID-worker-W whose PID is gone, and empty.
+void remove_stale_groups(const CpuGroupParent& parent) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(parent.path, ec)) {
+    const std::string name = entry.path().filename().string();
+    int pid = 0;
+    if (std::sscanf(name.c_str(), "dctrain-%d-worker-", &pid) != 1 || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    ::rmdir(entry.path().c_str());  // fails, harmlessly, while a process is in it
+  }
+}
+
 }  // namespace
 
 HostSlowness::HostSlowness(const v1::RunConfig& config, int workers, const fs::path& cgroup_parent)
@@ -136,6 +151,7 @@ void HostSlowness::make_groups(const v1::RunConfig& config, const fs::path& pare
   for (const v1::SlownessConfig& s : config.slowness()) wanted = wanted || needs_groups(s);
   if (!wanted) return;
   const CpuGroupParent parent = find_cpu_group_parent(parent_dir);
+  remove_stale_groups(parent);
   for (int w = 0; w < workers_; ++w) {
     groups_.push_back(
         std::make_unique<CpuGroup>(parent, fmt::format("dctrain-{}-worker-{}", ::getpid(), w)));

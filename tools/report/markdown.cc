@@ -122,7 +122,7 @@ std::string markdown_table(const Experiment& e) {
 }
 
 std::string experiment_title(const Experiment& e) {
-  return fmt::format("{}: {} workers, {} delays{}", e.model, e.workers, e.delay,
+  return fmt::format("{}: {} workers, {}{}", e.model, e.workers, slowness_label(e),
                      e.simulated ? " (simulated)" : "");
 }
 

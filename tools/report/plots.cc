@@ -135,8 +135,8 @@ void accuracy_plots(const Experiment& e, PlotWriter& writer) {
     const std::string body = fmt::format("set xlabel '{}'\nset ylabel 'eval accuracy'\n{}",
                                          by_step ? "step" : "wall time (s)", plot);
     writer.draw(e.slug, name,
-                fmt::format("{}, {} workers, {} delays: accuracy against {}", e.model, e.workers,
-                            e.delay, by_step ? "step" : "wall time"),
+                fmt::format("{}, {} workers, {}: accuracy against {}", e.model, e.workers,
+                            slowness_label(e), by_step ? "step" : "wall time"),
                 data, body);
   }
 }
@@ -187,15 +187,14 @@ void policy_accuracy_plot(const Experiment& e, PlotWriter& writer) {
     ++block;
   }
   if (block == 0) return;
-  writer.draw(
-      e.slug, e.slug + "_accuracy_policies",
-      fmt::format("{}, {} workers, {} delays: accuracy against wall time by policy "
-                  "(mean over seeds; band: lowest to highest seed)",
-                  e.model, e.workers, e.delay),
-      data,
-      "set key below\nset xlabel 'wall time from the process start (s)'\n"
-      "set ylabel 'eval accuracy'\n" +
-          plot);
+  writer.draw(e.slug, e.slug + "_accuracy_policies",
+              fmt::format("{}, {} workers, {}: accuracy against wall time by policy "
+                          "(mean over seeds; band: lowest to highest seed)",
+                          e.model, e.workers, slowness_label(e)),
+              data,
+              "set key below\nset xlabel 'wall time from the process start (s)'\n"
+              "set ylabel 'eval accuracy'\n" +
+                  plot);
 }
 
 void compute_distribution_plot(const Experiment& e, PlotWriter& writer) {
@@ -245,8 +244,8 @@ void compute_distribution_plot(const Experiment& e, PlotWriter& writer) {
       "steps'\n{}",
       width * 0.95, x_max, static_cast<double>(top) * 1.1 + 1, plot);
   writer.draw(e.slug, e.slug + "_compute",
-              fmt::format("{}, {} workers, {} delays: per-worker step compute time at tau = inf",
-                          e.model, e.workers, e.delay),
+              fmt::format("{}, {} workers, {}: per-worker step compute time at tau = inf", e.model,
+                          e.workers, slowness_label(e)),
               data, body);
 }
 
@@ -275,9 +274,10 @@ void tau_plot(const Experiment& e, PlotWriter& writer) {
     }
   }
   if (index == 0) return;
-  writer.draw(e.slug, e.slug + "_tau",
-              fmt::format("{}, {} workers, {} delays: tau over time", e.model, e.workers, e.delay),
-              data, "set xlabel 'wall time (s)'\nset ylabel 'tau (s)'\nset yrange [0:*]\n" + plot);
+  writer.draw(
+      e.slug, e.slug + "_tau",
+      fmt::format("{}, {} workers, {}: tau over time", e.model, e.workers, slowness_label(e)), data,
+      "set xlabel 'wall time (s)'\nset ylabel 'tau (s)'\nset yrange [0:*]\n" + plot);
 }
 
 // Distinct line colors, one per tau policy; the best tau is drawn in black.

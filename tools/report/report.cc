@@ -156,6 +156,11 @@ std::optional<double> step_time_spread(const RunFolder& run) {
   return percentile(times, 90) / median;
 }
 
+std::string slowness_label(const Experiment& e) {
+  const bool real = !e.runs.empty() && e.runs.front().config.slowness_size() > 0;
+  return e.delay + (real ? " (real slowness)" : " delays");
+}
+
 double run_tau(const RunFolder& run) {
   if (run.info.tau_policy() != "auto") return run.config.step().tau();
   std::vector<double> taus;

@@ -163,6 +163,10 @@ double steady_samples_per_second(const RunFolder& run);
 // The accuracy of the run's last evaluation at or before `wall_seconds`.
 std::optional<double> accuracy_at(const RunFolder& run, double wall_seconds);
 
+// What slowed the experiment's runs, for titles: "straggler delays", or
+// "cpu-quota (real slowness)" when its runs' configs carry real slowness.
+std::string slowness_label(const Experiment& e);
+
 // The worker counts predicted_line and report.json give.
 std::vector<uint32_t> reported_worker_counts();
 
