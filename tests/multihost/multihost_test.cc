@@ -314,7 +314,7 @@ TEST(MultiHost, ASlowLinkAndACappedCpuAreDroppedRequeuedAndNamedAsTheSlowOnes) {
     run.start_worker(cluster.on(1), "w0");
     // The worker joins the cgroup before it starts: every thread it starts
     // is under the quota.
-    const std::vector<std::string> capped = quota->joining(cluster.on(2));
+    const std::vector<std::string> capped = testing::joining(*quota, cluster.on(2));
     run.start_worker(capped, "w1-capped-cpu");
     run.start_worker(cluster.on(3), "w2-slow-link");
     run.expect_clean_finish(150s, {2});

@@ -123,14 +123,6 @@ void CpuGroup::add(pid_t pid) {
   write_file(path_ / "cgroup.procs", std::to_string(pid));
 }
 
-std::vector<std::string> CpuGroup::joining(std::vector<std::string> argv) const {
-  std::vector<std::string> out = {
-      "/bin/sh", "-c",
-      fmt::format("echo $$ > '{}' && exec \"$@\"", (path_ / "cgroup.procs").string()), "sh"};
-  out.insert(out.end(), std::make_move_iterator(argv.begin()), std::make_move_iterator(argv.end()));
-  return out;
-}
-
 long CpuGroup::throttled_periods() const {
   std::ifstream stat(path_ / "cpu.stat");
   std::string key;

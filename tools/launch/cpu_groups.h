@@ -8,7 +8,6 @@
 
 #include <filesystem>
 #include <string>
-#include <vector>
 
 namespace dctrain {
 
@@ -40,9 +39,6 @@ class CpuGroup {
   void set_quota(double cores);
   // Moves the process (all its threads) into the group.
   void add(pid_t pid);
-  // The command that joins this group, then becomes `argv` (so that every
-  // thread it ever starts is in the group).
-  std::vector<std::string> joining(std::vector<std::string> argv) const;
   // Periods in which the group was throttled so far (cpu.stat).
   long throttled_periods() const;
   const std::filesystem::path& path() const { return path_; }
