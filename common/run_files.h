@@ -14,5 +14,7 @@ inline constexpr const char* kTrace = "trace.json";           // the timeline
 inline constexpr const char* kLog = "coordinator.log";        // the coordinator's log
 inline constexpr const char* kEndpoint = "endpoint";          // where the coordinator listens
 inline constexpr const char* kMetricsEndpoint = "metrics_endpoint";  // its live metrics' URL
+inline constexpr const char* kSlowness = "slowness.txt";             // the real slowness applied
+inline constexpr const char* kSlownessLog = "slowness.log";  // its bursts of co-located load
 
 }  // namespace dctrain::run_files

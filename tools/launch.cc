@@ -318,6 +318,48 @@ struct Host {
   }
 };
 
+// The config's real slowness for this host's processes, into `slowness`
+// (left empty when the config asks for none); the reason when it cannot be
+// applied here.
+std::optional<std::string> make_slowness(const dctrain::v1::RunConfig& run_config,
+                                         const std::string& source, const LaunchOptions& o,
+                                         bool several_hosts,
+                                         std::optional<dctrain::HostSlowness>& slowness) {
+  if (run_config.slowness_size() == 0) return std::nullopt;
+  try {
+    slowness.emplace(run_config, o.workers_per_host, o.cgroup_parent);
+  } catch (const std::exception& e) {
+    return fmt::format("{} asks for real slowness, which cannot be applied here: {}", source,
+                       e.what());
+  }
+  if (slowness->coordinator_bind() && several_hosts) {
+    return "a slow link puts this host's processes in network namespaces of their own: run it "
+           "on one host (no --bind)";
+  }
+  return std::nullopt;
+}
+
+// Applies `slowness` from the run's first step record on (the workers'
+// start-up is not slowed), and records what was applied in the run folder.
+void apply_from_first_record(dctrain::Supervisor& supervisor, dctrain::HostSlowness& slowness,
+                             const fs::path& run_dir) {
+  supervisor.every_pass([&supervisor, &slowness, run_dir, started = false]() mutable {
+    std::error_code ec;
+    if (started || fs::file_size(run_dir / dctrain::run_files::kMetrics, ec) == 0 || ec) return;
+    started = true;
+    std::vector<pid_t> worker_pids;
+    for (size_t c = 1; c < supervisor.children().size(); ++c)
+      worker_pids.push_back(supervisor.children()[c].process.pid());
+    slowness.start(run_dir / dctrain::run_files::kSlownessLog, worker_pids);
+    std::ofstream applied(run_dir / dctrain::run_files::kSlowness);
+    for (const std::string& line : slowness.applied()) {
+      std::fprintf(stderr, "dctrain-launch: slowness from the first step record on: %s\n",
+                   line.c_str());
+      applied << line << '\n';
+    }
+  });
+}
+
 // The coordinator's host: the run's config and folder checked, the
 // coordinator started, then this host's workers once it listens.
 int run_coordinator_host(const CLI::App& app, LaunchOptions& o, Host host,
@@ -367,22 +409,12 @@ int run_coordinator_host(const CLI::App& app, LaunchOptions& o, Host host,
   }
   // Real slowness: made now, or refused with what it needs.
   std::optional<dctrain::HostSlowness> slowness;
-  if (run_config.slowness_size() > 0) {
-    try {
-      slowness.emplace(run_config, o.workers_per_host, o.cgroup_parent);
-    } catch (const std::exception& e) {
-      refuse(fmt::format("{} asks for real slowness, which cannot be applied here: {}", source,
-                         e.what()));
-      return dctrain::kExitUsage;
-    }
-    if (slowness->coordinator_bind() && host.several_hosts) {
-      refuse(
-          "a slow link puts this host's processes in network namespaces of their own: run "
-          "it on one host (no --bind)");
-      return dctrain::kExitUsage;
-    }
-    host.slowness = &*slowness;
+  if (const std::optional<std::string> problem =
+          make_slowness(run_config, source, o, host.several_hosts, slowness)) {
+    refuse(*problem);
+    return dctrain::kExitUsage;
   }
+  if (slowness) host.slowness = &*slowness;
   fs::create_directories(run_dir);
   fs::remove(run_dir / dctrain::run_files::kEndpoint);
 
@@ -409,24 +441,7 @@ int run_coordinator_host(const CLI::App& app, LaunchOptions& o, Host host,
                  keys.empty() ? "" : " --keys DIR");
   }
   host.start_workers(*endpoint, o.workers_per_host, keys);
-  if (slowness) {
-    // From the first step record on (the workers' start-up is not slowed).
-    host.supervisor.every_pass([&, started = false]() mutable {
-      std::error_code ec;
-      if (started || fs::file_size(run_dir / dctrain::run_files::kMetrics, ec) == 0 || ec) return;
-      started = true;
-      std::vector<pid_t> worker_pids;
-      for (size_t c = 1; c < host.supervisor.children().size(); ++c)
-        worker_pids.push_back(host.supervisor.children()[c].process.pid());
-      slowness->start(run_dir / "slowness.log", worker_pids);
-      std::ofstream applied(run_dir / "slowness.txt");
-      for (const std::string& line : slowness->applied()) {
-        std::fprintf(stderr, "dctrain-launch: slowness from the first step record on: %s\n",
-                     line.c_str());
-        applied << line << '\n';
-      }
-    });
-  }
+  if (slowness) apply_from_first_record(host.supervisor, *slowness, run_dir);
   return host.supervisor.supervise(/*coordinator=*/true, signals, run_dir.string());
 }
 

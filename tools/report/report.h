@@ -20,6 +20,7 @@ struct Aggregate {  // a figure over the seeds of a case
   double spread = 0.0;  // sample standard deviation; 0 with one seed
   size_t count = 0;     // seeds that have the figure
 };
+Aggregate aggregate(const std::vector<double>& values);
 
 // A row's speedup against the baseline row on one basis, faster above 1:
 // paired by seed when the row ran the baseline's seeds (paired_ratio: the
