@@ -47,7 +47,7 @@ TEST(TauPolicy, ParsesEveryForm) {
   }
 }
 
-TEST(Sweep, CrossesTheAxesBaselineFirstAndOncePerRequeueAxis) {
+TEST(Sweep, CrossesTheAxesOncePerRequeueAxisAndRotatesEachSeedsOrder) {
   const testing::ScratchDir dir("sweep-unit");
   std::ofstream(dir / "m.cfg") << R"(name: "m" seed: 1 workers: 2 model { name: "mlp" }
 dataset { kind: "synthetic" synthetic_samples: 1000 }
@@ -85,8 +85,22 @@ startup_seconds: 2
   EXPECT_EQ(plan.cases[3].info.case_name(), "m_w2_dc_tau-0.05s_requeue_s1");
   EXPECT_EQ(plan.cases[3].config.step().tau(), 0.05);
   EXPECT_EQ(plan.cases[5].info.case_name(), "m_w2_dc_tau-auto_requeue_s1");
-  EXPECT_EQ(plan.cases[7].info.case_name(), "m_w2_dc_tau-inf_s2");
-  EXPECT_EQ(plan.cases[7].config.seed(), 2u);
+  // The second seed's cases start one further on; each percentile case
+  // runs just after its baseline, and every case points at it.
+  const std::vector<std::string> second_seed = {
+      "m_w2_dc_tau-0.05s_requeue_s2", "m_w2_dc_tau-0.05s_norequeue_s2",
+      "m_w2_dc_tau-auto_requeue_s2",  "m_w2_dc_tau-auto_norequeue_s2",
+      "m_w2_dc_tau-inf_s2",           "m_w2_dc_tau-p90_requeue_s2",
+      "m_w2_dc_tau-p90_norequeue_s2"};
+  for (size_t k = 0; k < second_seed.size(); ++k) {
+    const SweepCase& c = plan.cases[7 + k];
+    EXPECT_EQ(c.info.case_name(), second_seed[k]);
+    EXPECT_EQ(c.config.seed(), 2u);
+    if (k == 4) continue;
+    ASSERT_TRUE(c.baseline.has_value()) << c.info.case_name();
+    EXPECT_EQ(*c.baseline, 11u) << c.info.case_name();
+    EXPECT_EQ(c.info.baseline(), "m_w2_dc_tau-inf_s2");
+  }
   const SweepCase& slow = plan.cases[14];
   EXPECT_EQ(slow.info.case_name(), "m_w2_slow_tau-inf_s1");
   EXPECT_EQ(slow.config.delay().slowdown(), 3);
