@@ -440,8 +440,14 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
   observation.overhead_seconds = std::max(
       0.0, record.step_seconds() + record.reduce_seconds() + record.apply_seconds() - max_compute);
   observation.overhead_known = complete;
+  observation.cycle_seconds =
+      record.step_seconds() + record.reduce_seconds() + record.apply_seconds();
   const std::optional<ThresholdDecision> d = threshold_.observe(std::move(observation));
   if (!d) return;
+  if (d->measured_after) {
+    record_trial_end(*d, now);
+    return;
+  }
 
   const ThresholdEstimate& e = d->estimate;
   v1::RunTotals& t = metrics_.totals();
@@ -473,14 +479,17 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
   r.set_gain_low(d->gain_spread.low);
   r.set_gain_high(d->gain_spread.high);
   r.set_within_noise(d->within_noise);
+  r.set_trial(d->trial);
   metrics_.record_tau(r);
-  if (d->changed) {
-    t.set_tau_changes(t.tau_changes() + 1);
-    t.set_tau(d->new_tau);
-    t.set_steps_at_tau(0);
-    t.set_step_seconds_at_tau(0.0);
-    t.set_microbatches_planned_at_tau(0);
-    t.set_microbatches_dropped_at_tau(0);
+  if (d->trial) {
+    log_->info(
+        "tau {} on trial after step {} ({} over {} steps): predicted drop rate {:.1f}%, speedup "
+        "{:.3f}x (tau in force, {}: {:.3f}x); the next steps alternate between the two until "
+        "each has run {}, and the faster measured stays",
+        describe_tau(e.tau), d->step, d->why, e.steps, 100.0 * e.drop_rate, 1.0 + e.speedup,
+        describe_tau(d->old_tau), 1.0 + d->in_force.speedup, threshold_.trial_steps());
+  } else if (d->changed) {
+    note_tau_change(d->new_tau);
     log_->info(
         "tau {} -> {} after step {} ({} over {} steps): predicted drop rate {:.1f}%, "
         "step {:.4g} s against {:.4g} s at inf, speedup {:.3f}x (tau in force: {:.3f}x{})",
@@ -490,6 +499,13 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
         d->in_force_over_bound
             ? fmt::format(", dropping {:.1f}%, above max_drop_rate", 100.0 * d->in_force.drop_rate)
             : std::string());
+  } else if (d->held) {
+    log_->info(
+        "tau stays {} after step {} ({} over {} steps): the best tau, {}, is predicted to gain "
+        "{:+.1f}%, but a trial measured less than its prediction; no move for gain is tried "
+        "before step {}",
+        describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 100.0 * d->gain,
+        d->step + threshold_.steps_held());
   } else if (d->within_noise) {
     log_->info(
         "tau stays {} after step {} ({} over {} steps): the best tau, {}, would gain {:+.1f}%, "
@@ -504,6 +520,39 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
         describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 1.0 + e.speedup,
         1.0 + d->in_force.speedup);
   }
+}
+
+void CoordinatorImpl::note_tau_change(double tau) {
+  v1::RunTotals& t = metrics_.totals();
+  t.set_tau_changes(t.tau_changes() + 1);
+  t.set_tau(tau);
+  t.set_steps_at_tau(0);
+  t.set_step_seconds_at_tau(0.0);
+  t.set_microbatches_planned_at_tau(0);
+  t.set_microbatches_dropped_at_tau(0);
+}
+
+void CoordinatorImpl::record_trial_end(const ThresholdDecision& d, double now) {
+  v1::TauRecord r;
+  r.set_step(static_cast<uint32_t>(d.step));
+  r.set_wall_seconds(wall(now));
+  r.set_why(d.why);
+  r.set_changed(d.changed);
+  *r.mutable_old_tau() = tau_value(d.old_tau);
+  *r.mutable_new_tau() = tau_value(d.new_tau);
+  *r.mutable_best_tau() = tau_value(d.tried_tau);
+  r.set_measured_before(*d.measured_before);
+  r.set_measured_after(*d.measured_after);
+  metrics_.record_tau(r);
+  if (d.changed) note_tau_change(d.new_tau);
+  log_->info(
+      "tau {} after step {}: on trial, {} measured {:.1f} micro-batches/s against {:.1f} at {} "
+      "({:.3f}x){}",
+      describe_tau(d.new_tau), d.step, describe_tau(d.tried_tau), *d.measured_after,
+      *d.measured_before, describe_tau(d.old_tau), *d.measured_after / *d.measured_before,
+      d.changed ? ""
+                : fmt::format(": it stays {}; no move for gain before step {}",
+                              describe_tau(d.old_tau), d.step + threshold_.steps_held()));
 }
 
 }  // namespace dctrain

@@ -60,6 +60,18 @@ double median_overhead(const std::vector<StepObservation>& window) {
   return median(known.empty() ? std::move(all) : std::move(known));
 }
 
+void Throughput::add(const StepObservation& step) {
+  for (const WorkerObservation& w : step.workers)
+    micro_batches += static_cast<double>(w.micro_batch_seconds.size());
+  seconds += step.cycle_seconds;
+  ++steps;
+}
+
+std::optional<double> Throughput::rate() const {
+  if (!(seconds > 0.0)) return std::nullopt;
+  return micro_batches / seconds;
+}
+
 Threshold::Threshold(const v1::StepConfig& step, uint64_t seed)
     : automatic_(step.tau_policy() == v1::TAU_POLICY_AUTO),
       config_(step.auto_tau()),
@@ -73,11 +85,14 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
     return std::nullopt;
   }
   const uint64_t step_number = step.step;
+  std::optional<ThresholdDecision> trial_end = continue_trial(step);
+  const bool in_trial = trial_.has_value();
   window_.push_back(std::move(step));
   const size_t capacity = std::max<size_t>(config_.window_steps(), 1);
   if (window_.size() > capacity)
     window_.erase(window_.begin(), window_.end() - static_cast<ptrdiff_t>(capacity));
   ++observed_;
+  if (trial_end || in_trial) return trial_end;  // no estimate during a trial
 
   const uint64_t warmup = config_.warmup_steps();
   const uint64_t every = config_.reestimate_every_steps();
@@ -112,9 +127,45 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
     d.within_noise = !(d.gain_spread.low > 0.0);
     pays = !d.within_noise;
   }
-  d.changed = differs && (pays || d.in_force_over_bound);
-  if (d.changed) tau_ = next;
+  d.held = pays && differs && !d.in_force_over_bound && observed_ < hold_until_;
+  const bool move = differs && ((pays && !d.held) || d.in_force_over_bound);
+  // A move for its gain goes on trial when steps are timed; one forced by
+  // the bound does not (staying would break the bound).
+  d.trial = move && !d.in_force_over_bound && window_.back().cycle_seconds > 0.0;
+  if (d.trial) {
+    trial_ = Trial{next, {}, {}, true};
+  } else if (move) {
+    tau_ = next;
+    d.changed = true;
+  }
   d.new_tau = tau_;
+  return d;
+}
+
+std::optional<ThresholdDecision> Threshold::continue_trial(const StepObservation& step) {
+  if (!trial_) return std::nullopt;
+  Trial& t = *trial_;
+  (t.candidate_next ? t.at_candidate : t.at_tau).add(step);
+  t.candidate_next = !t.candidate_next;
+  if (t.at_candidate.steps < trial_steps() || t.at_tau.steps < trial_steps()) return std::nullopt;
+  const Trial ended = t;
+  trial_.reset();
+  ThresholdDecision d;
+  d.step = step.step;
+  d.why = "measured";
+  d.old_tau = tau_;
+  d.measured_before = ended.at_tau.rate().value_or(0.0);
+  d.measured_after = ended.at_candidate.rate().value_or(0.0);
+  d.changed = *d.measured_after > *d.measured_before;
+  if (d.changed) {
+    tau_ = ended.candidate;
+  } else {
+    ++failed_;
+    const uint64_t window = std::max<uint64_t>(config_.window_steps(), 1);
+    hold_until_ = observed_ + 1 + (window << std::min<uint32_t>(failed_ - 1, 4));
+  }
+  d.new_tau = d.changed ? ended.candidate : tau_;
+  d.tried_tau = ended.candidate;
   return d;
 }
 

@@ -6,6 +6,7 @@
 // how dropped micro-batches' times are filled in, and when tau moves.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,6 +31,18 @@ struct StepObservation {
   std::vector<WorkerObservation> workers;
   double overhead_seconds = 0.0;  // plans out to update applied - slowest compute, >= 0
   bool overhead_known = true;     // false when the step waited for a missed worker's deadline
+  double cycle_seconds = 0.0;     // plans out to update applied; 0: not measured
+};
+
+// Completed micro-batches over the step cycles they took: what a threshold
+// is for, measured rather than predicted.
+struct Throughput {
+  double micro_batches = 0.0;
+  double seconds = 0.0;
+  uint64_t steps = 0;
+  void add(const StepObservation& step);
+  // Micro-batches per second; nothing when no cycle was measured.
+  std::optional<double> rate() const;
 };
 
 // Completes observed steps for the model: every dropped micro-batch gets a
@@ -73,6 +86,17 @@ struct ThresholdDecision {
   double gain = 0.0;
   GainInterval gain_spread;
   bool within_noise = false;
+  // why == "measured": the end of a trial (the candidate in new_tau when it
+  // won, changed), with the throughputs it measured at the tau in force and
+  // at the candidate. No estimate ran.
+  std::optional<double> measured_before, measured_after;
+  double tried_tau = 0.0;
+  // An estimate that put its tau on trial (old_tau stays in force between
+  // the candidate's steps until the trial ends).
+  bool trial = false;
+  // A move the estimate would make, not tried: the last trial failed, and
+  // the threshold holds back (steps_held()).
+  bool held = false;
 };
 
 // The threshold in force. Policy "fixed": step.tau, always. Policy "auto":
@@ -89,18 +113,43 @@ struct ThresholdDecision {
 // above 0: an automatic threshold must not cost), or the tau in force would
 // drop more than max_drop_rate on the window (the bound is a constraint: a tau chosen under it
 // stops meeting it when the workers' times change, e.g. a straggler slowing down further).
+//
+// A move for its predicted gain is first put on trial: the next steps
+// alternate between the candidate and the tau in force (the candidate
+// first), and once each has run max(reestimate_every_steps, warmup_steps)
+// steps their measured throughputs (Throughput: completed micro-batches
+// over step cycles) decide. The candidate becomes tau only if it measured
+// more; otherwise tau stays, and no move for gain is tried for the next
+// window_steps steps, twice as many after each further failed trial (up to
+// 16 windows). Alternating steps see the same host: a drift over the run
+// (a neighbour's job, a CPU's clock) falls on both, as it would not on a
+// before-and-after comparison. The model's assumptions fail on real hosts
+// (workers sharing cores run faster while others stop early; the argmax is
+// chosen on the data it is judged on), and the measurement is the judge: a
+// wrong move costs half a trial, not the run. Steps without a measured
+// cycle (cycle_seconds 0) are not put on trial: the move is made at once.
 class Threshold {
  public:
   // `step` finalized (runtime/run_config.h); `seed` keys the imputation.
   Threshold(const v1::StepConfig& step, uint64_t seed);
 
   bool automatic() const { return automatic_; }
-  double tau() const { return tau_; }
+  // The tau of the next step: during a trial, the candidate every other step.
+  double tau() const { return trial_ && trial_->candidate_next ? trial_->candidate : tau_; }
   bool warming_up() const {
     return automatic_ && (skipped_ < config_.skip_steps() || observed_ < config_.warmup_steps());
   }
 
-  // Records a step (policy "auto"); returns the decision when an estimate ran.
+  // Recorded steps before a move for gain may be made again (after an
+  // undone move); 0 when none is held back.
+  // Steps each tau runs in a trial.
+  uint64_t trial_steps() const {
+    return std::max<uint64_t>({config_.reestimate_every_steps(), config_.warmup_steps(), 1});
+  }
+  uint64_t steps_held() const { return hold_until_ > observed_ ? hold_until_ - observed_ : 0; }
+
+  // Records a step (policy "auto"); returns the decision when an estimate
+  // ran or a move on trial was undone.
   std::optional<ThresholdDecision> observe(StepObservation step);
 
  private:
@@ -111,6 +160,19 @@ class Threshold {
   uint64_t skipped_ = 0;   // start-up steps seen and not recorded
   uint64_t observed_ = 0;  // steps recorded
   std::vector<StepObservation> window_;
+
+  // Records a step of the trial; once both taus have run their steps, the
+  // decision that ends it.
+  std::optional<ThresholdDecision> continue_trial(const StepObservation& step);
+
+  struct Trial {
+    double candidate = 0.0;
+    Throughput at_tau, at_candidate;
+    bool candidate_next = true;
+  };
+  std::optional<Trial> trial_;
+  uint64_t hold_until_ = 0;  // no move for gain before this many recorded steps
+  uint32_t failed_ = 0;      // trials the candidate lost
 };
 
 }  // namespace dctrain

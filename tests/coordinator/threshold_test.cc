@@ -504,6 +504,119 @@ TEST(Threshold, SlidingWindowMovesTauWhenAWorkerTurnsSlowAndBackWhenItRecovers) 
   }
 }
 
+// observe_under with the step's cycle measured: `cycle` seconds, or the
+// model's own (the slowest worker's compute plus the overhead) when 0.
+StepObservation observe_timed(double tau, uint64_t step,
+                              const std::vector<std::vector<double>>& truth, double overhead,
+                              double cycle) {
+  StepObservation s = observe_under(tau, step, truth, overhead);
+  double slowest = 0.0;
+  for (const WorkerObservation& w : s.workers) {
+    double c = 0.0;
+    for (double t : w.micro_batch_seconds) c += t;
+    slowest = std::max(slowest, c);
+  }
+  s.cycle_seconds = cycle > 0.0 ? cycle : slowest + overhead;
+  return s;
+}
+
+TEST(Threshold, ACandidateThatMeasuresLessOnTrialIsNotTakenAndTheThresholdHoldsBack) {
+  // Rank 3 three times slower: the model predicts +160% at a tau in
+  // (2/64, 3/64] (SlidingWindowMoves... above). But on this "host" a step
+  // takes 12/64 + o whatever is dropped (as when workers sharing cores run
+  // faster while others stop early): at the candidate a step completes 10
+  // of 16 micro-batches in the same time, and the trial says so.
+  const double u = 1.0 / 64.0, o = 0.004, cycle = 12 * u + o;
+  std::vector<std::vector<double>> truth(4, std::vector<double>(4, u));
+  truth[3].assign(4, 3 * u);
+  Threshold threshold(auto_step(5, 10, 5), 9);
+  std::vector<ThresholdDecision> decisions;
+  std::vector<double> taus;  // of each step
+  uint64_t step = 0;
+  auto run = [&](int steps) {
+    for (int i = 0; i < steps; ++i, ++step) {
+      taus.push_back(threshold.tau());
+      if (auto d = threshold.observe(observe_timed(threshold.tau(), step, truth, o, cycle)))
+        decisions.push_back(*d);
+    }
+  };
+  run(5);
+  ASSERT_EQ(decisions.size(), 1u);
+  const ThresholdDecision& trial = decisions[0];
+  EXPECT_TRUE(trial.trial) << "the prediction pays: on trial";
+  EXPECT_FALSE(trial.changed);
+  EXPECT_TRUE(std::isinf(trial.new_tau));
+  const double candidate = trial.estimate.tau;
+  EXPECT_GT(candidate, 2 * u);
+  EXPECT_LE(candidate, 3 * u);
+  // Five steps at each, alternating, the candidate first; no estimate in
+  // between.
+  run(10);
+  for (size_t k = 5; k < 15; ++k) {
+    if (k % 2 == 1) {
+      EXPECT_EQ(taus[k], candidate) << k;
+    } else {
+      EXPECT_TRUE(std::isinf(taus[k])) << k;
+    }
+  }
+  ASSERT_EQ(decisions.size(), 2u);
+  const ThresholdDecision& end = decisions[1];
+  EXPECT_EQ(end.why, "measured");
+  EXPECT_EQ(end.step, 14u);
+  EXPECT_FALSE(end.changed);
+  EXPECT_EQ(end.tried_tau, candidate);
+  ASSERT_TRUE(end.measured_before && end.measured_after);
+  EXPECT_NEAR(*end.measured_before, 16.0 / cycle, 1e-9);
+  EXPECT_NEAR(*end.measured_after, 10.0 / cycle, 1e-9);
+  EXPECT_TRUE(std::isinf(threshold.tau()));
+  // Held back for a window (10 recorded steps): the estimate at 20 would
+  // try again and does not.
+  EXPECT_EQ(threshold.steps_held(), 10u);
+  run(5);
+  ASSERT_EQ(decisions.size(), 3u);
+  EXPECT_TRUE(decisions[2].held);
+  EXPECT_FALSE(decisions[2].trial);
+  EXPECT_TRUE(std::isinf(threshold.tau()));
+  // The next estimate tries again, loses again, and holds twice as long.
+  run(5);
+  ASSERT_EQ(decisions.size(), 4u);
+  EXPECT_TRUE(decisions[3].trial);
+  run(10);
+  ASSERT_EQ(decisions.size(), 5u);
+  EXPECT_EQ(decisions[4].why, "measured");
+  EXPECT_FALSE(decisions[4].changed);
+  EXPECT_TRUE(std::isinf(threshold.tau()));
+  EXPECT_EQ(threshold.steps_held(), 20u);
+}
+
+TEST(Threshold, ACandidateThatMeasuresMoreOnTrialBecomesTau) {
+  // The same straggler on a host where the model holds (a step's cycle is
+  // the slowest compute plus the overhead): the candidate wins its trial.
+  const double u = 1.0 / 64.0, o = 0.004;
+  std::vector<std::vector<double>> truth(4, std::vector<double>(4, u));
+  truth[3].assign(4, 3 * u);
+  Threshold threshold(auto_step(5, 10, 5), 9);
+  std::vector<ThresholdDecision> decisions;
+  for (uint64_t step = 0; step < 30; ++step) {
+    if (auto d = threshold.observe(observe_timed(threshold.tau(), step, truth, o, 0.0)))
+      decisions.push_back(*d);
+  }
+  // The trial after step 4, its end after step 14, estimates after 19, 24, 29.
+  ASSERT_EQ(decisions.size(), 5u);
+  EXPECT_TRUE(decisions[0].trial);
+  EXPECT_EQ(decisions[1].why, "measured");
+  EXPECT_TRUE(decisions[1].changed);
+  EXPECT_NEAR(*decisions[1].measured_before, 16.0 / (12 * u + o), 1e-9);
+  EXPECT_NEAR(*decisions[1].measured_after, 10.0 / (3 * u + o), 1e-9);
+  for (size_t i = 2; i < decisions.size(); ++i) {
+    EXPECT_FALSE(decisions[i].changed) << i;
+    EXPECT_FALSE(decisions[i].trial) << i;
+  }
+  EXPECT_GT(threshold.tau(), 2 * u);
+  EXPECT_LE(threshold.tau(), 3 * u);
+  EXPECT_EQ(threshold.steps_held(), 0u);
+}
+
 TEST(Threshold, AGainThatOneRareStepMakesIsWithinTheNoiseAndTauStaysInf) {
   // Four workers, four micro-batches of 1/64 s, overhead 4 ms; in one step
   // of the 20, rank 1's first micro-batch stalls for 20/64 s. A tau in
