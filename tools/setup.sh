@@ -8,6 +8,7 @@
 #   tools/setup.sh --deps-only     install packages, build nothing
 #   tools/setup.sh --browser       also install Chromium, for the report's browser test
 #   tools/setup.sh --fuzz          also install clang-14 and libFuzzer, for tools/fuzz.sh
+#   tools/setup.sh --torch         also install PyTorch, for the tests that load an exported model in it
 #   tools/setup.sh --bench         also install PyTorch, the benchmarks' reference (bench/)
 #   tools/setup.sh --log FILE      apt-get and build output to FILE, one line per phase here
 set -euo pipefail
@@ -17,6 +18,7 @@ build=1
 browser=0
 fuzz=0
 bench=0
+torch=0
 log=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,9 +26,10 @@ while [ $# -gt 0 ]; do
     --deps-only) build=0; shift ;;
     --browser) browser=1; shift ;;
     --fuzz) fuzz=1; shift ;;
+    --torch) torch=1; shift ;;
     --bench) bench=1; shift ;;
     --log) log="$2"; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,8 +70,10 @@ packages=(
 # The fuzz preset's compiler and libFuzzer's runtime (tools/fuzz.sh).
 [ "$fuzz" -eq 0 ] || packages+=(clang-14 libclang-rt-14-dev)
 # PyTorch (gloo, the reference models) for the benchmarks that compare
-# against it; the build and the tests do not need it.
-[ "$bench" -eq 0 ] || packages+=(python3-torch)
+# against it, and for the tests that load an exported model in it and
+# compare its logits (skipped, and said so, where it is absent); the build
+# does not need it.
+[ "$bench" -eq 0 ] && [ "$torch" -eq 0 ] || packages+=(python3-torch)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -331,7 +331,7 @@ double relative_difference(std::span<const float> ours, const std::vector<double
 }
 
 TEST(ModelFile, PyTorchLoadsTheExportedResNet20AndComputesTheSameLogits) {
-  if (!have_torch()) GTEST_SKIP() << "python3-torch is not installed (tools/setup.sh --bench)";
+  if (!have_torch()) GTEST_SKIP() << "python3-torch is not installed (tools/setup.sh --torch)";
   std::unique_ptr<Model> model = make_model(resnet_spec(20, 16, 5));
   scramble_normalisation(*model, 6);
   const testing::ScratchDir dir("model-file-resnet");
@@ -354,7 +354,7 @@ TEST(ModelFile, PyTorchLoadsTheExportedResNet20AndComputesTheSameLogits) {
 }
 
 TEST(ModelFile, PyTorchLoadsTheExportedBertByItsHuggingFaceNamesAndComputesTheSameLogits) {
-  if (!have_torch()) GTEST_SKIP() << "python3-torch is not installed (tools/setup.sh --bench)";
+  if (!have_torch()) GTEST_SKIP() << "python3-torch is not installed (tools/setup.sh --torch)";
   // bert-tiny's sizes (the reference module's), a small vocabulary.
   ModelSpec spec = bert_spec(2, 128, 2, 5);
   spec.intermediate = 512;
