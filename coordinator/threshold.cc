@@ -129,9 +129,11 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
   }
   d.held = pays && differs && !d.in_force_over_bound && observed_ < hold_until_;
   const bool move = differs && ((pays && !d.held) || d.in_force_over_bound);
-  // A move for its gain goes on trial when steps are timed; one forced by
-  // the bound does not (staying would break the bound).
-  d.trial = move && !d.in_force_over_bound && window_.back().cycle_seconds > 0.0;
+  // A move for its gain goes on trial when steps are timed and the gain is
+  // not sure; one forced by the bound does not (staying would break the
+  // bound).
+  d.trial = move && !d.in_force_over_bound && window_.back().cycle_seconds > 0.0 &&
+            !(d.gain_spread.low > config_.sure_gain());
   if (d.trial) {
     trial_ = Trial{next, {}, {}, true};
   } else if (move) {

@@ -114,7 +114,8 @@ struct ThresholdDecision {
 // drop more than max_drop_rate on the window (the bound is a constraint: a tau chosen under it
 // stops meeting it when the workers' times change, e.g. a straggler slowing down further).
 //
-// A move for its predicted gain is first put on trial: the next steps
+// A move for its predicted gain whose resampled 5th percentile is not above
+// sure_gain (0.15) is first put on trial: the next steps
 // alternate between the candidate and the tau in force (the candidate
 // first), and once each has run max(reestimate_every_steps, warmup_steps)
 // steps their measured throughputs (Throughput: completed micro-batches
@@ -127,7 +128,8 @@ struct ThresholdDecision {
 // (workers sharing cores run faster while others stop early; the argmax is
 // chosen on the data it is judged on), and the measurement is the judge: a
 // wrong move costs half a trial, not the run. Steps without a measured
-// cycle (cycle_seconds 0) are not put on trial: the move is made at once.
+// cycle (cycle_seconds 0) are not put on trial: the move is made at once;
+// so is a gain beyond sure_gain, more than the model was seen to miss by.
 class Threshold {
  public:
   // `step` finalized (runtime/run_config.h); `seed` keys the imputation.

@@ -192,6 +192,7 @@ void apply_step_defaults(v1::StepConfig& s) {
     if (!a.has_min_gain()) a.set_min_gain(0.01);
     if (!a.has_skip_steps()) a.set_skip_steps(2);
     if (!a.has_max_drop_rate()) a.set_max_drop_rate(0.1);
+    if (!a.has_sure_gain()) a.set_sure_gain(0.15);
   }
   finalize_policy(s);
 }

@@ -178,7 +178,8 @@ void check_step(const v1::RunConfig& c, Problems& p) {
   } else if (s.global_batch() / s.micro_batch() < c.workers()) {
     p.add(
         "step.global_batch {} / micro_batch {} gives {} micro-batches per step, fewer than the "
-        "{} workers; lower micro_batch or workers",
+        "{} workers; raise global_batch (dctrain-simulate: --worker-batch B sets it to B x "
+        "workers), or lower micro_batch or workers",
         s.global_batch(), s.micro_batch(), s.global_batch() / s.micro_batch(), c.workers());
   }
   if (std::isnan(s.tau()) || s.tau() <= 0.0)
@@ -196,6 +197,8 @@ void check_step(const v1::RunConfig& c, Problems& p) {
     if (a.window_steps() == 0) p.add("step.auto_tau.window_steps is 0; use >= 1 (e.g. 50)");
     if (a.grid_points() < 2)
       p.add("step.auto_tau.grid_points is {}; use >= 2 (e.g. 200)", a.grid_points());
+    if (!(a.sure_gain() >= 0.0))
+      p.add("step.auto_tau.sure_gain is {}; use >= 0 (e.g. 0.15; 0: no trials)", a.sure_gain());
     if (!(a.min_change() >= 0.0) || !(a.min_gain() >= 0.0)) {
       p.add("step.auto_tau.min_change ({}) and min_gain ({}) must be >= 0", a.min_change(),
             a.min_gain());

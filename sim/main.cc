@@ -23,7 +23,7 @@ int main(int argc, char** argv) try {
       "simulation.json saying what was simulated"};
   dctrain::SimulationOptions o;
   std::string config_path, out, tau, log_level = "info";
-  uint32_t workers = 0;
+  uint32_t workers = 0, worker_batch = 0;
   uint64_t steps = 0;
   bool overwrite = false;
   dctrain::add_common_options(app, "dctrain-simulate", log_level);
@@ -31,6 +31,9 @@ int main(int argc, char** argv) try {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--workers", workers, "Simulated workers (0: the config's)");
+  app.add_option("--worker-batch", worker_batch,
+                 "Samples per worker per step: the global batch becomes this x the workers "
+                 "(weak scaling, as a sweep's worker_batch; 0: the config's global batch)");
   app.add_option("--steps", steps, "Stop after this many steps (0: the config's limit)");
   app.add_option("--tau", tau, "Step compute threshold: seconds, 'inf' or 'auto'");
   app.add_option("--out", out, "Run folder to write")->required();
@@ -68,12 +71,14 @@ int main(int argc, char** argv) try {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   dctrain::add_examples(app, {"dctrain-simulate --config experiments/synthetic-mlp.cfg --workers "
-                              "1024 --steps 100 --tau auto --out runs/sim-1024"});
+                              "1024 --worker-batch 16 --steps 100 --tau auto --out runs/sim-1024"});
   if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
     return *status;
   dctrain::apply_log_level(log_level);
   o.config = dctrain::load_run_config(config_path);
   if (workers > 0) o.config.set_workers(workers);
+  if (worker_batch > 0)
+    o.config.mutable_step()->set_global_batch(worker_batch * o.config.workers());
   if (steps > 0) o.config.mutable_stop()->set_max_steps(steps);
   if (!tau.empty()) dctrain::apply_tau_option(tau, *o.config.mutable_step());
   if (o.config.slowness_size() > 0) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: set up (install + build), then a short sweep on generated
+# The main job: set up (install + build the programs), then a short sweep on generated
 # data (experiments/demo.sweep: the MLP, 4 local workers, a persistent 2x
 # straggler, the DropCompute paper's delays and a worker at half the CPU
 # quota of the others (real slowness: needs root); plain synchronous SGD
@@ -18,7 +18,7 @@ case "${1:-}" in
   -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 out="${1:-runs/demo}"
-"$root/tools/setup.sh" --log "$root/runs/setup.log"
+"$root/tools/setup.sh" --programs --log "$root/runs/setup.log"
 build="$root/build/release"
 cd "$root"
 start=$SECONDS

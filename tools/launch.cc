@@ -148,8 +148,8 @@ void add_launch_options(CLI::App& app, LaunchOptions& o) {
   dctrain::add_examples(
       app, {"dctrain-launch --config experiments/synthetic-mlp.cfg --workers 4 --out runs/quick",
             "dctrain-launch --config experiments/mnist-cnn.cfg --data-dir ../shared/data --tau "
-            "auto --curve",
-            "dctrain-launch --resume runs/quick"});
+            "auto --curve --out runs/mnist",
+            "dctrain-launch --resume runs/mnist --data-dir ../shared/data"});
 }
 
 void refuse(const std::string& why) {

@@ -6,6 +6,7 @@
 #   tools/setup.sh                 install + Release build in build/release
 #   tools/setup.sh --preset NAME   another CMake preset (e.g. debug-asan)
 #   tools/setup.sh --deps-only     install packages, build nothing
+#   tools/setup.sh --programs      build only the dctrain-* programs (no tests, benchmarks)
 #   tools/setup.sh --browser       also install Chromium, for the report's browser test
 #   tools/setup.sh --fuzz          also install clang-14 and libFuzzer, for tools/fuzz.sh
 #   tools/setup.sh --torch         also install PyTorch, for the tests that load an exported model in it
@@ -15,6 +16,7 @@ set -euo pipefail
 
 preset=release
 build=1
+target=all
 browser=0
 fuzz=0
 bench=0
@@ -24,12 +26,13 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset="$2"; shift 2 ;;
     --deps-only) build=0; shift ;;
+    --programs) target=programs; shift ;;
     --browser) browser=1; shift ;;
     --fuzz) fuzz=1; shift ;;
     --torch) torch=1; shift ;;
     --bench) bench=1; shift ;;
     --log) log="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -106,7 +109,9 @@ fi
 cd "$root"
 build_tree() {
   cmake --preset "$preset" >/dev/null &&
-    cmake --build --preset "$preset" -- -j"$(nproc)"
+    cmake --build --preset "$preset" --target "$target" -- -j"$(nproc)"
 }
-phase "building build/$preset with $(nproc) jobs" build_tree
-echo "setup: built build/$preset (programs in build/$preset/bin)"
+what="build/$preset"
+[ "$target" = all ] || what="the programs of build/$preset"
+phase "building $what with $(nproc) jobs" build_tree
+echo "setup: built $what (programs in build/$preset/bin)"

@@ -18,8 +18,9 @@ int main(int argc, char** argv) {
   dctrain::add_worker_options(app, options);
   dctrain::add_examples(app,
                         {"dctrain-worker --connect tcp://127.0.0.1:5555 --data-dir ../shared/data",
-                         "dctrain-worker --connect tcp://hostA:5555 --name worker-b0 --secret-key "
-                         "keys/worker-b0.key --coordinator-key keys/coordinator.pub"});
+                         "dctrain-worker --connect tcp://hostA:5555 --name worker-0 --secret-key "
+                         "keys/worker-0.key --coordinator-key keys/coordinator.pub --data-dir "
+                         "../shared/data"});
   if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
     return *status;
   dctrain::apply_log_level(options.log_level);

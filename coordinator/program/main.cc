@@ -13,12 +13,13 @@ int main(int argc, char** argv) {
   CLI::App app{"dctrain-coordinator: runs a training job for N dctrain-worker processes"};
   dctrain::CoordinatorOptions options;
   dctrain::add_coordinator_options(app, options);
-  dctrain::add_examples(app,
-                        {"dctrain-coordinator --config experiments/mnist-cnn.cfg --bind "
-                         "tcp://127.0.0.1:5555 --data-dir ../shared/data",
-                         "dctrain-coordinator --config run.cfg --bind 'tcp://*:5555' --secret-key "
-                         "keys/coordinator.key --allowed-keys keys/allowed",
-                         "dctrain-coordinator --resume runs/mnist --bind tcp://127.0.0.1:5555"});
+  dctrain::add_examples(app, {"dctrain-coordinator --config experiments/mnist-cnn.cfg --bind "
+                              "tcp://127.0.0.1:5555 --data-dir ../shared/data --out runs/mnist",
+                              "dctrain-coordinator --config experiments/mnist-cnn.cfg --bind "
+                              "'tcp://*:5555' --data-dir ../shared/data --secret-key "
+                              "keys/coordinator.key --allowed-keys keys/allowed",
+                              "dctrain-coordinator --resume runs/mnist --bind tcp://127.0.0.1:5555 "
+                              "--data-dir ../shared/data"});
   if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
     return *status;
   dctrain::apply_log_level(options.log_level);

@@ -529,7 +529,9 @@ TEST(Threshold, ACandidateThatMeasuresLessOnTrialIsNotTakenAndTheThresholdHoldsB
   const double u = 1.0 / 64.0, o = 0.004, cycle = 12 * u + o;
   std::vector<std::vector<double>> truth(4, std::vector<double>(4, u));
   truth[3].assign(4, 3 * u);
-  Threshold threshold(auto_step(5, 10, 5), 9);
+  v1::StepConfig config = auto_step(5, 10, 5);
+  config.mutable_auto_tau()->set_sure_gain(10.0);  // no gain is sure: every move on trial
+  Threshold threshold(config, 9);
   std::vector<ThresholdDecision> decisions;
   std::vector<double> taus;  // of each step
   uint64_t step = 0;
@@ -595,7 +597,9 @@ TEST(Threshold, ACandidateThatMeasuresMoreOnTrialBecomesTau) {
   const double u = 1.0 / 64.0, o = 0.004;
   std::vector<std::vector<double>> truth(4, std::vector<double>(4, u));
   truth[3].assign(4, 3 * u);
-  Threshold threshold(auto_step(5, 10, 5), 9);
+  v1::StepConfig config = auto_step(5, 10, 5);
+  config.mutable_auto_tau()->set_sure_gain(10.0);
+  Threshold threshold(config, 9);
   std::vector<ThresholdDecision> decisions;
   for (uint64_t step = 0; step < 30; ++step) {
     if (auto d = threshold.observe(observe_timed(threshold.tau(), step, truth, o, 0.0)))
@@ -615,6 +619,26 @@ TEST(Threshold, ACandidateThatMeasuresMoreOnTrialBecomesTau) {
   EXPECT_GT(threshold.tau(), 2 * u);
   EXPECT_LE(threshold.tau(), 3 * u);
   EXPECT_EQ(threshold.steps_held(), 0u);
+}
+
+TEST(Threshold, AGainBeyondSureGainIsTakenAtOnceWithoutATrial) {
+  // The straggler's +160% (its resampled 5th percentile far above the
+  // default sure_gain, 0.15): the move is made at the warm-up's estimate.
+  const double u = 1.0 / 64.0, o = 0.004;
+  std::vector<std::vector<double>> truth(4, std::vector<double>(4, u));
+  truth[3].assign(4, 3 * u);
+  const v1::StepConfig config = auto_step(5, 10, 5);
+  ASSERT_EQ(config.auto_tau().sure_gain(), 0.15);
+  Threshold threshold(config, 9);
+  std::optional<ThresholdDecision> first;
+  for (uint64_t step = 0; step < 5 && !first; ++step)
+    first = threshold.observe(observe_timed(threshold.tau(), step, truth, o, 0.0));
+  ASSERT_TRUE(first.has_value());
+  EXPECT_GT(first->gain_spread.low, 0.15);
+  EXPECT_FALSE(first->trial);
+  EXPECT_TRUE(first->changed);
+  EXPECT_GT(threshold.tau(), 2 * u);
+  EXPECT_LE(threshold.tau(), 3 * u);
 }
 
 TEST(Threshold, AGainThatOneRareStepMakesIsWithinTheNoiseAndTauStaysInf) {

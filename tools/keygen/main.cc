@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@ int main(int argc, char** argv) try {
       "dctrain-keygen: writes CURVE key pairs, NAME.key (the secret key, mode 0600: keep it on the "
       "host that uses it) and NAME.pub (the public key, followed by NAME as a comment)"};
   std::vector<std::string> names;
-  std::string out_dir = ".";
+  std::string out_dir = ".", allowed;
   std::string log_level = "info";
   bool force = false;
   dctrain::add_common_options(app, "dctrain-keygen", log_level);
@@ -26,13 +27,19 @@ int main(int argc, char** argv) try {
   app.add_option("--dir", out_dir, "Folder for the key files (made if missing)")
       ->capture_default_str();
   app.add_flag("--force", force, "Replace existing key files");
+  app.add_option("--allowed", allowed,
+                 "Also add each public key made to this allow-list file (one key per line, "
+                 "made if missing): the coordinator's --allowed-keys");
   app.footer(
       "Then:\n"
       "  dctrain-coordinator --secret-key coordinator.key --allowed-keys ALLOWED ...\n"
       "      ALLOWED: a folder holding the workers' NAME.pub, or one file of their lines\n"
+      "      (--allowed writes one)\n"
       "  dctrain-worker --secret-key worker-0.key --coordinator-key coordinator.pub ...\n"
       "Only .pub files travel between hosts; a .key never leaves the host that uses it.");
-  dctrain::add_examples(app, {"dctrain-keygen --dir keys coordinator worker-0 worker-1"});
+  dctrain::add_examples(app,
+                        {"dctrain-keygen --dir keys coordinator",
+                         "dctrain-keygen --dir keys --allowed keys/allowed worker-0 worker-1"});
   if (const std::optional<int> status = dctrain::parse_command_line(app, argc, argv))
     return *status;
   std::filesystem::create_directories(out_dir);
@@ -47,6 +54,14 @@ int main(int argc, char** argv) try {
     dctrain::write_key_pair(stem, keys, name, force);
     // The public key only: the secret stays in its file.
     std::printf("%s.key, %s.pub: %s\n", stem.c_str(), stem.c_str(), keys.public_key.c_str());
+    if (!allowed.empty()) {
+      std::ofstream list(allowed, std::ios::app);
+      list << keys.public_key << ' ' << name << '\n';
+      if (!list.flush()) {
+        std::fprintf(stderr, "dctrain-keygen: cannot add to the allow-list %s\n", allowed.c_str());
+        return dctrain::kExitFailed;
+      }
+    }
   }
   return dctrain::kExitDone;
 } catch (const std::exception& e) {

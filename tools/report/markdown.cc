@@ -269,7 +269,9 @@ std::string reading_line(const Experiment& e) {
     // On time to target when every seed reached it, else said.
     const std::string item =
         fmt::format("{} ({:.2f}x on {}{})", row.label, speedup->ratio, speedup->basis,
-                    row.time_to_target_speedup ? "" : ": the target not reached in every seed");
+                    row.time_to_target_speedup ? ""
+                    : e.target                 ? ": the target not reached in every seed"
+                                               : ": no target set");
     const std::string word = verdict(*speedup);
     if (!speedup->interval) {
       single.push_back(row.label);
