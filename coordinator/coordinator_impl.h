@@ -169,6 +169,7 @@ class CoordinatorImpl : private PlaneHost {
   void track_misses(const v1::StepRecord& record);
   // Feeds a closed step to the threshold; logs and records its estimates.
   void observe_threshold(const ClosedStep& closed, double now);
+  void record_estimate(const ThresholdDecision& d, double now);
   void record_trial_end(const ThresholdDecision& d, double now);
   void note_tau_change(double tau);
   // The checkpoint of the state now, written to checkpoint.bin.tmp and

@@ -446,13 +446,16 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
   if (!d) return;
   if (d->measured_after) {
     record_trial_end(*d, now);
-    return;
+  } else {
+    record_estimate(*d, now);
   }
+}
 
-  const ThresholdEstimate& e = d->estimate;
+void CoordinatorImpl::record_estimate(const ThresholdDecision& d, double now) {
+  const ThresholdEstimate& e = d.estimate;
   v1::RunTotals& t = metrics_.totals();
   v1::TauEstimate& last = *t.mutable_last_tau_estimate();
-  last.set_step(d->step);
+  last.set_step(d.step);
   last.set_tau(e.tau);
   last.set_drop_rate(e.drop_rate);
   last.set_speedup(e.speedup);
@@ -461,12 +464,12 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
   last.set_overhead_seconds(e.overhead_seconds);
   last.set_steps(static_cast<uint32_t>(e.steps));
   v1::TauRecord r;
-  r.set_step(static_cast<uint32_t>(d->step));
+  r.set_step(static_cast<uint32_t>(d.step));
   r.set_wall_seconds(wall(now));
-  r.set_why(d->why);
-  r.set_changed(d->changed);
-  *r.mutable_old_tau() = tau_value(d->old_tau);
-  *r.mutable_new_tau() = tau_value(d->new_tau);
+  r.set_why(d.why);
+  r.set_changed(d.changed);
+  *r.mutable_old_tau() = tau_value(d.old_tau);
+  *r.mutable_new_tau() = tau_value(d.new_tau);
   *r.mutable_best_tau() = tau_value(e.tau);
   r.set_predicted_drop_rate(e.drop_rate);
   r.set_predicted_speedup(1.0 + e.speedup);  // records give ratios; the model, gains
@@ -474,51 +477,51 @@ void CoordinatorImpl::observe_threshold(const ClosedStep& closed, double now) {
   r.set_predicted_baseline_step_seconds(e.baseline_step_seconds);
   r.set_overhead_seconds(e.overhead_seconds);
   r.set_steps(static_cast<uint32_t>(e.steps));
-  r.set_old_tau_drop_rate(d->in_force.drop_rate);
-  r.set_old_tau_speedup(1.0 + d->in_force.speedup);
-  r.set_gain_low(d->gain_spread.low);
-  r.set_gain_high(d->gain_spread.high);
-  r.set_within_noise(d->within_noise);
-  r.set_trial(d->trial);
+  r.set_old_tau_drop_rate(d.in_force.drop_rate);
+  r.set_old_tau_speedup(1.0 + d.in_force.speedup);
+  r.set_gain_low(d.gain_spread.low);
+  r.set_gain_high(d.gain_spread.high);
+  r.set_within_noise(d.within_noise);
+  r.set_trial(d.trial);
   metrics_.record_tau(r);
-  if (d->trial) {
+  if (d.trial) {
     log_->info(
         "tau {} on trial after step {} ({} over {} steps): predicted drop rate {:.1f}%, speedup "
         "{:.3f}x (tau in force, {}: {:.3f}x); the next steps alternate between the two until "
         "each has run {}, and the faster measured stays",
-        describe_tau(e.tau), d->step, d->why, e.steps, 100.0 * e.drop_rate, 1.0 + e.speedup,
-        describe_tau(d->old_tau), 1.0 + d->in_force.speedup, threshold_.trial_steps());
-  } else if (d->changed) {
-    note_tau_change(d->new_tau);
+        describe_tau(e.tau), d.step, d.why, e.steps, 100.0 * e.drop_rate, 1.0 + e.speedup,
+        describe_tau(d.old_tau), 1.0 + d.in_force.speedup, threshold_.trial_steps());
+  } else if (d.changed) {
+    note_tau_change(d.new_tau);
     log_->info(
         "tau {} -> {} after step {} ({} over {} steps): predicted drop rate {:.1f}%, "
         "step {:.4g} s against {:.4g} s at inf, speedup {:.3f}x (tau in force: {:.3f}x{})",
-        describe_tau(d->old_tau), describe_tau(d->new_tau), d->step, d->why, e.steps,
+        describe_tau(d.old_tau), describe_tau(d.new_tau), d.step, d.why, e.steps,
         100.0 * e.drop_rate, e.step_seconds, e.baseline_step_seconds, 1.0 + e.speedup,
-        1.0 + d->in_force.speedup,
-        d->in_force_over_bound
-            ? fmt::format(", dropping {:.1f}%, above max_drop_rate", 100.0 * d->in_force.drop_rate)
+        1.0 + d.in_force.speedup,
+        d.in_force_over_bound
+            ? fmt::format(", dropping {:.1f}%, above max_drop_rate", 100.0 * d.in_force.drop_rate)
             : std::string());
-  } else if (d->held) {
+  } else if (d.held) {
     log_->info(
         "tau stays {} after step {} ({} over {} steps): the best tau, {}, is predicted to gain "
         "{:+.1f}%, but a trial measured less than its prediction; no move for gain is tried "
         "before step {}",
-        describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 100.0 * d->gain,
-        d->step + threshold_.steps_held());
-  } else if (d->within_noise) {
+        describe_tau(d.old_tau), d.step, d.why, e.steps, describe_tau(e.tau), 100.0 * d.gain,
+        d.step + threshold_.steps_held());
+  } else if (d.within_noise) {
     log_->info(
         "tau stays {} after step {} ({} over {} steps): the best tau, {}, would gain {:+.1f}%, "
         "but that is within the window's noise (resampled 5th to 95th percentile {:+.1f}% to "
         "{:+.1f}%)",
-        describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 100.0 * d->gain,
-        100.0 * d->gain_spread.low, 100.0 * d->gain_spread.high);
+        describe_tau(d.old_tau), d.step, d.why, e.steps, describe_tau(e.tau), 100.0 * d.gain,
+        100.0 * d.gain_spread.low, 100.0 * d.gain_spread.high);
   } else {
     log_->debug(
         "tau stays {} after step {} ({} over {} steps): best {} would give {:.3f}x "
         "against {:.3f}x in force",
-        describe_tau(d->old_tau), d->step, d->why, e.steps, describe_tau(e.tau), 1.0 + e.speedup,
-        1.0 + d->in_force.speedup);
+        describe_tau(d.old_tau), d.step, d.why, e.steps, describe_tau(e.tau), 1.0 + e.speedup,
+        1.0 + d.in_force.speedup);
   }
 }
 
