@@ -115,9 +115,8 @@ struct ThresholdDecision {
 // stops meeting it when the workers' times change, e.g. a straggler slowing down further).
 //
 // A move for its predicted gain whose resampled 5th percentile is not above
-// sure_gain (0.15) is first put on trial: the next steps
-// alternate between the candidate and the tau in force (the candidate
-// first), and once each has run max(reestimate_every_steps, warmup_steps)
+// sure_gain (0.15) is first put on trial: the next steps alternate between
+// the candidate and the tau in force (the candidate first), and once each has run max(reestimate_every_steps, warmup_steps)
 // steps their measured throughputs (Throughput: completed micro-batches
 // over step cycles) decide. The candidate becomes tau only if it measured
 // more; otherwise tau stays, and no move for gain is tried for the next
@@ -142,16 +141,16 @@ class Threshold {
     return automatic_ && (skipped_ < config_.skip_steps() || observed_ < config_.warmup_steps());
   }
 
-  // Recorded steps before a move for gain may be made again (after an
-  // undone move); 0 when none is held back.
   // Steps each tau runs in a trial.
   uint64_t trial_steps() const {
     return std::max<uint64_t>({config_.reestimate_every_steps(), config_.warmup_steps(), 1});
   }
+  // Recorded steps before a move for gain may be tried again (after a lost
+  // trial); 0 when none is held back.
   uint64_t steps_held() const { return hold_until_ > observed_ ? hold_until_ - observed_ : 0; }
 
   // Records a step (policy "auto"); returns the decision when an estimate
-  // ran or a move on trial was undone.
+  // ran or a trial ended.
   std::optional<ThresholdDecision> observe(StepObservation step);
 
  private:
