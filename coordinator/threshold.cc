@@ -85,14 +85,12 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
     return std::nullopt;
   }
   const uint64_t step_number = step.step;
-  std::optional<ThresholdDecision> trial_end = continue_trial(step);
-  const bool in_trial = trial_.has_value();
   window_.push_back(std::move(step));
   const size_t capacity = std::max<size_t>(config_.window_steps(), 1);
   if (window_.size() > capacity)
     window_.erase(window_.begin(), window_.end() - static_cast<ptrdiff_t>(capacity));
   ++observed_;
-  if (trial_end || in_trial) return trial_end;  // no estimate during a trial
+  if (trial_) return continue_trial(window_.back());  // no estimate during a trial
 
   const uint64_t warmup = config_.warmup_steps();
   const uint64_t every = config_.reestimate_every_steps();
@@ -145,7 +143,6 @@ std::optional<ThresholdDecision> Threshold::observe(StepObservation step) {
 }
 
 std::optional<ThresholdDecision> Threshold::continue_trial(const StepObservation& step) {
-  if (!trial_) return std::nullopt;
   Trial& t = *trial_;
   (t.candidate_next ? t.at_candidate : t.at_tau).add(step);
   t.candidate_next = !t.candidate_next;
@@ -164,9 +161,9 @@ std::optional<ThresholdDecision> Threshold::continue_trial(const StepObservation
   } else {
     ++failed_;
     const uint64_t window = std::max<uint64_t>(config_.window_steps(), 1);
-    hold_until_ = observed_ + 1 + (window << std::min<uint32_t>(failed_ - 1, 4));
+    hold_until_ = observed_ + (window << std::min<uint32_t>(failed_ - 1, 4));
   }
-  d.new_tau = d.changed ? ended.candidate : tau_;
+  d.new_tau = tau_;
   d.tried_tau = ended.candidate;
   return d;
 }

@@ -162,8 +162,8 @@ class Threshold {
   uint64_t observed_ = 0;  // steps recorded
   std::vector<StepObservation> window_;
 
-  // Records a step of the trial; once both taus have run their steps, the
-  // decision that ends it.
+  // Counts the step just recorded into the trial in progress; once both
+  // taus have run their steps, the decision that ends it.
   std::optional<ThresholdDecision> continue_trial(const StepObservation& step);
 
   struct Trial {
