@@ -1,12 +1,13 @@
 // Allreduce of one float buffer among W processes on this host, timed: the
-// data plane's direct exchange (exchange/peer.h), the star it replaces
+// data plane's exchange (exchange/peer.h) on its direct schedule and on
+// recursive halving and doubling (--algorithm halving), the star it replaces
 // (everyone sends its buffer to rank 0, which sums in rank order and sends
 // the sum back) and, for comparison only, a pipelined ring (ring order of
 // summation: not bit-identical to the star, so not what the exchange uses).
 // bench/exchange_vs_gloo.sh runs it beside torch.distributed's gloo.
 //
 //   build/release/bench/bench_exchange_allreduce --world 4 --bytes 18350080
-//       [--algorithm direct|star|ring] [--iters 30] [--warmup 5]
+//       [--algorithm direct|halving|star|ring] [--iters 30] [--warmup 5]
 //       [--piece-kib 1024] [--copy] [--io-threads 2] [--untuned] [--profile] [--digest]
 //       [--curve]
 //
@@ -103,6 +104,7 @@ class Direct : public Allreduce {
     o.copy_sends = args.copy;
     o.io_threads = args.io_threads;
     o.digest_sum = args.digest;
+    o.halving_from = args.algorithm == "halving" ? 1 : 0;
     if (args.curve) {
       o.security.curve = true;
       o.security.own = args.keys[static_cast<size_t>(rank)];
@@ -372,7 +374,7 @@ int run_rank(int rank, const Args& args, int up, int down) {
   if (!args.untuned) dctrain::tune_allocator();
   zmq::context_t context(args.io_threads);
   std::unique_ptr<Allreduce> algorithm;
-  if (args.algorithm == "direct") {
+  if (args.algorithm == "direct" || args.algorithm == "halving") {
     algorithm = std::make_unique<Direct>(rank, args.world, args);
   } else if (args.algorithm == "star") {
     algorithm = std::make_unique<Star>(context, rank, args.world, args);
@@ -431,8 +433,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--bytes", args.bytes, "buffer size in bytes (a multiple of 4)")
       ->capture_default_str();
-  app.add_option("--algorithm", args.algorithm, "direct, star or ring")
-      ->check(CLI::IsMember({"direct", "star", "ring"}))
+  app.add_option("--algorithm", args.algorithm,
+                 "direct or halving (the exchange's schedules), star or ring")
+      ->check(CLI::IsMember({"direct", "halving", "star", "ring"}))
       ->capture_default_str();
   app.add_option("--iters", args.iters, "timed allreduces")
       ->check(CLI::Range(1, 100000))
@@ -459,8 +462,8 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bench_exchange_allreduce: --bytes {} is not a multiple of 4\n", args.bytes);
     return 2;
   }
-  if (args.curve && args.algorithm != "direct") {
-    fmt::print(stderr, "bench_exchange_allreduce: --curve is for --algorithm direct\n");
+  if (args.curve && args.algorithm != "direct" && args.algorithm != "halving") {
+    fmt::print(stderr, "bench_exchange_allreduce: --curve is for the exchange's schedules\n");
     return 2;
   }
   for (int r = 0; args.curve && r < args.world; ++r)

@@ -12,7 +12,8 @@ namespace {
 // every field is written and read through memcpy).
 constexpr size_t kMagicAt = 0;         // u32
 constexpr size_t kVersionAt = 4;       // u16
-constexpr size_t kKindAt = 6;          // u8 (byte 7 is zero)
+constexpr size_t kKindAt = 6;          // u8
+constexpr size_t kStageAt = 7;         // u8 (zero on the direct schedule's pieces)
 constexpr size_t kFromAt = 8;          // u32
 constexpr size_t kMembersAt = 12;      // u32
 constexpr size_t kDigestAt = 16;       // u64
@@ -45,6 +46,7 @@ std::array<std::byte, kChunkHeaderBytes> encode_header(const ChunkHeader& header
   put(out, kMagicAt, kChunkMagic);
   put(out, kVersionAt, kChunkVersion);
   put(out, kKindAt, static_cast<uint8_t>(header.kind));
+  put(out, kStageAt, header.stage);
   put(out, kFromAt, header.from);
   put(out, kMembersAt, header.members);
   put(out, kDigestAt, header.members_digest);
@@ -76,12 +78,17 @@ std::optional<ChunkHeader> parse_header(std::span<const std::byte> bytes, std::s
   }
   ChunkHeader h;
   const auto kind = get<uint8_t>(bytes, kKindAt);
-  if (kind != static_cast<uint8_t>(PieceKind::kContribution) &&
-      kind != static_cast<uint8_t>(PieceKind::kResult)) {
+  if (kind < static_cast<uint8_t>(PieceKind::kContribution) ||
+      kind > static_cast<uint8_t>(PieceKind::kHalvingGather)) {
     why = fmt::format("unknown piece kind {}", kind);
     return std::nullopt;
   }
   h.kind = static_cast<PieceKind>(kind);
+  h.stage = get<uint8_t>(bytes, kStageAt);
+  if (h.stage != 0 && !halving_piece(h.kind)) {
+    why = fmt::format("a direct piece (kind {}) with stage {}", kind, h.stage);
+    return std::nullopt;
+  }
   h.from = get<uint32_t>(bytes, kFromAt);
   h.members = get<uint32_t>(bytes, kMembersAt);
   h.members_digest = get<uint64_t>(bytes, kDigestAt);

@@ -40,9 +40,17 @@ struct ExchangeRound {
 };
 
 enum class PieceKind : uint8_t {
+  // The direct schedule (exchange/mesh_round.h):
   kContribution = 1,  // a member's own values, sent to the owner of the shard
   kResult = 2,        // the owner's sum over every member, sent to every member
+  // The halving schedule (exchange/halving_round.h), with a stage:
+  kHalvingReduce = 3,  // a contribution or partial sum, on its way to the block's owner
+  kHalvingGather = 4,  // a piece of the whole sum, on its way to every member
 };
+
+inline bool halving_piece(PieceKind kind) {
+  return kind == PieceKind::kHalvingReduce || kind == PieceKind::kHalvingGather;
+}
 
 struct ChunkHeader {
   PieceKind kind = PieceKind::kContribution;
@@ -55,11 +63,14 @@ struct ChunkHeader {
   uint64_t offset = 0;        // first float of this piece in the buffer
   uint64_t count = 0;         // floats in this piece (the payload frame's bytes / 4)
   // Contribution: the sender's sample count. Result: the round's total.
+  // Halving: the sender's subtree's count on the way in, the total on the
+  // way out.
   uint64_t samples = 0;
+  uint8_t stage = 0;  // halving: 0 the fold, 1 + j level j; direct: 0
 };
 
 inline constexpr uint32_t kChunkMagic = 0x58454344;  // "DCEX"
-inline constexpr uint16_t kChunkVersion = 2;
+inline constexpr uint16_t kChunkVersion = 3;
 inline constexpr size_t kChunkHeaderBytes = 80;
 // A member's connection token (ExchangePeer::token()): the digest of the
 // secret its connections carry, as its hello and the plans name it.

@@ -12,23 +12,21 @@
 
 namespace dctrain {
 
-MeshRound::MeshRound(const ExchangeRound& id, std::span<const uint32_t> members, uint32_t rank,
-                     std::span<const float> contribution, uint64_t samples, std::span<float> result,
-                     size_t piece_floats, bool digest_sum, PieceSink& sink, ExchangeStats& stats,
+MeshRound::MeshRound(const RoundInputs& in, PieceSink& sink, ExchangeStats& stats,
                      Clock::time_point start)
-    : id_(id),
-      members_(members),
-      rank_(rank),
-      digest_(members_digest(members)),
-      plan_(contribution.size(), members.size(), piece_floats),
-      contribution_(contribution),
-      own_samples_(samples),
-      result_(result),
+    : id_(in.id),
+      members_(in.members),
+      rank_(in.rank),
+      digest_(members_digest(in.members)),
+      plan_(in.contribution.size(), in.members.size(), in.piece_floats),
+      contribution_(in.contribution),
+      own_samples_(in.samples),
+      result_(in.result),
       sink_(sink),
       stats_(stats),
       start_(start) {
   const size_t n = members_.size();
-  me_ = position_of(rank);
+  me_ = position_of(rank_);
   inputs_.resize(plan_.pieces(me_));
   for (auto& piece : inputs_) piece.resize(n);
   input_in_.assign(plan_.pieces(me_), std::vector<bool>(n, false));
@@ -45,7 +43,7 @@ MeshRound::MeshRound(const ExchangeRound& id, std::span<const uint32_t> members,
   unheard_ = n - 1;
   result_samples_.assign(n, std::nullopt);
   conflict_.assign(n, false);
-  if (digest_sum) digester_.emplace(plan_, result_);
+  if (in.digest_sum) digester_.emplace(plan_, result_);
 }
 
 size_t MeshRound::position_of(uint32_t rank) const {
@@ -137,6 +135,9 @@ std::optional<std::string> MeshRound::take(const ChunkHeader& h, zmq::message_t&
     record_conflict(from, h.from, why);
     return std::nullopt;
   };
+  if (halving_piece(h.kind)) {
+    return conflict("runs the halving schedule (this peer: direct; same schedule everywhere?)");
+  }
   if (h.members != members_.size() || h.members_digest != digest_) {
     return conflict(fmt::format("runs this round among {} other members (this peer: {})", h.members,
                                 fmt::join(members_, ",")));

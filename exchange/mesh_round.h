@@ -1,11 +1,7 @@
-// One round of the exchange's algorithm on one member, without a transport
-// (exchange/peer.h says the algorithm: direct reduce-scatter, then direct
-// all-gather, each shard summed in rank order). The round hands the pieces
-// it sends to a PieceSink and takes the pieces the transport received; the
-// transport has checked that a piece comes from the member it names (its
-// connection's secret, its key). ExchangePeer runs it over ZeroMQ; a test
-// runs several over a queue in memory (tests/exchange/mesh_round_test.cc).
-// Private to exchange/.
+// The direct schedule's round on one member (exchange/round_schedule.h):
+// direct reduce-scatter, then direct all-gather, each shard summed at its
+// owner in the tree of comm/rank_order_sum.h (exchange/README.md says the
+// algorithm). Private to exchange/.
 #pragma once
 
 #include <fmt/format.h>
@@ -21,83 +17,64 @@
 #include "exchange/chunk.h"
 #include "exchange/peer.h"
 #include "exchange/plan.h"
+#include "exchange/round_schedule.h"
 #include "exchange/sum_digest.h"
 
 namespace dctrain {
 
-inline std::string describe_round(const ExchangeRound& round) {
-  return fmt::format("step {}, attempt {}, run {}", round.step, round.attempt, round.run);
-}
-
-// Where a round's pieces go.
-class PieceSink {
+class MeshRound final : public RoundSchedule {
  public:
-  virtual ~PieceSink() = default;
-  // A piece for member `to`: `header`, and `header.count` floats at `data`,
-  // which stay valid until the round has ended.
-  virtual void send(uint32_t to, const ChunkHeader& header, const float* data) = 0;
-};
-
-class MeshRound {
- public:
-  using Clock = std::chrono::steady_clock;
-
-  // This member (`rank`) sums `contribution` (`samples`) with the other
-  // `members`' (ascending, `rank` among them) into `result` (as long), in
-  // pieces of `piece_floats`; `digest_sum`: the sum's shard digests are taken
-  // as its pieces land. `stats` counts what it receives and sums.
-  MeshRound(const ExchangeRound& id, std::span<const uint32_t> members, uint32_t rank,
-            std::span<const float> contribution, uint64_t samples, std::span<float> result,
-            size_t piece_floats, bool digest_sum, PieceSink& sink, ExchangeStats& stats,
-            Clock::time_point start);
+  // `in.digest_sum`: the sum's shard digests are taken as its pieces land.
+  // `stats` counts what it receives and sums.
+  MeshRound(const RoundInputs& in, PieceSink& sink, ExchangeStats& stats, Clock::time_point start);
   MeshRound(const MeshRound&) = delete;
   MeshRound& operator=(const MeshRound&) = delete;
 
   // This member's contribution, each piece to the owner of its shard
   // (alone: the sum is its contribution, at once).
-  void send_contribution();
+  void send_contribution() override;
   // Whether `rank` is another member of the round.
-  bool is_other_member(uint32_t rank) const;
+  bool is_other_member(uint32_t rank) const override;
   // A piece of this round from another member (h.from): a piece of this
   // member's shard is kept until every member's copy of it is in, then
   // summed and sent to every other member; a summed piece goes into the
   // result. What does not fit the round is a conflict (conflict()); why a
   // duplicate is refused comes back.
-  std::optional<std::string> take(const ChunkHeader& h, zmq::message_t&& payload);
+  std::optional<std::string> take(const ChunkHeader& h, zmq::message_t&& payload) override;
 
   // The whole sum is here: every piece of this shard summed, every other
   // shard's sum in.
-  bool complete() const { return reduced_all() && results_missing_total_ == 0; }
+  bool complete() const override { return reduced_all() && results_missing_total_ == 0; }
   // The first piece that did not fit the round ("rank R: why"), if any.
-  const std::string& conflict() const { return first_conflict_; }
+  const std::string& conflict() const override { return first_conflict_; }
   // Every value of the sum summed here or received passed usable().
-  bool usable() const { return !unusable_; }
+  bool usable() const override { return !unusable_; }
   // When every other member had been heard from (its first contribution piece).
-  std::optional<Clock::time_point> all_heard() const { return all_heard_; }
+  std::optional<Clock::time_point> all_heard() const override { return all_heard_; }
   // Once the round is complete, and once: the sum's shard digests (none
   // without digest_sum).
-  std::vector<std::string> digests();
+  std::vector<std::string> digests() override;
 
-  const ExchangeRound& id() const { return id_; }
-  std::span<const uint32_t> members() const { return members_; }
-  Clock::time_point start() const { return start_; }
+  const ExchangeRound& id() const override { return id_; }
+  std::span<const uint32_t> members() const override { return members_; }
+  Clock::time_point start() const override { return start_; }
   // The round's length in floats, and the pieces one member receives in it
   // at most (its shard's copies and the others' sums): the bounds on what a
   // later round may park here.
-  uint64_t length() const { return plan_.length(); }
-  size_t pieces_received_at_most() const;
+  uint64_t length() const override { return plan_.length(); }
+  size_t pieces_received_at_most() const override;
   // For a failure's text: `rank`'s pieces of this member's shard not in,
   // of how many; its shard's summed pieces not in, of how many.
-  std::pair<size_t, size_t> contribution_pieces_missing(uint32_t rank) const;
-  std::pair<size_t, size_t> result_pieces_missing(uint32_t rank) const;
+  std::pair<size_t, size_t> contribution_pieces_missing(uint32_t rank) const override;
+  std::pair<size_t, size_t> result_pieces_missing(uint32_t rank) const override;
 
   // The kept copies of the other members' pieces let go.
-  void release_inputs();
+  void release_inputs() override;
   // The members' sample counts and the owners' totals against them into
   // `out` (samples, member_samples), with who is missing or in conflict
   // (missing_contributions, missing_results, conflicting); a total that
   // differs makes the round incomplete (out.complete false).
-  void settle(ExchangeOutcome& out);
+  void settle(ExchangeOutcome& out) override;
 
  private:
   // Position of `rank` among the members, or members_.size() if it is none.

@@ -13,7 +13,7 @@
 #include "comm/rank_order_sum.h"
 #include "comm/transport.h"
 #include "common/usable_values.h"
-#include "exchange/mesh_round.h"
+#include "exchange/round_schedule.h"
 #include "exchange/sum_digest.h"
 
 namespace dctrain {
@@ -222,9 +222,30 @@ void ExchangePeer::connect(std::vector<std::string> endpoints) {
   outboxes_.clear();
   outboxes_.resize(endpoints_.size());
   pending_.resize(endpoints_.size());
-  for (uint32_t r = 0; r < endpoints_.size(); ++r) {
-    if (r != rank_ && !endpoints_[r].empty()) open_dealer(r);
+  // Opened on demand, but a missing key is the caller's mistake, named now.
+  for (uint32_t r = 0; options_.security.curve && r < endpoints_.size(); ++r) {
+    if (r != rank_ && !endpoints_[r].empty() &&
+        (r >= options_.member_keys.size() || options_.member_keys[r].empty())) {
+      throw std::invalid_argument(fmt::format(
+          "exchange: rank {} has no public key for rank {} (ExchangeOptions::member_keys)", rank_,
+          r));
+    }
   }
+}
+
+void ExchangePeer::close_outboxes_outside(std::span<const uint32_t> members) {
+  for (uint32_t r = 0; r < outboxes_.size(); ++r) {
+    if (outboxes_[r].handle() == nullptr || std::binary_search(members.begin(), members.end(), r)) {
+      continue;
+    }
+    if (pending_[r].empty() && releases_->in_flight(r) == 0) outboxes_[r].close();
+  }
+}
+
+size_t ExchangePeer::outbox_connections() const {
+  size_t open = 0;
+  for (const auto& s : outboxes_) open += s.handle() != nullptr ? 1 : 0;
+  return open;
 }
 
 void ExchangePeer::queue(uint32_t to, const ChunkHeader& header, const float* data,
@@ -238,6 +259,7 @@ void ExchangePeer::queue(uint32_t to, const ChunkHeader& header, const float* da
   }
   ++stats.pieces_sent;
   stats.bytes_sent += payload;
+  if (outboxes_[to].handle() == nullptr) open_dealer(to);  // the first piece for it
   pending_[to].push_back(std::move(o));
   flush(to);
 }

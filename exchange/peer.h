@@ -1,41 +1,47 @@
 // One peer of the data plane: an allreduce of one float buffer among the
 // members of a round, over ZeroMQ, without a hub.
 //
-// Algorithm (direct reduce-scatter, then direct all-gather): the buffer is
-// cut into one shard per member (ExchangePlan). Every member sends each
-// other member that member's shard of its contribution; the owner of a
-// shard sums the members' pieces in rank order and sends the sum to every
-// other member. Each peer sends and receives (N-1)/N of the buffer in each
-// phase, 2(N-1)/N in all, whatever N. Shards travel as pieces of at most
-// `piece_bytes`, and an owner sums and sends a piece as soon as every
-// member's copy of that piece is in, so the all-gather of early pieces
-// overlaps the reduce-scatter of later ones. Sends are zero-copy: ZeroMQ
-// reads the pieces from the caller's buffers, and exchange() returns only
-// once ZeroMQ holds none of them, i.e. every piece is in the kernel's
-// socket buffers (so closing the peer right after loses nothing).
+// Two schedules (exchange/round_schedule.h), chosen by the member count
+// (ExchangeOptions::halving_from):
+//   - direct reduce-scatter, then direct all-gather (exchange/mesh_round.h):
+//     the buffer is cut into one shard per member (ExchangePlan); every
+//     member sends each other member that member's shard of its
+//     contribution, the owner sums and sends the sum to every other member.
+//     2 hops, N - 1 peers and 2(N - 1) messages per member per piece;
+//   - recursive halving, then recursive doubling (exchange/halving_round.h):
+//     2 log2(N) hops, log2(N) peers (one more where N is not a power of
+//     two) and about 2 log2(N) messages per member per piece.
+// Each peer sends and receives about 2(N-1)/N of the buffer per round on
+// both (halving: a folded member, where N is not a power of two, sends and
+// receives the whole buffer once). Pieces of at most `piece_bytes` go on as
+// soon as they are summed, so the phases overlap. Sends are zero-copy:
+// ZeroMQ reads the pieces from the caller's buffers, and exchange() returns
+// only once ZeroMQ holds none of them, i.e. every piece is in the kernel's
+// socket buffers (so closing the peer right after loses nothing). A peer
+// connects to a member the first time a round sends it something, and lets
+// go of connections the round in force does not use.
 //
-// Summation order: element i of the result is
-//   ((0.0f + c[m0][i]) + c[m1][i]) + ... + c[mN-1][i]
-// over the members m0 < m1 < ... in rank order, whoever owns the shard: the
-// same float operations, in the same order, as coordinator/step/reducer.cc's
-// star reduce (a zero-filled sum to which each contribution is added in rank
-// order). The result is therefore bit-identical on every member, to the star
-// path and from run to run. The exchange only sums, and says whether the
-// sum holds only usable values (ExchangeOutcome::usable): dividing by the
-// completed samples stays with the caller, as does checking that its own
-// contribution is finite.
+// Summation: element i of the result is the tree of comm/rank_order_sum.h
+// over the members' contributions in rank order, on both schedules and in
+// coordinator/step/reducer.cc's star reduce, so the result is bit-identical
+// on every member, to the star path and from run to run. The exchange only
+// sums, and says whether the sum holds only usable values
+// (ExchangeOutcome::usable): dividing by the completed samples stays with
+// the caller, as does checking that its own contribution is finite.
 //
 // Failures: every round has a deadline. A member that is dead, stalled, or
 // not in the round makes exchange() return a failure on every other member
-// by the deadline, naming it (ExchangeOutcome::suspects()); nothing blocks
-// past the deadline except releasing ZeroMQ's hold on the caller's buffers,
-// which closing the stuck sockets makes prompt. Pieces carry the round
-// (step, attempt): a piece of an earlier round is dropped, one of a later
-// round is kept for it. What to do about a failure (redo the round under the
-// next attempt without the suspect, or skip the step) is the caller's call;
-// note that a round can fail on some members and succeed on others (a
-// member that dies after sending its sum to some of them), so the caller
-// settles a round's outcome with every member before applying it.
+// by the deadline (halving: naming whichever of its partners it lacks
+// pieces from; the coordinator weighs every member's report,
+// coordinator/planes/exchange_blame.h); nothing blocks past the deadline
+// except releasing ZeroMQ's hold on the caller's buffers, which closing the
+// stuck sockets makes prompt. Pieces carry the round (step, attempt): a
+// piece of an earlier round is dropped, one of a later round is kept for it.
+// What to do about a failure (redo the round under the next attempt without
+// the suspect, or skip the step) is the caller's call; note that a round can
+// fail on some members and succeed on others (a member that dies after
+// sending its sum to some of them), so the caller settles a round's outcome
+// with every member before applying it.
 #pragma once
 
 #include <chrono>
@@ -54,16 +60,20 @@
 #include "exchange/connection_cap.h"
 #include "exchange/plan.h"
 #include "exchange/round_cancel.h"
+#include "exchange/schedule.h"
 #include "exchange/zero_copy.h"
 
 namespace dctrain {
 
-class MeshRound;
+class RoundSchedule;
 
 struct ExchangeOptions {
   // The largest piece on the wire (a multiple of 4). Smaller pieces start
   // the all-gather sooner; larger ones cost fewer messages.
   size_t piece_bytes = size_t{1} << 20;
+  // Rounds of at least this many members run the halving schedule, smaller
+  // ones direct (0: direct always). Every member of a round must agree.
+  size_t halving_from = kHalvingFromMembers;
   // Copy every piece into its message instead of sending it from the
   // caller's buffers. For measuring what zero-copy saves; results are the same.
   bool copy_sends = false;
@@ -180,7 +190,9 @@ class ExchangePeer {
 
   // The group: endpoints[r] is rank r's endpoint (empty: no such rank; this
   // peer's own entry is not used). Call again when a rank's endpoint
-  // changes; that drops whatever is queued for the old group.
+  // changes; that drops whatever is queued for the old group. Nothing is
+  // opened here: a round opens a connection to a member the first time it
+  // sends it a piece.
   void connect(std::vector<std::string> endpoints);
 
   // With CURVE: the members' public keys by rank (empty: no such rank). The
@@ -223,6 +235,11 @@ class ExchangePeer {
                            std::span<float> result, std::chrono::steady_clock::time_point deadline,
                            std::chrono::nanoseconds after_all_heard = {});
 
+  // This peer's connections to other members (its outboxes) open now: the
+  // partners of the rounds since the members last changed, at most
+  // log2(N) + 1 on the halving schedule, N - 1 on the direct one.
+  size_t outbox_connections() const;
+
   // The inbox's connections: open now, of those authenticated, and shut
   // down so far for being over its cap (twice the group's size and 16 more:
   // each member's connection, its reconnection while the old one closes,
@@ -234,6 +251,9 @@ class ExchangePeer {
 
   // ExchangeOptions::digest_sum, from the next round on.
   void set_digest_sum(bool digest) { options_.digest_sum = digest; }
+  // ExchangeOptions::halving_from, from the next round on (a worker runs
+  // the schedule its plan names).
+  void set_halving_from(size_t members) { options_.halving_from = members; }
 
   // Ends rounds from another thread (the worker's session): see RoundCancel.
   RoundCancel& cancel() { return cancel_; }
@@ -255,12 +275,15 @@ class ExchangePeer {
     std::string key;  // the sender's authenticated key (CURVE), checked when taken
     std::string id;   // its connection's routing id, checked when taken
   };
-  // The round's algorithm (exchange/mesh_round.h), and its pieces' way
+  // The round's algorithm (exchange/round_schedule.h), and its pieces' way
   // out through this peer's outboxes (peer_round.cc).
-  using Round = MeshRound;
+  using Round = RoundSchedule;
   class Outboxes;
 
   void open_dealer(uint32_t rank);
+  // Outboxes to ranks outside `members` closed (when nothing of theirs is
+  // in flight): a new member list leaves the old partners behind.
+  void close_outboxes_outside(std::span<const uint32_t> members);
   void reset_dealer(uint32_t rank);
   void queue(uint32_t to, const ChunkHeader& header, const float* data, ExchangeStats& stats);
   bool flush(uint32_t to);

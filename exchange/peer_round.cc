@@ -1,6 +1,6 @@
 // ExchangePeer::exchange (exchange/peer.h): one round, from the checks of
 // the caller's arguments to the outcome, in stages: the pieces of this round
-// read early are taken, the round's algorithm (exchange/mesh_round.h) sends
+// read early are taken, the round's algorithm (exchange/round_schedule.h) sends
 // this peer's contribution through the outboxes, the round runs until
 // complete, cancelled or out of time, ZeroMQ's hold on the caller's buffers
 // is released, the sample counts settled, and a failure put in words.
@@ -13,8 +13,8 @@
 #include "comm/rank_order_sum.h"
 #include "comm/transport.h"
 #include "common/usable_values.h"
-#include "exchange/mesh_round.h"
 #include "exchange/peer.h"
+#include "exchange/round_schedule.h"
 
 namespace dctrain {
 
@@ -51,7 +51,7 @@ void ExchangePeer::check_round(const ExchangeRound& round, std::span<const uint3
     misuse(fmt::format("members [{}] do not include this peer", fmt::join(members, ",")));
   }
   for (uint32_t m : members) {
-    if (m != rank_ && (m >= outboxes_.size() || outboxes_[m].handle() == nullptr)) {
+    if (m != rank_ && (m >= endpoints_.size() || endpoints_[m].empty())) {
       misuse(fmt::format("member {} has no endpoint (call connect() with every member's)", m));
     }
   }
@@ -240,8 +240,18 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
     return out;
   }
   Outboxes outboxes(*this, out.stats);
-  Round r(round, members, rank_, contribution, samples, result,
-          options_.piece_bytes / sizeof(float), options_.digest_sum, outboxes, out.stats, start);
+  const RoundInputs inputs{round,
+                           members,
+                           rank_,
+                           contribution,
+                           samples,
+                           result,
+                           options_.piece_bytes / sizeof(float),
+                           options_.digest_sum};
+  const std::unique_ptr<Round> round_of = make_round(
+      schedule_for(members.size(), options_.halving_from), inputs, outboxes, out.stats, start);
+  Round& r = *round_of;
+  close_outboxes_outside(members);
   take_early_pieces(r, out);
   r.send_contribution();
   const Clock::time_point end = run_round(r, deadline, after_all_heard, out);

@@ -196,6 +196,8 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   const ExchangeRound round{step, plan.attempt(), plan.run()};
   const auto after_all_heard = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(std::max(0.0, plan.round_seconds())));
+  // The schedule the coordinator chose for the round: every member runs it.
+  peer_.set_halving_from(plan.schedule() == v1::EXCHANGE_HALVING ? 1 : 0);
   ExchangeOutcome out;
   try {
     out = peer_.exchange(round, members, contribution, samples, result, deadline, after_all_heard);

@@ -56,7 +56,16 @@ struct RoundBlame {
 // `reports`: the round's reports that arrived; `silent`: members of the
 // round that did not report (or are gone). Members in `silent` are never in
 // the result (they are out already).
+//
+// `halving_members`: the round's members (ascending) when it ran the halving
+// schedule (exchange/schedule.h), else empty. There a member hears only from
+// its partners, and waits on them in order (the fold, the levels up, the
+// levels down): a member that waited on an earlier stage could not send
+// what a later partner lacks, so that partner's complaint against it is no
+// evidence (its own complaint names the link that failed), and only its
+// partners could have heard it in full.
 RoundBlame blame_exchange_round(const std::vector<RoundReport>& reports,
-                                const std::set<uint32_t>& silent);
+                                const std::set<uint32_t>& silent,
+                                const std::vector<uint32_t>& halving_members = {});
 
 }  // namespace dctrain

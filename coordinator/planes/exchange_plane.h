@@ -86,6 +86,9 @@ class ExchangePlane final : public DataPlane {
   // The round of `ranks` under `attempt` (0: the step's first round, after
   // the compute; above: a redo among the members left, on what they computed).
   void plan_round(v1::Plan& plan, std::vector<uint32_t> ranks, uint32_t attempt) const;
+  // Whether a round of `members` members runs the halving schedule
+  // (data_plane.halving_from_members).
+  bool halving_round(size_t members) const;
   // The members of a round that have not reported by silent_after_: late
   // by this process's clock, out of the step (a missed step) and presumed
   // dead (welcomed afresh when heard again).

@@ -44,6 +44,7 @@
 #include "coordinator/planes/exchange_blame.h"
 #include "coordinator/planes/exchange_plane.h"
 #include "exchange/chunk.h"
+#include "exchange/schedule.h"
 #include "exchange/sum_digest.h"
 
 namespace dctrain {
@@ -143,6 +144,12 @@ std::optional<std::string> ExchangePlane::hello_problem(const v1::Hello& hello) 
   return std::nullopt;
 }
 
+bool ExchangePlane::halving_round(size_t members) const {
+  const uint32_t from = rooms_.config.data_plane().halving_from_members();
+  return schedule_for(members, from == 0 ? kHalvingFromMembers : from) ==
+         ExchangeSchedule::kHalving;
+}
+
 void ExchangePlane::plan_round(v1::Plan& plan, std::vector<uint32_t> ranks,
                                uint32_t attempt) const {
   v1::ExchangePlan& x = *plan.mutable_exchange();
@@ -163,6 +170,7 @@ void ExchangePlane::plan_round(v1::Plan& plan, std::vector<uint32_t> ranks,
   if (curve) {
     for (uint32_t r : ranks) x.add_member_keys(rooms_.membership.at(r).key);
   }
+  x.set_schedule(halving_round(ranks.size()) ? v1::EXCHANGE_HALVING : v1::EXCHANGE_DIRECT);
   // Once every member was heard from, a member waits this long for the rest
   // of the round (measured rounds; none before the first).
   if (round_deadline_.observed() > 0) {
@@ -341,7 +349,9 @@ void ExchangePlane::judge_exchange_round() {
     r.missing_sums.assign(x.missing_sums().begin(), x.missing_sums().end());
     reports.push_back(std::move(r));
   }
-  const RoundBlame blame = blame_exchange_round(reports, silent);
+  const RoundBlame blame = blame_exchange_round(
+      reports, silent,
+      halving_round(exchange_members_.size()) ? exchange_members_ : std::vector<uint32_t>{});
   const auto name = [&](uint32_t rank) {
     return fmt::format("worker '{}' (rank {})", rooms_.membership.at(rank).name, rank);
   };

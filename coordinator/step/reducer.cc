@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <optional>
 
 #include "comm/framing.h"
+#include "comm/rank_order_sum.h"
+#include "common/usable_values.h"
 
 namespace dctrain {
 
@@ -14,7 +18,7 @@ Reducer::Reducer(size_t parameter_count, size_t buffer_count)
 void Reducer::begin(std::vector<uint32_t> ranks, bool clear) {
   std::sort(ranks.begin(), ranks.end());
   ranks_ = std::move(ranks);
-  next_ = 0;
+  summed_ = false;
   waiting_.clear();
   settled_.clear();
   added_.clear();
@@ -66,28 +70,52 @@ bool Reducer::complete() const {
 }
 
 void Reducer::advance() {
-  if (holding_ && !released_) return;
-  while (next_ < ranks_.size()) {
-    const uint32_t rank = ranks_[next_];
-    auto s = settled_.find(rank);
-    if (s == settled_.end()) return;
-    if (s->second) {
-      // Settled without a message (settle()): nothing to add here.
-      if (auto w = waiting_.find(rank); w != waiting_.end()) {
-        AddedContribution& a = added_[rank];
-        const AddedContribution g = add_and_measure(w->second, 0, gradient_);
-        a.overflows = g.overflows;
-        a.sum_overflowed = g.sum_overflowed;
-        if (!statistics_.empty()) {
-          const AddedContribution b = add_and_measure(w->second, 1, statistics_);
-          a.overflows = a.overflows || b.overflows;
-          a.sum_overflowed = a.sum_overflowed || b.sum_overflowed;
-        }
-        waiting_.erase(w);
-      }
+  if ((holding_ && !released_) || summed_ || !complete()) return;
+  summed_ = true;
+  if (waiting_.empty()) return;  // settled without messages (exchange) or none contributed
+  sum_tensor(0, gradient_);
+  if (!statistics_.empty()) sum_tensor(1, statistics_);
+  waiting_.clear();
+}
+
+void Reducer::sum_tensor(size_t index, std::span<float> sum) {
+  // waiting_ is ordered by rank: the sources in rank order, frame by frame
+  // (every contribution was validated to the same layout).
+  std::vector<const Message*> in;
+  for (const auto& [rank, message] : waiting_) in.push_back(&message);
+  const size_t first = first_frame_of(in.front()->envelope, index);
+  std::vector<const std::byte*> sources(in.size());
+  size_t frame = first;
+  for (size_t begin = 0; begin < sum.size(); begin += kMaxFrameFloats, ++frame) {
+    const size_t count = std::min(kMaxFrameFloats, sum.size() - begin);
+    for (size_t s = 0; s < in.size(); ++s) {
+      sources[s] = static_cast<const std::byte*>(in[s]->frames[frame].data());
     }
-    ++next_;
+    sum_in_rank_order(sources, count, sum.data() + begin);
   }
+  if (usable(sum)) return;
+  // The rare unusable sum: which contributions hold such values alone, and
+  // else which one's addition made a node of the tree reach them.
+  std::vector<uint32_t> ranks;
+  for (const auto& [rank, message] : waiting_) {
+    ranks.push_back(rank);
+    added_[rank];  // every contributor is named or cleared
+  }
+  std::optional<size_t> node;
+  frame = first;
+  for (size_t begin = 0; begin < sum.size(); begin += kMaxFrameFloats, ++frame) {
+    const size_t count = std::min(kMaxFrameFloats, sum.size() - begin);
+    for (size_t s = 0; s < in.size(); ++s) {
+      const auto* bytes = static_cast<const std::byte*>(in[s]->frames[frame].data());
+      sources[s] = bytes;
+      std::vector<float> values(count);
+      std::memcpy(values.data(), bytes, count * sizeof(float));
+      if (!usable(values)) added_[ranks[s]].overflows = true;
+    }
+    const auto at = first_overflowing_node(sources, count, kOverflowMagnitude);
+    if (at && (!node || *at < *node)) node = at;
+  }
+  if (node) added_[ranks[*node]].sum_overflowed = true;
 }
 
 std::map<uint32_t, double> Reducer::cosines_with_the_others() {

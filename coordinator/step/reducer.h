@@ -1,7 +1,9 @@
-// The reduce of one step: contributions summed in rank order whatever order
-// they arrive in (so the same contributions give the same bits), then
-// divided. Each contribution is added as soon as every lower expected rank is
-// in, so most of the sum overlaps the wait for the slowest worker.
+// The reduce of one step: the contributions summed in the tree that every
+// data plane makes (comm/rank_order_sum.h: fixed by their rank order, so the
+// same contributions give the same bits whatever order they arrive in), then
+// divided. The tree depends on how many contribute, so the contributions are
+// kept as they arrive and summed once every expected rank has contributed or
+// been forgotten.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +32,7 @@ class Reducer {
   // Data plane "exchange": `rank` contributed, but its gradient was summed
   // among the workers; the sum comes in through set_sum().
   void settle(uint32_t rank);
-  // The round's (undivided) sum, summed in rank order by the workers
+  // The round's (undivided) sum, summed in the same tree by the workers
   // (exchange/peer.h): tensor 0 gradient, tensor 1 statistics if any.
   void set_sum(const Message& sum);
   // `rank` will not contribute (missed the deadline or died).
@@ -43,11 +45,12 @@ class Reducer {
   std::span<float> gradient() { return gradient_; }
   std::span<float> statistics() { return statistics_; }
 
-  // What adding each contribution of the step showed, by rank
-  // (coordinator/step/update_guard.h); with holding on, each norm on arrival.
+  // What each contribution of the step showed, by rank
+  // (coordinator/step/update_guard.h): with holding on, each norm on arrival;
+  // when the sum is unusable, which contribution made it so.
   const std::map<uint32_t, AddedContribution>& added() const { return added_; }
   // Holding (for the norm guard, from now on): contributions wait unsummed
-  // until release(), which sums them but `refused`, in rank order.
+  // until release(), which sums them but `refused`.
   void set_holding(bool holding) { holding_ = holding; }
   void release(const std::set<uint32_t>& refused);
   // Holding, before release(): each held contribution's cosine with the sum
@@ -57,12 +60,17 @@ class Reducer {
   void clear();
 
  private:
+  // Sums the contributions once every expected rank is settled (and, when
+  // holding, released).
   void advance();
+  // Tensor `index` of every contribution, summed into `sum`; what made the
+  // sum unusable into added_ if it is.
+  void sum_tensor(size_t index, std::span<float> sum);
 
   std::vector<float> gradient_, statistics_;
   std::vector<uint32_t> ranks_;  // expected, ascending
-  size_t next_ = 0;              // ranks_[next_] is the next to add
-  std::map<uint32_t, Message> waiting_;
+  bool summed_ = false;          // this step's contributions are in the sums
+  std::map<uint32_t, Message> waiting_;  // contributions not summed yet, by rank
   std::map<uint32_t, bool> settled_;  // rank -> contributed (true) or forgotten (false)
   std::map<uint32_t, AddedContribution> added_;
   bool holding_ = false;

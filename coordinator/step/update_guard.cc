@@ -133,7 +133,7 @@ std::optional<Discard> UpdateGuard::judge(
   }
   if (d.culprits.empty()) {
     // Each was below the bound alone: name the one whose addition made the
-    // running sum overflow (added in rank order, so the first such rank).
+    // sum overflow (the reducer marks the first of the tree's right half).
     for (const auto& [rank, a] : added) {
       if (a.sum_overflowed) {
         d.culprits.push_back(rank);

@@ -9,7 +9,8 @@
 // below 2^64 in magnitude (its square fits in a float). A step that fails is
 // discarded: nothing is applied, every micro-batch is requeued, and the
 // contributions that caused it are named: those holding such values
-// themselves, else the one whose addition made the running sum overflow.
+// themselves, else the one whose addition made a node of the sum's tree
+// overflow (comm/rank_order_sum.h).
 // Steps that fail in a row stop the run with an error, so a run never ends
 // "successfully" at chance accuracy.
 //
@@ -34,10 +35,11 @@
 
 namespace dctrain {
 
-// What adding one contribution into the running sums showed.
+// What one contribution showed: adding it into a running sum, or (the
+// reducer, when the step's sum is unusable) within the sum's tree.
 struct AddedContribution {
   bool overflows = false;        // it holds a value at or beyond kOverflowMagnitude
-  bool sum_overflowed = false;   // the running sum reached it (or NaN) with this addition
+  bool sum_overflowed = false;   // the sum reached it (or NaN) with this addition
   double norm = 0.0;             // its gradient's L2 norm; only measured for the norm guard
   double statistics_norm = 0.0;  // its batch statistics' L2 norm, the same
 };

@@ -1,6 +1,7 @@
 // Whom a failed exchange round takes out (coordinator/planes/exchange_blame.h),
 // on the reports seen in runs: a member with a slow link, a dead member,
-// and complaints that cannot tell one end of a link from the other.
+// and complaints that cannot tell one end of a link from the other; on the
+// halving schedule, the complaints that follow from a member's own wait.
 #include "coordinator/planes/exchange_blame.h"
 
 #include <gtest/gtest.h>
@@ -139,6 +140,49 @@ TEST(ExchangeBlame, AMemberEveryOtherMemberLackedIsStruck) {
   b = blame_exchange_round({failed(0, {1}, {}), failed(1, {0}, {}), succeeded(2)}, {});
   EXPECT_EQ(b.out, Ranks({0, 1}));
   EXPECT_TRUE(b.struck.empty());
+}
+
+// Eight members on the halving schedule (ranks 0-7 = positions = halvers):
+// partners at level 0 differ in bit 0, at level 1 in bit 1, at level 2 in
+// bit 2.
+const Ranks kEight{0, 1, 2, 3, 4, 5, 6, 7};
+
+TEST(ExchangeBlame, OnTheHalvingScheduleADeadMemberTakesOutNobodyElse) {
+  // Rank 0 is dead (silent). Its partners 1, 2 and 4 lack its pieces; the
+  // others lack pieces of partners that waited on an earlier stage: rank 3
+  // lacks rank 1's level-1 partial (rank 1 waited at level 0), rank 7 rank
+  // 3's at level 2 (rank 3 waited at level 1) and rank 3 rank 7's sum.
+  const RoundBlame b = blame_exchange_round(
+      {failed(1, {0}, {0}), failed(2, {0}, {0}), failed(4, {0}, {0}), failed(3, {1}, {7}),
+       failed(5, {1}, {}), failed(6, {2}, {}), failed(7, {3}, {3})},
+      {0}, kEight);
+  EXPECT_TRUE(b.out.empty()) << b.out.size();
+  EXPECT_TRUE(b.struck.empty());
+  // The direct schedule's rule on the same reports would take out members
+  // that only waited.
+  EXPECT_FALSE(blame_exchange_round({failed(1, {0}, {0}), failed(2, {0}, {0}), failed(4, {0}, {0}),
+                                     failed(3, {1}, {7}), failed(5, {1}, {}), failed(6, {2}, {}),
+                                     failed(7, {3}, {3})},
+                                    {0})
+                   .out.empty());
+}
+
+TEST(ExchangeBlame, OnTheHalvingScheduleAFailedLinkTakesOutItsTwoEndsAlone) {
+  // The link between ranks 0 and 2 (partners at level 1) failed both ways.
+  // Everyone behind them waited on them later: ranks 4 and 6 for their
+  // level-2 partials; 1 and 3 for their sums at level 0; 5 and 7 for the
+  // sums of 4 and 6, which could not finish their blocks.
+  const RoundBlame b = blame_exchange_round(
+      {failed(0, {2}, {2}), failed(2, {0}, {0}), failed(1, {}, {0}), failed(3, {}, {2}),
+       failed(4, {0}, {0}), failed(6, {2}, {2}), failed(5, {}, {4}), failed(7, {}, {6})},
+      {}, kEight);
+  EXPECT_EQ(b.out, Ranks({0, 2}));
+  // A one-way failure (rank 2's pieces never reached rank 0), which rank
+  // 0's other partners cannot judge: both ends out, nobody struck.
+  const RoundBlame one_way = blame_exchange_round(
+      {failed(0, {2}, {}), succeeded(2), failed(1, {}, {}), failed(4, {0}, {})}, {}, kEight);
+  EXPECT_EQ(one_way.out, Ranks({0, 2}));
+  EXPECT_TRUE(one_way.struck.empty());
 }
 
 }  // namespace

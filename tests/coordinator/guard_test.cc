@@ -187,7 +187,7 @@ TEST_F(GuardTest, PoisonedContributionDiscardsTheStepAndTheRunEndsAsIfItNeverCam
 
 TEST_F(GuardTest, TheContributionThatMakesTheRunningSumOverflowIsNamed) {
   // a and b each hold 1e19 (below 2^64, so neither overflows alone); their
-  // sum, added in rank order, overflows when b's is added.
+  // sum, the tree's node (a + b) (then + c), overflows when b's is added.
   config.mutable_stop()->set_max_steps(2);
   start();
   tamper = [&](const std::string& name, uint64_t step, Message& c) {

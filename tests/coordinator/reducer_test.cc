@@ -1,8 +1,10 @@
-// The star's reduce (coordinator/step/reducer.h) adds contributions in rank order
-// whatever order they arrive in: the rank-order sum from zero that the
+// The star's reduce (coordinator/step/reducer.h) sums contributions in the
+// tree fixed by their rank order whatever order they arrive in: the sum the
 // exchange's members make (comm/rank_order_sum.h, tests/exchange/peer_test.cc),
-// bit for bit; a contribution settled without a message or forgotten adds
-// nothing; a held reduce adds nothing until released, then all but the refused.
+// bit for bit, and the tree written out (tests/testing/tree_sum.h); a
+// contribution settled without a message or forgotten adds nothing; a held
+// reduce adds nothing until released, then all but the refused; an unusable
+// sum names the contribution that made it so.
 #include "coordinator/step/reducer.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +17,8 @@
 
 #include "comm/framing.h"
 #include "comm/rank_order_sum.h"
+#include "common/usable_values.h"
+#include "tests/testing/tree_sum.h"
 
 namespace dctrain {
 namespace {
@@ -63,6 +67,7 @@ TEST(Reducer, ContributionsArrivingInAnyOrderGiveTheExchangesRankOrderSumBitForB
   for (uint32_t r : ranks) c.push_back(values(kGradient + kStatistics, 100 + r));
   const std::vector<float> expected = exchange_sum(c);
   EXPECT_FALSE(std::signbit(expected[0]));
+  EXPECT_TRUE(same_bits(testing::tree_sum(c), expected));
 
   for (const std::vector<size_t>& arrival :
        {std::vector<size_t>{3, 2, 1, 0}, std::vector<size_t>{1, 3, 0, 2}}) {
@@ -72,8 +77,8 @@ TEST(Reducer, ContributionsArrivingInAnyOrderGiveTheExchangesRankOrderSumBitForB
     ASSERT_TRUE(star.complete());
     EXPECT_TRUE(same_bits(star_sum(star), expected));
   }
-  // The check has teeth: in arrival order the sum differs.
-  const std::vector<std::vector<float>> arrived{c[3], c[2], c[1], c[0]};
+  // The check has teeth: in the first arrival order the sum differs.
+  const std::vector<std::vector<float>> arrived{c[1], c[3], c[0], c[2]};
   EXPECT_FALSE(same_bits(exchange_sum(arrived), expected));
 }
 
@@ -106,6 +111,29 @@ TEST(Reducer, AHeldReduceAddsOnlyOnReleaseAndLeavesTheRefusedOut) {
   star.release({1});
   EXPECT_FALSE(star.has(1));
   EXPECT_TRUE(same_bits(star_sum(star), exchange_sum({c[0], c[2]})));
+}
+
+TEST(Reducer, AnUnusableSumNamesTheContributionsThatMadeItSo) {
+  // Ranks 0-4 (leaves (c0 + c1), c2, c3, c4): c3 and c4 hold 1e19 in one
+  // element, below 2^64 alone; the node (c3 + c4) reaches it.
+  std::vector<std::vector<float>> c;
+  for (uint32_t r = 0; r < 5; ++r) c.push_back(values(kGradient + kStatistics, 20 + r));
+  c[3][10] = c[4][10] = 1e19f;
+  Reducer star(kGradient, kStatistics);
+  star.begin({0, 1, 2, 3, 4});
+  for (uint32_t r : {4u, 1u, 0u, 3u, 2u}) star.add(r, contribution(c[r]));
+  ASSERT_TRUE(star.complete());
+  EXPECT_FALSE(usable(star.gradient()));
+  for (const auto& [rank, a] : star.added()) {
+    EXPECT_FALSE(a.overflows) << rank;
+    EXPECT_EQ(a.sum_overflowed, rank == 4) << rank;
+  }
+  // A contribution beyond the bound alone is named as such.
+  c[2][kGradient + 1] = 1e30f;
+  star.begin({0, 1, 2, 3, 4});
+  for (uint32_t r = 0; r < 5; ++r) star.add(r, contribution(c[r]));
+  EXPECT_TRUE(star.added().at(2).overflows);
+  EXPECT_FALSE(star.added().at(3).overflows);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The allreduce among peers as threads of one process over tcp://127.0.0.1
 // (ephemeral ports): the result on every member is bit for bit the rank-order
-// sum from zero (the star reduce's order, comm/rank_order_sum.h), for 1 to 7 members
+// sum (the tree of comm/rank_order_sum.h, the star's too), for 1 to 7 members
 // and lengths that fit neither the member count nor the piece size; a round
 // repeated gives the same bits; a member that never sends, dies, stalls
 // after contributing or disagrees makes every other member fail by the
@@ -31,6 +31,7 @@
 #include "exchange/sum_digest.h"
 #include "proto/wire.pb.h"
 #include "tests/comm/tcp_tap.h"
+#include "tests/testing/tree_sum.h"
 
 namespace dctrain {
 namespace {
@@ -65,13 +66,10 @@ std::vector<float> values(uint64_t seed, size_t n) {
   return v;
 }
 
-// The reference: a zero-filled sum, each contribution added in rank order.
+// The reference: the tree over the contributions in rank order
+// (comm/rank_order_sum.h), written out.
 std::vector<float> rank_order_sum(const std::vector<std::vector<float>>& contributions) {
-  std::vector<float> sum(contributions.empty() ? 0 : contributions[0].size(), 0.0f);
-  for (const auto& c : contributions) {
-    for (size_t i = 0; i < sum.size(); ++i) sum[i] += c[i];
-  }
-  return sum;
+  return contributions.empty() ? std::vector<float>{} : testing::tree_sum(contributions);
 }
 
 bool same_bits(std::span<const float> a, std::span<const float> b) {
@@ -140,8 +138,11 @@ std::vector<std::vector<float>> contributions_for(size_t members, size_t length,
   return c;
 }
 
+// `every_count`: each member learnt every member's sample count (the
+// direct schedule; on the halving one a member knows its own and the total).
 void expect_rank_order_sum(const RoundRun& run, const std::vector<uint32_t>& members,
-                           const std::vector<std::vector<float>>& contributions) {
+                           const std::vector<std::vector<float>>& contributions,
+                           bool every_count = true) {
   const auto expected = rank_order_sum(contributions);
   uint64_t samples = 0;
   for (uint32_t m : members) samples += 10 + m;
@@ -154,7 +155,11 @@ void expect_rank_order_sum(const RoundRun& run, const std::vector<uint32_t>& mem
     EXPECT_TRUE(o.suspects().empty());
     EXPECT_EQ(o.samples, samples);
     ASSERT_EQ(o.member_samples.size(), members.size());
-    for (size_t m = 0; m < members.size(); ++m) EXPECT_EQ(o.member_samples[m], 10 + members[m]);
+    for (size_t m = 0; m < members.size(); ++m) {
+      if (every_count || m == i) {
+        EXPECT_EQ(o.member_samples[m], 10 + members[m]);
+      }
+    }
     EXPECT_TRUE(same_bits(run.results[i], expected))
         << "rank " << members[i] << " differs from the rank-order sum";
     // The digests the peer took as the pieces landed (in whatever order)
@@ -216,16 +221,16 @@ INSTANTIATE_TEST_SUITE_P(Members, ExchangeShapes, ::testing::ValuesIn(shapes()),
                                   std::to_string(p.param.piece_bytes);
                          });
 
-TEST(Exchange, MatchesTheRankOrderSumFromZeroBitForBit) {
+TEST(Exchange, MatchesTheRankOrderSumBitForBit) {
   // Members 0, 2, 3, 5 of six peers (1 and 4 sit out), contributing a
   // gradient and BatchNorm-like statistics in one span, as the caller lays
-  // them out. The star's reducer adds in the same order (comm/rank_order_sum.h;
-  // tests/coordinator/reducer_test.cc checks it against the same loop).
+  // them out. The star's reducer sums the same tree (comm/rank_order_sum.h;
+  // tests/coordinator/reducer_test.cc checks it against the same function).
   constexpr size_t kGradient = 1001, kStatistics = 7;
   Group group(6, options(4 * 37, false));
   const std::vector<uint32_t> members{0, 2, 3, 5};
   auto c = contributions_for(members.size(), kGradient + kStatistics, 77);
-  for (auto& v : c) v[0] = -0.0f;  // the zero-filled sum turns an all -0.0 column into +0.0
+  for (auto& v : c) v[0] = -0.0f;  // the tree's 0.0f + root turns an all -0.0 column into +0.0
   const RoundRun run = run_round(group, {9, 0}, members, c, milliseconds(60000));
 
   const std::vector<float> expected = rank_order_sum(c);
@@ -234,10 +239,11 @@ TEST(Exchange, MatchesTheRankOrderSumFromZeroBitForBit) {
     ASSERT_TRUE(run.outcomes[i].ok) << run.outcomes[i].error;
     EXPECT_TRUE(same_bits(run.results[i], expected)) << "rank " << members[i];
   }
-  // The check has teeth: the same values summed in another order differ.
-  auto reversed = c;
-  std::reverse(reversed.begin(), reversed.end());
-  EXPECT_FALSE(same_bits(rank_order_sum(reversed), expected));
+  // The check has teeth: the same values in another tree differ (rotated;
+  // reversed, a balanced tree of four is its own mirror image).
+  auto rotated = c;
+  std::rotate(rotated.begin(), rotated.begin() + 1, rotated.end());
+  EXPECT_FALSE(same_bits(rank_order_sum(rotated), expected));
 }
 
 TEST(Exchange, EveryMemberFindsAnUnusableValueWhicheverShardAndPieceHoldsIt) {
@@ -343,6 +349,120 @@ void expect_all_blame(const RoundRun& run, const std::vector<uint32_t>& members,
     // By the deadline, give or take a loaded machine's scheduling.
     EXPECT_LT(o.elapsed, budget + milliseconds(1500)) << "rank " << members[i];
   }
+}
+
+ExchangeOptions halving_options(size_t piece_bytes) {
+  ExchangeOptions o = options(piece_bytes);
+  o.halving_from = 1;  // every round on the halving schedule
+  return o;
+}
+
+class HalvingShapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(HalvingShapes, EveryMemberGetsTheRankOrderSumBitForBitOnTheHalvingSchedule) {
+  const Shape s = GetParam();
+  Group group(s.members, halving_options(s.piece_bytes));
+  std::vector<uint32_t> members(s.members);
+  for (uint32_t r = 0; r < s.members; ++r) members[r] = r;
+  const auto c = contributions_for(s.members, s.length, s.length + s.members);
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "apart");
+    const RoundRun run =
+        run_round(group, {1, in_place ? 1u : 0u}, members, c, milliseconds(60000), in_place);
+    expect_rank_order_sum(run, members, c, false);
+    // A halver sends 2(P-1)/P of the buffer, and the whole sum once more
+    // to its folded member if it has one; a folded member sends the buffer
+    // once. Give or take a float per block and level.
+    size_t p = 1;
+    while (p * 2 <= s.members) p *= 2;
+    const size_t extra = s.members - p;
+    const double bytes = static_cast<double>(s.length * sizeof(float));
+    for (size_t i = 0; i < s.members; ++i) {
+      const ExchangeOutcome& o = run.outcomes[i];
+      const bool folded = i < 2 * extra && i % 2 == 1;
+      const double expected =
+          folded ? bytes
+                 : 2.0 * static_cast<double>(p - 1) / p * bytes + (i < 2 * extra ? bytes : 0.0);
+      EXPECT_NEAR(static_cast<double>(o.stats.bytes_sent), expected, 8.0 * p * sizeof(float))
+          << "position " << i;
+      EXPECT_EQ(o.stats.refused, 0u);
+      EXPECT_EQ(o.stats.stale, 0u);
+    }
+  }
+  // Connections opened only to the schedule's partners: log2(P), and one
+  // more for a folded pair.
+  size_t levels = 0;
+  while ((size_t{2} << levels) <= s.members) ++levels;
+  for (const auto& peer : group.peers) {
+    EXPECT_EQ(peer->pieces_held(), 0u);
+    EXPECT_LE(peer->outbox_connections(), levels + 1);
+  }
+}
+
+std::vector<Shape> halving_shapes() {
+  std::vector<Shape> out;
+  for (size_t n : {2u, 3u, 5u, 8u, 9u}) {
+    for (size_t length : {size_t{0}, size_t{3}, size_t{10007}}) out.push_back({n, length, 28});
+    out.push_back({n, 1'000'003, size_t{1} << 20});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Members, HalvingShapes, ::testing::ValuesIn(halving_shapes()),
+                         [](const ::testing::TestParamInfo<Shape>& p) {
+                           return "n" + std::to_string(p.param.members) + "_len" +
+                                  std::to_string(p.param.length) + "_piece" +
+                                  std::to_string(p.param.piece_bytes);
+                         });
+
+TEST(Exchange, OnTheHalvingScheduleADeadMemberFailsTheRoundByTheDeadlineAndTheRedoSumsTheRest) {
+  // Six members: positions 0/1 and 2/3 fold, 0, 2, 4, 5 halve. Rank 4 dies:
+  // its partners (ranks 0 and 5) name it; the round fails everywhere by the
+  // deadline; the five left redo it (then 4 halvers, one pair) and get the
+  // sum of the rest.
+  Group group(6, halving_options(4 * 1024));
+  const std::vector<uint32_t> all{0, 1, 2, 3, 4, 5}, others{0, 1, 2, 3, 5};
+  const auto c = contributions_for(6, 50'001, 19);
+  group.peers[4].reset();
+  const milliseconds budget(800);
+  const RoundRun failed = run_round(group, {1, 0}, all, c, budget, false, {4});
+  for (uint32_t i : others) {
+    const ExchangeOutcome& o = failed.outcomes[i];
+    EXPECT_FALSE(o.ok) << "rank " << i;
+    EXPECT_FALSE(o.suspects().empty()) << "rank " << i << ": " << o.error;
+    EXPECT_LT(o.elapsed, budget + milliseconds(1500)) << "rank " << i;
+  }
+  for (uint32_t partner : {0u, 5u}) {
+    const auto& missing = failed.outcomes[partner].missing_contributions;
+    EXPECT_NE(std::find(missing.begin(), missing.end(), 4u), missing.end())
+        << failed.outcomes[partner].error;
+  }
+  const std::vector<std::vector<float>> rest{c[0], c[1], c[2], c[3], c[5]};
+  const RoundRun redo = run_round(group, {1, 1}, others, rest, milliseconds(60000));
+  expect_rank_order_sum(redo, others, rest, false);
+}
+
+TEST(Exchange, MembersOnDifferentSchedulesConflictAtOnce) {
+  // Rank 1 runs rounds of two direct, rank 0 halving: each names the other.
+  ExchangeOptions direct = options(4 * 64);
+  direct.halving_from = 0;
+  ExchangePeer a(0, "tcp://127.0.0.1:*", halving_options(4 * 64));
+  ExchangePeer b(1, "tcp://127.0.0.1:*", direct);
+  const std::vector<std::string> endpoints{a.endpoint(), b.endpoint()};
+  a.connect(endpoints);
+  b.connect(endpoints);
+  const std::vector<uint32_t> members{0, 1};
+  const auto c = contributions_for(2, 1000, 4);
+  std::vector<float> ra(1000), rb(1000);
+  ExchangeOutcome oa, ob;
+  const auto deadline = Clock::now() + milliseconds(60000);
+  std::thread t([&] { ob = b.exchange({1, 0}, members, c[1], 11, rb, deadline); });
+  oa = a.exchange({1, 0}, members, c[0], 10, ra, deadline);
+  t.join();
+  EXPECT_EQ(oa.conflicting, std::vector<uint32_t>{1}) << oa.error;
+  EXPECT_NE(oa.error.find("runs the direct schedule"), std::string::npos) << oa.error;
+  EXPECT_EQ(ob.conflicting, std::vector<uint32_t>{0}) << ob.error;
+  EXPECT_NE(ob.error.find("runs the halving schedule"), std::string::npos) << ob.error;
 }
 
 TEST(Exchange, AMemberThatNeverSendsIsNamedByEveryOtherByTheDeadline) {
