@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <memory>
 
 #include "comm/rank_order_sum.h"
 #include "common/usable_values.h"
@@ -66,6 +67,13 @@ HalvingRound::HalvingRound(const RoundInputs& in, PieceSink& sink, ExchangeStats
     l.reduce_pieces = pieces_of(layout_.range_first(*halver_, j + 1), layout_.range_count(j + 1));
     l.gather_pieces = pieces_of(layout_.range_first(other, j + 1), layout_.range_count(j + 1));
   }
+  if (halver_) {
+    for (size_t j = 0; j < layout_.levels; ++j) {
+      const size_t first = layout_.range_first(*halver_, j + 1);
+      gather_missing_.push_back(piece_first_[first + layout_.range_count(j + 1)] -
+                                piece_first_[first]);
+    }
+  }
   ready_level_.assign(piece_count(), -1);
   kept_.resize(piece_count());
   final_.assign(piece_count(), false);
@@ -122,8 +130,38 @@ ChunkHeader HalvingRound::header(PieceKind kind, size_t stage, size_t g, uint64_
 
 void HalvingRound::send_piece(size_t to_position, PieceKind kind, size_t stage, size_t g,
                               const float* base, uint64_t samples) {
-  const ChunkHeader h = header(kind, stage, g, samples);
-  sink_.send(members_[to_position], h, base + h.offset);
+  // Held until the call that made it ready returns (flush_sends), so that
+  // pieces ready together for the same partner leave as one message.
+  outgoing_.push_back(Outgoing{to_position, kind, stage, g, base, samples});
+}
+
+void HalvingRound::flush_sends() {
+  // Consecutive pieces of one stream (partner, kind, stage), contiguous in
+  // the buffer and in the same memory, go as one message of at most
+  // piece_floats floats. Pieces of no floats go alone (they share an offset).
+  std::vector<bool> sent(outgoing_.size(), false);
+  for (size_t i = 0; i < outgoing_.size(); ++i) {
+    if (sent[i]) continue;
+    const Outgoing& first = outgoing_[i];
+    ChunkHeader h = header(first.kind, first.stage, first.piece, first.samples);
+    sent[i] = true;
+    for (size_t k = i + 1; k < outgoing_.size() && h.count > 0; ++k) {
+      const Outgoing& next = outgoing_[k];
+      if (sent[k] || next.to != first.to || next.kind != first.kind || next.stage != first.stage) {
+        continue;
+      }
+      const PieceRange r = piece_range(next.piece);
+      if (next.base != first.base || next.samples != first.samples ||
+          r.offset != h.offset + h.count || r.count == 0 ||
+          h.count + r.count > blocks_.piece_floats()) {
+        break;  // the stream's next piece does not extend this message
+      }
+      h.count += r.count;
+      sent[k] = true;
+    }
+    sink_.send(members_[first.to], h, first.base + h.offset);
+  }
+  outgoing_.clear();
 }
 
 uint64_t HalvingRound::subtree_samples(size_t level) const {
@@ -141,10 +179,10 @@ void HalvingRound::send_contribution() {
       send_piece(links_[0].position, PieceKind::kHalvingReduce, 0, g, contribution_.data(),
                  own_samples_);
     }
-    return;
+  } else if (!folded_) {  // else the leaves wait for the folded member's pieces
+    for (size_t g = 0; g < piece_count(); ++g) partial_ready(g, 0);
   }
-  if (folded_) return;  // the leaves wait for the folded member's pieces
-  for (size_t g = 0; g < piece_count(); ++g) partial_ready(g, 0);
+  flush_sends();
 }
 
 const float* HalvingRound::partial(size_t level) const {
@@ -176,17 +214,16 @@ void HalvingRound::partial_ready(size_t g, size_t level) {
 void HalvingRound::try_sum(size_t g, size_t level) {
   if (ready_level_[g] != static_cast<int>(level)) return;
   auto& kept = kept_[g];
-  auto it = std::find_if(kept.begin(), kept.end(), [&](const auto& k) { return k.first == level; });
+  auto it = std::find_if(kept.begin(), kept.end(), [&](const Kept& k) { return k.level == level; });
   if (it == kept.end()) return;
   const PieceRange p = piece_range(g);
   const bool root = level + 1 == layout_.levels;
   if (p.count > 0) {
     const auto begin = Clock::now();
-    add_node(partial(level) + p.offset, static_cast<const std::byte*>(it->second.data()),
-             result_.data() + p.offset, p.count, root);
+    add_node(partial(level) + p.offset, it->bytes(), result_.data() + p.offset, p.count, root);
     stats_.summing += Clock::now() - begin;
   }
-  kept.erase(it);  // the receive buffer goes back now
+  kept.erase(it);  // the receive buffer goes back with its message's last piece
   if (!root) {
     partial_ready(g, level + 1);
     return;
@@ -204,10 +241,24 @@ void HalvingRound::final_ready(size_t g, size_t level) {
   if (!halver_) return;
   const uint64_t total = total_samples_.value_or(subtree_samples(layout_.levels));
   if (!total_samples_) total_samples_ = total;
-  for (size_t j = level; j-- > 0;) {
-    send_piece(links_[1 + j].position, PieceKind::kHalvingGather, 1 + j, g, result_.data(), total);
+  // Gather level j sends this halver's range after reduce level j, which
+  // holds g for every j below `level`, once all of it is final: one message
+  // a level when the range fits a piece (recursive doubling), not one for
+  // every piece as it lands.
+  for (size_t j = 0; j < level; ++j) {
+    if (--gather_missing_[j] > 0) continue;
+    const size_t first = layout_.range_first(*halver_, j + 1);
+    for (size_t k = piece_first_[first]; k < piece_first_[first + layout_.range_count(j + 1)];
+         ++k) {
+      send_piece(links_[1 + j].position, PieceKind::kHalvingGather, 1 + j, k, result_.data(),
+                 total);
+    }
   }
-  if (folded_) send_piece(*folded_, PieceKind::kHalvingGather, 0, g, result_.data(), total);
+  if (folded_ && finals_missing_ == 0) {
+    for (size_t k = 0; k < piece_count(); ++k) {
+      send_piece(*folded_, PieceKind::kHalvingGather, 0, k, result_.data(), total);
+    }
+  }
 }
 
 void HalvingRound::record_conflict(size_t from, uint32_t rank, const std::string& why) {
@@ -217,22 +268,32 @@ void HalvingRound::record_conflict(size_t from, uint32_t rank, const std::string
   conflict_[from] = true;
 }
 
-std::optional<size_t> HalvingRound::find_piece(const std::vector<size_t>& expected,
-                                               const std::vector<bool>& in, uint64_t offset,
-                                               uint64_t count) const {
-  // The expected pieces are consecutive ids, ascending in offset; pieces of
-  // no floats (a buffer shorter than the blocks) share an offset and are
+std::optional<std::pair<size_t, size_t>> HalvingRound::find_pieces(
+    const std::vector<size_t>& expected, const std::vector<bool>& in, uint64_t offset,
+    uint64_t count) const {
+  // The expected pieces are consecutive ids, ascending in offset. A message
+  // holds consecutive pieces that tile it exactly; pieces of no floats (a
+  // buffer shorter than the blocks) share an offset, come alone and are
   // taken in turn.
   auto it = std::lower_bound(expected.begin(), expected.end(), offset,
                              [&](size_t g, uint64_t at) { return piece_range(g).offset < at; });
-  for (; it != expected.end(); ++it) {
-    const PieceRange p = piece_range(*it);
-    if (p.offset != offset) break;
-    if (p.count != count) continue;
-    const size_t index = static_cast<size_t>(it - expected.begin());
-    if (count > 0 || !in[index]) return index;
+  if (count == 0) {
+    for (; it != expected.end() && piece_range(*it).offset == offset; ++it) {
+      const size_t index = static_cast<size_t>(it - expected.begin());
+      if (piece_range(*it).count == 0 && !in[index]) return std::pair{index, size_t{1}};
+    }
+    return std::nullopt;
   }
-  return std::nullopt;
+  const size_t first = static_cast<size_t>(it - expected.begin());
+  uint64_t covered = 0;
+  size_t n = 0;
+  for (; it != expected.end() && covered < count; ++it, ++n) {
+    const PieceRange p = piece_range(*it);
+    if (p.offset != offset + covered) return std::nullopt;
+    covered += p.count;
+  }
+  if (covered != count || n == 0) return std::nullopt;
+  return std::pair{first, n};
 }
 
 std::optional<std::string> HalvingRound::take(const ChunkHeader& h, zmq::message_t&& payload) {
@@ -268,12 +329,15 @@ std::optional<std::string> HalvingRound::take(const ChunkHeader& h, zmq::message
   const bool reduce = h.kind == PieceKind::kHalvingReduce;
   const std::vector<size_t>& expected = reduce ? link.reduce_pieces : link.gather_pieces;
   std::vector<bool>& in = reduce ? received_[h.stage].reduce : received_[h.stage].gather;
-  const auto index = find_piece(expected, in, h.offset, h.count);
-  if (!index) {
-    return conflict(fmt::format("[{}, +{}) is no piece it owes this peer at stage {}", h.offset,
-                                h.count, h.stage));
+  const auto span = find_pieces(expected, in, h.offset, h.count);
+  if (!span) {
+    return conflict(fmt::format("[{}, +{}) is no run of pieces it owes this peer at stage {}",
+                                h.offset, h.count, h.stage));
   }
-  if (in[*index]) return fmt::format("a second copy of rank {}'s piece at {}", h.from, h.offset);
+  const auto [first, n] = *span;
+  for (size_t i = first; i < first + n; ++i) {
+    if (in[i]) return fmt::format("a second copy of rank {}'s piece at {}", h.from, h.offset);
+  }
   std::optional<uint64_t>& samples = reduce ? link.reduce_samples : total_samples_;
   if (samples && *samples != h.samples) {
     return conflict(fmt::format("reports {} samples, earlier {}", h.samples, *samples));
@@ -285,30 +349,34 @@ std::optional<std::string> HalvingRound::take(const ChunkHeader& h, zmq::message
       all_heard_ = Clock::now();
     }
   }
-  in[*index] = true;
   ++stats_.pieces_received;
   stats_.bytes_received += h.count * sizeof(float);
-  const size_t g = expected[*index];
-  if (!reduce) {
-    if (h.count > 0) {
-      const std::span<float> sum = result_.subspan(h.offset, h.count);
-      std::memcpy(sum.data(), payload.data(), payload.size());
-      unusable_ = unusable_ || !dctrain::usable(sum);
+  const auto message = std::make_shared<zmq::message_t>(std::move(payload));
+  const auto* bytes = static_cast<const std::byte*>(message->data());
+  for (size_t i = first; i < first + n; ++i) {
+    in[i] = true;
+    const size_t g = expected[i];
+    const PieceRange p = piece_range(g);
+    const std::byte* at = bytes + (p.offset - h.offset) * sizeof(float);
+    if (!reduce) {
+      if (p.count > 0) {
+        const std::span<float> sum = result_.subspan(p.offset, p.count);
+        std::memcpy(sum.data(), at, p.count * sizeof(float));
+        unusable_ = unusable_ || !dctrain::usable(sum);
+      }
+      final_ready(g, h.stage == 0 ? 0 : h.stage - 1);
+    } else if (h.stage == 0) {
+      // The folded member's contribution: this halver's leaf.
+      if (p.count > 0) {
+        add_node(contribution_.data() + p.offset, at, result_.data() + p.offset, p.count, false);
+      }
+      partial_ready(g, 0);
+    } else {
+      kept_[g].push_back(Kept{size_t{h.stage} - 1, message, static_cast<size_t>(at - bytes)});
+      try_sum(g, h.stage - 1);
     }
-    final_ready(g, h.stage == 0 ? 0 : h.stage - 1);
-    return std::nullopt;
   }
-  if (h.stage == 0) {
-    // The folded member's contribution: this halver's leaf.
-    if (h.count > 0) {
-      add_node(contribution_.data() + h.offset, static_cast<const std::byte*>(payload.data()),
-               result_.data() + h.offset, h.count, false);
-    }
-    partial_ready(g, 0);
-    return std::nullopt;
-  }
-  kept_[g].emplace_back(h.stage - 1, std::move(payload));
-  try_sum(g, h.stage - 1);
+  flush_sends();
   return std::nullopt;
 }
 

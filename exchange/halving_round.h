@@ -17,13 +17,16 @@
 // h's half; h adds them. After the last level h holds the sum of one block
 // (its own), every node of the tree of comm/rank_order_sum.h added on the
 // way: level j adds subtrees of 2^j leaves, the pair folds are the leaves.
-// All-gather, level j = log2(P)-1..0: the reverse; h sends every piece of
-// its range as soon as it is final to h ^ 2^j, for each level below the one
-// it arrived at, and the whole sum to its folded member.
+// All-gather, level j = log2(P)-1..0: the reverse; h sends its range after
+// reduce level j to h ^ 2^j once all of it is final, and the whole sum to its
+// folded member once it has it.
 //
-// A piece is sent as soon as it is ready: a partial as soon as the level
-// before summed it, a final piece as soon as it is summed or arrives, so the
-// levels overlap as the direct schedule's phases do. Every piece carries
+// A partial piece is sent as soon as the level before summed it, so the
+// reduce-scatter's levels overlap. Pieces of one partner
+// and stage that become ready together (a level's half of a small buffer:
+// many blocks of a few floats) leave as one message of at most
+// piece_floats floats, so a member sends about 2 log2(P) messages a round
+// when the buffer fits a piece, not 2(P - 1). Every piece carries
 // its stage (ChunkHeader::stage): 0 the fold, 1 + j level j, in both
 // directions (kind kHalvingReduce or kHalvingGather). Partial pieces carry
 // their subtree's sample count, final pieces the round's total.
@@ -32,6 +35,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -90,10 +94,13 @@ class HalvingRound final : public RoundSchedule {
   // The global id of the piece of `block` at offset/count, if it is one.
   std::optional<size_t> piece_at(size_t block, uint64_t offset, uint64_t count) const;
   ChunkHeader header(PieceKind kind, size_t stage, size_t g, uint64_t samples) const;
-  // The index into `expected` (a link's list) of the piece at offset/count
-  // not yet in, if it is one.
-  std::optional<size_t> find_piece(const std::vector<size_t>& expected, const std::vector<bool>& in,
-                                   uint64_t offset, uint64_t count) const;
+  // The pieces of `expected` (a link's list) a message at offset/count
+  // holds: the index of the first and how many, if it tiles them.
+  std::optional<std::pair<size_t, size_t>> find_pieces(const std::vector<size_t>& expected,
+                                                       const std::vector<bool>& in, uint64_t offset,
+                                                       uint64_t count) const;
+  // The pieces held by send_piece() out as messages.
+  void flush_sends();
   // Where this halver's partial sums through `level` are.
   const float* partial(size_t level) const;
   void send_piece(size_t to_position, PieceKind kind, size_t stage, size_t g, const float* data,
@@ -133,9 +140,27 @@ class HalvingRound final : public RoundSchedule {
   // partners' partials that came before ours was ready (by level), whether
   // the final value is here.
   std::vector<int> ready_level_;
-  std::vector<std::vector<std::pair<size_t, zmq::message_t>>> kept_;
+  struct Kept {
+    size_t level = 0;
+    std::shared_ptr<zmq::message_t> message;  // shared by the pieces it holds
+    size_t at = 0;                            // the piece's first byte in it
+    const std::byte* bytes() const { return static_cast<const std::byte*>(message->data()) + at; }
+  };
+  std::vector<std::vector<Kept>> kept_;
+  // Pieces ready to go, in the order they became ready.
+  struct Outgoing {
+    size_t to = 0;  // position
+    PieceKind kind = PieceKind::kHalvingReduce;
+    size_t stage = 0;
+    size_t piece = 0;
+    const float* base = nullptr;
+    uint64_t samples = 0;
+  };
+  std::vector<Outgoing> outgoing_;
   std::vector<bool> final_;
   size_t own_summed_ = 0;  // pieces of this halver's block summed to the root
+  // Per level j: the pieces of the range gather level j sends not final yet.
+  std::vector<size_t> gather_missing_;
   size_t finals_missing_ = 0;
   size_t heard_ = 0;  // links heard from
   std::optional<Clock::time_point> all_heard_;

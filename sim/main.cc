@@ -57,6 +57,11 @@ int main(int argc, char** argv) try {
   app.add_option("--latency", o.latency_seconds, "Seconds per message")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--message-seconds", o.message_seconds,
+                 "Exchange: what one message of a round costs its sender besides --latency "
+                 "(default: fitted on this project's reference machine, docs/simulation.md)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--bandwidth", o.bandwidth_bytes,
                  "Bytes per second per link (gradients count at the real model's size)")
       ->capture_default_str()

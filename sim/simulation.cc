@@ -222,6 +222,16 @@ struct Later {
   }
 };
 
+// The exchange's schedule and message cost, as the run's config and the
+// options set them.
+ExchangeNetworkCosts exchange_costs(const v1::RunConfig& config, const SimulationOptions& o) {
+  ExchangeNetworkCosts costs;
+  const uint32_t from = config.data_plane().halving_from_members();
+  costs.halving_from = from == 0 ? kHalvingFromMembers : from;
+  costs.message_seconds = o.message_seconds;
+  return costs;
+}
+
 void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& config,
                            uint64_t model_parameters, const std::string& compute,
                            const SimulatedNetwork& network, const std::string& network_text) {
@@ -231,14 +241,20 @@ void write_simulation_json(const SimulationOptions& o, const v1::RunConfig& conf
           "{{\n  \"simulated\": true,\n  \"workers\": {},\n  \"compute\": {},\n"
           "  \"sample_seconds\": {},\n  \"trace\": {},\n  \"network\": {},\n"
           "  \"latency_seconds\": {},\n  \"bandwidth_bytes_per_second\": {},\n"
+          "  \"message_seconds\": {},\n  \"exchange_schedule\": {},\n"
+          "  \"exchange_round_seconds\": {},\n"
           "  \"model_parameters\": {},\n  \"data_plane\": {},\n"
           "  \"left_out\": \"gradients (a one-parameter stand-in model: losses and accuracy are "
           "not the model's); the exchange's failed and redone rounds\",\n"
           "  \"mttf_seconds\": {},\n  \"restart_seconds\": {}\n}}\n",
           config.workers(), json_string(compute), o.sample_seconds, json_string(o.trace.string()),
           json_string(network_text), json_number(network.latency_seconds()),
-          json_number(network.bandwidth_bytes_per_second()), model_parameters,
-          json_string(network.kind()), o.mttf_seconds, o.restart_seconds));
+          json_number(network.bandwidth_bytes_per_second()), json_number(network.message_seconds()),
+          json_string(std::string(network.kind()) != "exchange"          ? ""
+                      : network.schedule() == ExchangeSchedule::kHalving ? "halving"
+                                                                         : "direct"),
+          json_number(std::string(network.kind()) == "exchange" ? network.round_seconds() : 0.0),
+          model_parameters, json_string(network.kind()), o.mttf_seconds, o.restart_seconds));
 }
 
 // One simulation's event loop: the coordinator on the virtual clock, the
@@ -466,7 +482,7 @@ SimulationResult simulate(SimulationOptions o, std::shared_ptr<spdlog::logger> l
   SimulatedNetwork network =
       o.fit_network ? SimulatedNetwork::fitted(*trace->message_seconds())
       : exchange ? SimulatedNetwork::exchange(o.latency_seconds, o.bandwidth_bytes, gradient_bytes,
-                                              config.workers())
+                                              config.workers(), exchange_costs(config, o))
                  : SimulatedNetwork::star(o.latency_seconds, o.bandwidth_bytes, gradient_bytes);
   std::string network_text = network.describe();
   if (o.fit_network) {

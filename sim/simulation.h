@@ -32,6 +32,12 @@
 
 namespace dctrain {
 
+// What one message of an exchange round costs its sender, measured with
+// bench/exchange_message_cost.sh on the reference machine (2 processes on
+// 2 cores: the slope of the round time against the messages a member
+// sends; docs/simulation.md).
+inline constexpr double kMessageSecondsMeasured = 4.6e-6;
+
 struct SimulationOptions {
   v1::RunConfig config;             // as read; finalized here (workers, tau already applied)
   std::filesystem::path run_dir;    // written like a real run's, plus simulation.json
@@ -43,7 +49,10 @@ struct SimulationOptions {
   // With a trace: every message costs the traced run's time per message
   // (ComputeTrace::message_seconds) in place of latency + bytes / bandwidth.
   bool fit_network = false;
-  double latency_seconds = 50e-6;   // per message
+  double latency_seconds = 50e-6;  // per message (per hop of an exchange round)
+  // Exchange: what one message of a round costs its sender besides the
+  // latency (ZeroMQ's framing, the system calls, the wake-ups).
+  double message_seconds = kMessageSecondsMeasured;
   double bandwidth_bytes = 1.25e9;  // per second, per link (10 Gbit/s), each way
   double tick_seconds = 0.005;      // the coordinator's clock work, as its loop's poll
   // Failures: each worker process dies after an exponential time of this

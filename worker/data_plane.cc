@@ -198,6 +198,13 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
       std::chrono::duration<double>(std::max(0.0, plan.round_seconds())));
   // The schedule the coordinator chose for the round: every member runs it.
   peer_.set_halving_from(plan.schedule() == v1::EXCHANGE_HALVING ? 1 : 0);
+  if (schedule_ != plan.schedule()) {
+    schedule_ = plan.schedule();
+    log_->info("exchange: rounds of {} members run the {} schedule from step {}", members.size(),
+               plan.schedule() == v1::EXCHANGE_HALVING ? "halving (recursive halving and doubling)"
+                                                       : "direct",
+               step);
+  }
   ExchangeOutcome out;
   try {
     out = peer_.exchange(round, members, contribution, samples, result, deadline, after_all_heard);

@@ -90,6 +90,8 @@ class WorkerDataPlane {
   std::shared_ptr<spdlog::logger> log_;
   std::string endpoint_;
   bool curve_ = false;
+  // The schedule of the last round (logged when it changes).
+  std::optional<v1::ExchangeScheduleKind> schedule_;
   std::vector<std::string> endpoints_;  // as last connected, by rank
   std::vector<std::string> keys_;       // with CURVE: as last connected, by rank
   std::vector<std::string> tokens_;     // the members' connection tokens, by rank

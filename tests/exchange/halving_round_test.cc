@@ -3,8 +3,9 @@
 // pieces in an order drawn from a seed (tests/exchange/round_harness.h).
 // Every member ends with the tree sum of comm/rank_order_sum.h, bit for bit,
 // for 1 to 33 members (powers of two and not), buffers longer and shorter
-// than the member count, whatever the order of arrival; each member talks to
-// at most log2(N) + 1 others; a member that sends nothing is named by its
+// than the member count, whatever the order of arrival; each member sends to
+// at most log2(N) + 1 others, and about 2 log2(N) messages when the buffer
+// fits a piece; a member that sends nothing is named by its
 // partners, and the members behind them name the partner they waited for;
 // pieces of the wrong schedule, stage or sender are refused or conflicts.
 #include "exchange/halving_round.h"
@@ -97,7 +98,37 @@ TEST(HalvingRound, EveryMemberEndsWithTheTreeSumBitForBitWhateverTheOrderOfArriv
   }
 }
 
-TEST(HalvingRound, EachMemberTalksToAtMostLogNPlusOneOthersAndTheDirectOneToAll) {
+TEST(HalvingRound, EachMemberSendsToAtMostLogNPlusOneOthersAndTwiceLogNMessages) {
+  for (size_t n : {8u, 13u, 32u}) {
+    SCOPED_TRACE("members " + std::to_string(n));
+    const size_t levels = static_cast<size_t>(std::countr_zero(std::bit_floor(n)));
+    for (const ExchangeSchedule schedule :
+         {ExchangeSchedule::kHalving, ExchangeSchedule::kDirect}) {
+      // A buffer that fits one piece: a level's half leaves as one message
+      // however many blocks it spans.
+      Mesh mesh(n, 4096, 4096, schedule);
+      mesh.run(3);
+      std::map<uint32_t, std::set<uint32_t>> talks_to;
+      std::map<uint32_t, size_t> messages;
+      for (const auto& [h, piece] : mesh.sent()) {
+        talks_to[h.from].insert(piece.to);
+        ++messages[h.from];
+      }
+      size_t most_peers = 0, most_messages = 0;
+      for (const auto& [rank, to] : talks_to) most_peers = std::max(most_peers, to.size());
+      for (const auto& [rank, m] : messages) most_messages = std::max(most_messages, m);
+      if (schedule == ExchangeSchedule::kHalving) {
+        EXPECT_LE(most_peers, levels + 1);
+        EXPECT_LE(most_messages, 2 * levels + 2);
+      } else {
+        EXPECT_EQ(most_peers, n - 1);
+        EXPECT_EQ(most_messages, 2 * (n - 1));
+      }
+    }
+  }
+}
+
+TEST(HalvingRound, PiecesOfABufferLargerThanAPieceStillGoToLogNPlusOnePeers) {
   for (size_t n : {8u, 13u, 32u}) {
     SCOPED_TRACE("members " + std::to_string(n));
     const size_t bound = static_cast<size_t>(std::countr_zero(std::bit_floor(n))) + 1;

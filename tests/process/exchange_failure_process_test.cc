@@ -3,7 +3,8 @@
 // 10 s): a member SIGKILLed while the others wait in the round, one
 // SIGSTOPped for longer than the round deadline, one whose exchange port
 // nobody can reach, and a lowest member that promises the round's sum and
-// never sends it. Each costs the run a step of a few round deadlines, not
+// never sends it; and a member killed in a round of 32 on the halving
+// schedule. Each costs the run a step of a few round deadlines, not
 // the timeout: the test holds the longest step against the run's own median
 // step plus a small multiple of the round deadline the steps recorded; and
 // nothing is lost (every sample done exactly once per epoch) and every
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -145,6 +147,52 @@ TEST(ExchangeFailures, AMemberKilledWhileTheOthersWaitInTheRoundCostsOneRound) {
   // a round deadline is more than enough.
   expect_longest_step(run, 1.0, 0.0, "SIGKILL");
   expect_exactly_once(run);
+}
+
+TEST(ExchangeFailures, AMemberKilledInAHalvingRoundOf32CostsOneRoundAndTheRedoRunsAmong31) {
+  // 32 members: rounds on the halving schedule (data_plane.halving_from_members
+  // is 16), each member a micro-batch of 8 a step, the last rank three times
+  // slower so the others wait in the round for it. It is killed there; the
+  // others' round is redone among the 31 left (halving again) within a round
+  // deadline of the run's own median step, and nothing is lost.
+  constexpr uint64_t kTrain32 = 1024;  // 4 steps an epoch
+  GuardRun run("x-fail-kill32", fmt::format(R"(
+name: "x-fail-kill32"
+seed: 17
+workers: 32
+model {{ name: "mlp" }}
+dataset {{ kind: "synthetic" synthetic_samples: 2000 train_limit: {} test_limit: 200 }}
+optimizer {{ kind: "sgd" lr: 0.05 momentum: 0.9 }}
+step {{ global_batch: 256 micro_batch: 8 tau: inf }}
+delay {{ kind: "constant" seconds: 0.02 slow_workers: [31] slowdown: 3 }}
+eval {{ every_steps: 100 batch: 100 }}
+stop {{ max_epochs: 6 }}
+)",
+                                            kTrain32));
+  run.start_coordinator();
+  for (int i = 0; i < 32; ++i) run.start_worker(fmt::format("w{}", i));
+  const std::regex last("worker '(w\\d+)' joined as rank 31");
+  std::smatch joined;
+  ASSERT_TRUE(eventually(
+      [&] {
+        const std::string log = run.log();
+        return std::regex_search(log, joined, last) && run.records().steps.size() >= 12;
+      },
+      240s))
+      << run.log();
+  const std::string slow = joined[1].str();
+  run.process(slow).kill(SIGKILL);
+  wait_for_line(run, "ranks 31 left the round in flight; the round is redone");
+  if (HasFatalFailure()) return;
+  EXPECT_NE(run.log().find("among the 31 members left"), std::string::npos) << run.log();
+  run.expect_finish({{slow, 128 + SIGKILL}}, 300s);
+  expect_longest_step(run, 1.0, 0.0, "SIGKILL among 32");
+  const v1::RunSummary summary = run.summary();
+  EXPECT_EQ(summary.samples_lost(), 0u);
+  EXPECT_EQ(summary.samples(), 6 * kTrain32) << "each sample exactly once per epoch";
+  EXPECT_EQ(summary.audits_failed(), 0u);
+  EXPECT_EQ(summary.checksum_mismatches(), 0u) << "every replica stays the coordinator's";
+  EXPECT_GE(summary.exchange_rounds_redone(), 1u);
 }
 
 TEST(ExchangeFailures, AMemberStoppedLongerThanTheRoundDeadlineIsCutWithinThreeHeartbeats) {

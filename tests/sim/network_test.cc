@@ -1,6 +1,7 @@
 // The simulated network (sim/network.h): the star's gradients queue on the
 // coordinator's link, the exchange's contributions cost one round among
-// the members and pass no queue, a fitted network costs one time per
+// the members on the schedule the real exchange runs at that count (hops,
+// messages, bytes) and pass no queue, a fitted network costs one time per
 // message.
 #include "sim/network.h"
 
@@ -58,10 +59,39 @@ TEST(SimulatedNetwork, AnExchangeContributionCostsOneRoundAmongTheMembersAndQueu
                    0.5 + welcome + kLatency);
   EXPECT_DOUBLE_EQ(exchange.arrival(0.5, Direction::kToWorker, v1::Envelope::kWelcome, kEnvelope),
                    0.5 + 2 * welcome + kLatency);
-  // The per-member bytes hardly grow with the members: 2(N-1)/N < 2.
-  EXPECT_LT(SimulatedNetwork::exchange(kLatency, kBandwidth, kGradient, 1024).round_seconds(),
-            2 * kLatency + 2 * kGradient / kBandwidth);
   EXPECT_STREQ(exchange.kind(), "exchange");
+}
+
+TEST(SimulatedNetwork, AnExchangeRoundCostsWhatItsScheduleSendsAtThatMemberCount) {
+  // One piece of 1 MB per message: the gradient fits one.
+  ExchangeNetworkCosts costs;
+  costs.message_seconds = 5e-6;
+  costs.piece_bytes = 1e6;
+  // Direct below 16 members: 2 hops, 2(N-1) messages, 2(N-1)/N of the bytes.
+  const SimulatedNetwork eight =
+      SimulatedNetwork::exchange(kLatency, kBandwidth, kGradient, 8, costs);
+  EXPECT_EQ(eight.schedule(), ExchangeSchedule::kDirect);
+  EXPECT_DOUBLE_EQ(eight.round_seconds(), 2 * kLatency + 14 * 5e-6 + 1.75e-3);
+  // Halving from 16: at 1,024 members 20 hops and 20 messages (a level's
+  // half in one message each way), where direct would send 2,046.
+  const SimulatedNetwork big =
+      SimulatedNetwork::exchange(kLatency, kBandwidth, kGradient, 1024, costs);
+  EXPECT_EQ(big.schedule(), ExchangeSchedule::kHalving);
+  EXPECT_DOUBLE_EQ(big.round_cost().hops, 20.0);
+  EXPECT_DOUBLE_EQ(big.round_cost().messages, 20.0);
+  const ExchangeRoundCost direct =
+      exchange_round_cost(ExchangeSchedule::kDirect, 1024, kGradient, 1e6);
+  EXPECT_DOUBLE_EQ(direct.messages, 2046.0);
+  EXPECT_LT(big.round_seconds(),
+            direct.hops * kLatency + direct.messages * 5e-6 + direct.bytes / kBandwidth);
+  // Not a power of two: the folded pair's whole buffer in and sum out.
+  const ExchangeRoundCost odd = exchange_round_cost(ExchangeSchedule::kHalving, 24, kGradient, 1e6);
+  EXPECT_DOUBLE_EQ(odd.hops, 2 * 4 + 2.0);
+  EXPECT_DOUBLE_EQ(odd.bytes, 2 * 15.0 / 16 * kGradient + 2 * kGradient);
+  // The schedule the config names: direct always.
+  costs.halving_from = 0;
+  EXPECT_EQ(SimulatedNetwork::exchange(kLatency, kBandwidth, kGradient, 1024, costs).schedule(),
+            ExchangeSchedule::kDirect);
 }
 
 TEST(SimulatedNetwork, AFittedNetworkCostsEveryMessageTheSameWhateverItsBytes) {
