@@ -22,7 +22,7 @@ launch="$build/bin/dctrain-launch"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores shared by every worker and the coordinator"
-printf '%-8s %-8s %5s %10s %8s %7s %9s %13s %11s\n' workers schedule exit checksums audited lost \
+printf '%-8s %-8s %5s %10s %8s %7s %9s %13s %11s\n' workers schedule exit checksums "audits/failed" lost \
   "max TCP" "round ms" "step ms"
 
 for n in $counts; do
@@ -48,11 +48,17 @@ CFG
     pid=$!
     most=0
     while kill -0 "$pid" 2>/dev/null; do
-      # TCP connections per worker process.
-      top=$(ss -tnpH state established 2>/dev/null | grep -o 'dctrain-worker",pid=[0-9]*' |
-        sort | uniq -c | sort -rn | head -n 1 | awk '{ print $1 }')
-      [[ -n "$top" && "$top" -gt "$most" ]] && most=$top
-      sleep 1
+      # TCP connections per worker process (its control connection, its
+      # outboxes and the connections its inbox accepted).
+      workers=$(pgrep -f "dctrain-worker --connect" | tr '\n' ' ' || true)
+      if [[ -n "$workers" ]]; then
+        top=$({ ss -tnpH state established 2>/dev/null || true; } |
+          { grep -o 'pid=[0-9]*' || true; } | sort | uniq -c |
+          awk -v w=" $workers" '{ split($2, p, "="); if (index(w, " " p[2] " ")) print $1 }' |
+          sort -rn | head -n 1)
+        [[ -n "$top" && "$top" -gt "$most" ]] && most=$top
+      fi
+      sleep 0.3
     done
     status=0
     wait "$pid" || status=$?
@@ -69,7 +75,8 @@ for line in open(f"{out}/metrics.jsonl"):
     o = [w.get("overhead_seconds", 0.0) for w in r.get("workers", []) if w.get("contributed")]
     if o:
         rounds.append(statistics.median(o))
-print(s.get("checksum_mismatches", 0), s.get("epochs_audited", 0), s.get("samples_lost", 0),
+print(s.get("checksum_mismatches", 0),
+      f'{s.get("epochs_audited", 0)}/{s.get("audits_failed", 0)}', s.get("samples_lost", 0),
       f"{1e3 * statistics.median(rounds[5:] or rounds):.1f}", f"{1e3 * statistics.mean(steps[5:] or steps):.1f}")
 PY
 ) || figures="? ? ? ? ?"

@@ -34,7 +34,7 @@ if ! /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
 fi
 
 ms() { sed -n 's/^RESULT .* median_ms=\([0-9.]*\) .*$/\1/p' <<<"$1"; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { tr ' ' '\n' | { grep . || true; } | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.2fx", a / b }'; }
 run_ours() { "$ours" --iters "$iters" --warmup 5 --bytes "$bytes" "$@"; }
 run_gloo() { /usr/bin/python3 "$here/gloo_allreduce.py" --iters "$iters" --warmup 5 --bytes "$bytes" "$@" 2>/dev/null; }

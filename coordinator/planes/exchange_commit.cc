@@ -86,10 +86,16 @@ std::optional<std::string> ExchangePlane::forwarded_sum_problem(uint32_t rank, c
                        {x.sum_digests().begin(), x.sum_digests().end()});
   if (differ.empty()) return std::nullopt;
   strike(rank, "it forwarded a sum that differs from the one the members hold");
+  // On the direct schedule shard i is the i-th member's to sum; on the
+  // halving one the digests' shards are only a layout.
+  const std::string owner =
+      halving_round(exchange_members_.size())
+          ? std::string()
+          : fmt::format(", owned by rank {}", exchange_members_[differ.front()]);
   return fmt::format(
       "its sum differs from the sum the round's members hold (the digests of {} of {} shards "
-      "differ, the first shard {}, owned by rank {}); it is not applied",
-      differ.size(), exchange_members_.size(), differ.front(), exchange_members_[differ.front()]);
+      "differ, the first shard {}{}); it is not applied",
+      differ.size(), exchange_members_.size(), differ.front(), owner);
 }
 
 v1::Update ExchangePlane::exchange_commit() const {

@@ -553,6 +553,7 @@ std::vector<std::string> simulation_arguments(const v1::SimulationModel& model) 
   add(model.has_sample_seconds(), "--sample-seconds", model.sample_seconds());
   add(model.has_latency_seconds(), "--latency", model.latency_seconds());
   add(model.has_bandwidth_bytes(), "--bandwidth", model.bandwidth_bytes());
+  add(model.has_message_seconds(), "--message-seconds", model.message_seconds());
   add(model.has_mttf_seconds(), "--mttf", model.mttf_seconds());
   add(model.has_restart_seconds(), "--restart-seconds", model.restart_seconds());
   if (!model.trace().empty()) args.insert(args.end(), {"--trace", model.trace()});
