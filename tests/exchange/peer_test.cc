@@ -1063,11 +1063,13 @@ TEST(Exchange, CallerMistakesAreRefusedWithAReason) {
 
 // CURVE on the data plane (ExchangeOptions::security): `n` peers with their
 // own key pairs; each admits the keys of the ranks in `admitted`.
-Group curve_group(const std::vector<CurveKeyPair>& keys, const std::set<uint32_t>& admitted) {
+Group curve_group(const std::vector<CurveKeyPair>& keys, const std::set<uint32_t>& admitted,
+                  size_t halving_from = kHalvingFromMembers) {
   Group g(0);
   for (uint32_t r = 0; r < keys.size(); ++r) {
     ExchangeOptions o;
     o.io_threads = 1;
+    o.halving_from = halving_from;
     o.security.curve = true;
     o.security.own = keys[r];
     for (uint32_t k = 0; k < keys.size(); ++k) {
@@ -1108,6 +1110,28 @@ TEST(Exchange, WithCurveTheSumIsTheSameBitsAndAKeyNotAdmittedGetsNothingIn) {
   o.security.own = keys[0];
   ExchangePeer lone(0, "tcp://127.0.0.1:*", o);
   EXPECT_THROW(lone.connect({"", group.endpoints[1]}), std::invalid_argument);
+}
+
+TEST(Exchange, WithCurveTheHalvingScheduleGivesTheSameBitsAndAKeyNotAdmittedIsNamedByItsPartners) {
+  // Five members on the halving schedule (positions 0 and 1 fold; 0, 2, 3,
+  // 4 halve): every link CURVE, the same bits as the tree written out.
+  std::vector<CurveKeyPair> keys;
+  for (int i = 0; i < 5; ++i) keys.push_back(generate_curve_keypair());
+  const std::vector<uint32_t> all{0, 1, 2, 3, 4};
+  const auto c = contributions_for(5, 30'001, 23);
+  {
+    Group group = curve_group(keys, {0, 1, 2, 3, 4}, 1);
+    expect_rank_order_sum(run_round(group, {1, 0}, all, c, milliseconds(60000)), all, c, false);
+  }
+  // Rank 4's key is in nobody's allow-list: its partners (halvers 3 ^ 1 = 2
+  // at level 0, rank 3; 3 ^ 2 = 1 at level 1, rank 2) name it.
+  Group group = curve_group(keys, {0, 1, 2, 3}, 1);
+  const RoundRun failed = run_round(group, {1, 0}, all, c, milliseconds(1500));
+  for (uint32_t partner : {2u, 3u}) {
+    const auto& missing = failed.outcomes[partner].missing_contributions;
+    EXPECT_NE(std::find(missing.begin(), missing.end(), 4u), missing.end())
+        << failed.outcomes[partner].error;
+  }
 }
 
 TEST(Exchange, WithCurveBareConnectionsNeverTakeAMembersPlaceInTheInbox) {
