@@ -3,7 +3,7 @@
 // planes differ, and nowhere else ask which plane the run uses.
 //
 //   star      every worker sends its contribution to the coordinator, which
-//             sums them in rank order, guards the sum, and sends the update
+//             sums them (comm/rank_order_sum.h's tree), guards the sum, and sends the update
 //             (coordinator/planes/star_plane.h)
 //   exchange  the workers sum among themselves in rounds the coordinator
 //             names; it collects their reports, commits or redoes each

@@ -1,6 +1,6 @@
 // The data plane "star" (coordinator/planes/data_plane.h): every worker sends its
-// contribution to the coordinator, which sums them in rank order as they
-// arrive (coordinator/step/reducer.h), guards the sum (coordinator/
+// contribution to the coordinator, which sums them in the tree fixed by their
+// rank order once all are in (coordinator/step/reducer.h), guards the sum (coordinator/
 // update_guard.h), sends the update to every live worker and applies it to
 // its own replica. The step policy "backup" closes a step here after the
 // first N - b contributions.
