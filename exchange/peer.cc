@@ -233,12 +233,10 @@ void ExchangePeer::connect(std::vector<std::string> endpoints) {
   }
 }
 
-void ExchangePeer::close_outboxes_outside(std::span<const uint32_t> members) {
-  for (uint32_t r = 0; r < outboxes_.size(); ++r) {
-    if (outboxes_[r].handle() == nullptr || std::binary_search(members.begin(), members.end(), r)) {
-      continue;
-    }
-    if (pending_[r].empty() && releases_->in_flight(r) == 0) outboxes_[r].close();
+void ExchangePeer::close_unused_outboxes(const Round& r) {
+  for (uint32_t rank = 0; rank < outboxes_.size(); ++rank) {
+    if (outboxes_[rank].handle() == nullptr || r.is_other_member(rank)) continue;
+    if (pending_[rank].empty() && releases_->in_flight(rank) == 0) outboxes_[rank].close();
   }
 }
 

@@ -236,8 +236,8 @@ class ExchangePeer {
                            std::chrono::nanoseconds after_all_heard = {});
 
   // This peer's connections to other members (its outboxes) open now: the
-  // partners of the rounds since the members last changed, at most
-  // log2(N) + 1 on the halving schedule, N - 1 on the direct one.
+  // partners of the last round's schedule, at most log2(N) + 1 on the
+  // halving schedule, N - 1 on the direct one.
   size_t outbox_connections() const;
 
   // The inbox's connections: open now, of those authenticated, and shut
@@ -281,9 +281,10 @@ class ExchangePeer {
   class Outboxes;
 
   void open_dealer(uint32_t rank);
-  // Outboxes to ranks outside `members` closed (when nothing of theirs is
-  // in flight): a new member list leaves the old partners behind.
-  void close_outboxes_outside(std::span<const uint32_t> members);
+  // Outboxes to ranks the round `r` does not send to closed (when nothing
+  // of theirs is in flight): a new member list, or a switch from the direct
+  // schedule to halving, leaves the old partners behind.
+  void close_unused_outboxes(const RoundSchedule& r);
   void reset_dealer(uint32_t rank);
   void queue(uint32_t to, const ChunkHeader& header, const float* data, ExchangeStats& stats);
   bool flush(uint32_t to);

@@ -251,7 +251,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
   const std::unique_ptr<Round> round_of = make_round(
       schedule_for(members.size(), options_.halving_from), inputs, outboxes, out.stats, start);
   Round& r = *round_of;
-  close_outboxes_outside(members);
+  close_unused_outboxes(r);
   take_early_pieces(r, out);
   r.send_contribution();
   const Clock::time_point end = run_round(r, deadline, after_all_heard, out);

@@ -442,6 +442,20 @@ TEST(Exchange, OnTheHalvingScheduleADeadMemberFailsTheRoundByTheDeadlineAndTheRe
   expect_rank_order_sum(redo, others, rest, false);
 }
 
+TEST(Exchange, ASwitchToTheHalvingScheduleClosesTheDirectSchedulesOtherConnections) {
+  // Eight members run direct (each connects to the 7 others), then halving
+  // (3 partners each): the outboxes no round uses any more are closed.
+  Group group(8, options(4 * 1024));
+  std::vector<uint32_t> all(8);
+  for (uint32_t r = 0; r < 8; ++r) all[r] = r;
+  const auto c = contributions_for(8, 5'001, 31);
+  expect_rank_order_sum(run_round(group, {1, 0}, all, c, milliseconds(60000)), all, c);
+  for (const auto& peer : group.peers) EXPECT_EQ(peer->outbox_connections(), 7u);
+  for (auto& peer : group.peers) peer->set_halving_from(1);
+  expect_rank_order_sum(run_round(group, {2, 0}, all, c, milliseconds(60000)), all, c, false);
+  for (const auto& peer : group.peers) EXPECT_EQ(peer->outbox_connections(), 3u);
+}
+
 TEST(Exchange, MembersOnDifferentSchedulesConflictAtOnce) {
   // Rank 1 runs rounds of two direct, rank 0 halving: each names the other.
   ExchangeOptions direct = options(4 * 64);
