@@ -2,7 +2,6 @@
 #include "exchange/halving_round.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <bit>
@@ -76,7 +75,6 @@ HalvingRound::HalvingRound(const RoundInputs& in, PieceSink& sink, ExchangeStats
   }
   ready_level_.assign(piece_count(), -1);
   kept_.resize(piece_count());
-  final_.assign(piece_count(), false);
   finals_missing_ = piece_count();
   conflict_.assign(members_.size(), false);
   received_.resize(links_.size());
@@ -198,7 +196,7 @@ void HalvingRound::partial_ready(size_t g, size_t level) {
     const PieceRange p = piece_range(g);
     finish_single(contribution_.data() + p.offset, result_.data() + p.offset, p.count);
     unusable_ = unusable_ || !dctrain::usable(result_.subspan(p.offset, p.count));
-    final_ready(g, level);
+    final_ready(level);
     return;
   }
   const size_t b = block_of(g);
@@ -229,14 +227,13 @@ void HalvingRound::try_sum(size_t g, size_t level) {
     return;
   }
   unusable_ = unusable_ || !dctrain::usable(result_.subspan(p.offset, p.count));
-  final_ready(g, layout_.levels);
+  final_ready(layout_.levels);
   if (++own_summed_ == piece_first_[block_of(g) + 1] - piece_first_[block_of(g)]) {
     stats_.reduced_after = Clock::now() - start_;
   }
 }
 
-void HalvingRound::final_ready(size_t g, size_t level) {
-  final_[g] = true;
+void HalvingRound::final_ready(size_t level) {
   if (--finals_missing_ == 0) stats_.gathered_after = Clock::now() - start_;
   if (!halver_) return;
   const uint64_t total = total_samples_.value_or(subtree_samples(layout_.levels));
@@ -305,25 +302,13 @@ std::optional<std::string> HalvingRound::take(const ChunkHeader& h, zmq::message
     record_conflict(from, h.from, why);
     return std::nullopt;
   };
-  if (h.members != members_.size() || h.members_digest != digest_) {
-    return conflict(fmt::format("runs this round among {} other members (this peer: {})", h.members,
-                                fmt::join(members_, ",")));
-  }
-  if (h.length != blocks_.length() || h.piece_floats != blocks_.piece_floats()) {
-    return conflict(fmt::format(
-        "exchanges {} floats in pieces of {} (this peer: {} in pieces of {}; same model and "
-        "piece_bytes on every member?)",
-        h.length, h.piece_floats, blocks_.length(), blocks_.piece_floats()));
-  }
-  if (!halving_piece(h.kind)) {
-    return conflict("runs the direct schedule (this peer: halving; same schedule everywhere?)");
+  if (auto why = round_mismatch(h, payload.size(), members_, digest_, blocks_.length(),
+                                blocks_.piece_floats(), true)) {
+    return conflict(*why);
   }
   if (h.stage >= links_.size() || !has_link_[h.stage] || links_[h.stage].position != from) {
     return conflict(
         fmt::format("sends pieces of stage {}, where it is no partner of this peer", h.stage));
-  }
-  if (payload.size() != h.count * sizeof(float)) {
-    return conflict(fmt::format("piece of {} floats came with {} bytes", h.count, payload.size()));
   }
   Link& link = links_[h.stage];
   const bool reduce = h.kind == PieceKind::kHalvingReduce;
@@ -364,7 +349,7 @@ std::optional<std::string> HalvingRound::take(const ChunkHeader& h, zmq::message
         std::memcpy(sum.data(), at, p.count * sizeof(float));
         unusable_ = unusable_ || !dctrain::usable(sum);
       }
-      final_ready(g, h.stage == 0 ? 0 : h.stage - 1);
+      final_ready(h.stage == 0 ? 0 : h.stage - 1);
     } else if (h.stage == 0) {
       // The folded member's contribution: this halver's leaf.
       if (p.count > 0) {

@@ -110,9 +110,10 @@ class HalvingRound final : public RoundSchedule {
   // sum it with the partner's.
   void partial_ready(size_t g, size_t level);
   void try_sum(size_t g, size_t level);
-  // Piece g of the sum is final here, known since gather level `level`
-  // (levels_: summed here): send it to the partners below and the folded member.
-  void final_ready(size_t g, size_t level);
+  // A piece of the sum is final here, known since gather level `level`
+  // (levels: summed here): each range below it that is now whole goes to its
+  // partner, the whole sum to the folded member.
+  void final_ready(size_t level);
   uint64_t subtree_samples(size_t level) const;
 
   ExchangeRound id_;
@@ -137,8 +138,7 @@ class HalvingRound final : public RoundSchedule {
   std::vector<bool> has_link_;      // a partner at that stage
   std::vector<Received> received_;  // by stage
   // Per piece: the level whose partial is ready here (-1: none yet), the
-  // partners' partials that came before ours was ready (by level), whether
-  // the final value is here.
+  // partners' partials that came before ours was ready (by level).
   std::vector<int> ready_level_;
   struct Kept {
     size_t level = 0;
@@ -157,7 +157,6 @@ class HalvingRound final : public RoundSchedule {
     uint64_t samples = 0;
   };
   std::vector<Outgoing> outgoing_;
-  std::vector<bool> final_;
   size_t own_summed_ = 0;  // pieces of this halver's block summed to the root
   // Per level j: the pieces of the range gather level j sends not final yet.
   std::vector<size_t> gather_missing_;

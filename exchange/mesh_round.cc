@@ -2,7 +2,6 @@
 #include "exchange/mesh_round.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -135,21 +134,9 @@ std::optional<std::string> MeshRound::take(const ChunkHeader& h, zmq::message_t&
     record_conflict(from, h.from, why);
     return std::nullopt;
   };
-  if (halving_piece(h.kind)) {
-    return conflict("runs the halving schedule (this peer: direct; same schedule everywhere?)");
-  }
-  if (h.members != members_.size() || h.members_digest != digest_) {
-    return conflict(fmt::format("runs this round among {} other members (this peer: {})", h.members,
-                                fmt::join(members_, ",")));
-  }
-  if (h.length != plan_.length() || h.piece_floats != plan_.piece_floats()) {
-    return conflict(fmt::format(
-        "exchanges {} floats in pieces of {} (this peer: {} in pieces of {}; same model and "
-        "piece_bytes on every member?)",
-        h.length, h.piece_floats, plan_.length(), plan_.piece_floats()));
-  }
-  if (payload.size() != h.count * sizeof(float)) {
-    return conflict(fmt::format("piece of {} floats came with {} bytes", h.count, payload.size()));
+  if (auto why = round_mismatch(h, payload.size(), members_, digest_, plan_.length(),
+                                plan_.piece_floats(), false)) {
+    return conflict(*why);
   }
   if (h.kind == PieceKind::kContribution) {
     const auto k = plan_.piece_at(me_, h.offset, h.count);

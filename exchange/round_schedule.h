@@ -92,6 +92,14 @@ class RoundSchedule {
   virtual void settle(ExchangeOutcome& out) = 0;
 };
 
+// Why a piece of this round from another member does not fit the round as
+// this member runs it (another schedule, member list, length, piece size, or
+// a payload that is not its count of floats), or nothing: the checks both
+// schedules make before they look at where the piece goes.
+std::optional<std::string> round_mismatch(const ChunkHeader& h, size_t payload_bytes,
+                                          std::span<const uint32_t> members, uint64_t digest,
+                                          uint64_t length, uint64_t piece_floats, bool halving);
+
 // Everything a round is made of.
 struct RoundInputs {
   ExchangeRound id;

@@ -98,6 +98,21 @@ TEST(HalvingRound, EveryMemberEndsWithTheTreeSumBitForBitWhateverTheOrderOfArriv
   }
 }
 
+// Of a round's members: the most others one sent to, and the most messages
+// one sent.
+std::pair<size_t, size_t> most_sent(const Mesh& mesh) {
+  std::map<uint32_t, std::set<uint32_t>> talks_to;
+  std::map<uint32_t, size_t> messages;
+  for (const auto& [h, piece] : mesh.sent()) {
+    talks_to[h.from].insert(piece.to);
+    ++messages[h.from];
+  }
+  size_t most_peers = 0, most_messages = 0;
+  for (const auto& [rank, to] : talks_to) most_peers = std::max(most_peers, to.size());
+  for (const auto& [rank, m] : messages) most_messages = std::max(most_messages, m);
+  return {most_peers, most_messages};
+}
+
 TEST(HalvingRound, EachMemberSendsToAtMostLogNPlusOneOthersAndTwiceLogNMessages) {
   for (size_t n : {8u, 13u, 32u}) {
     SCOPED_TRACE("members " + std::to_string(n));
@@ -108,15 +123,7 @@ TEST(HalvingRound, EachMemberSendsToAtMostLogNPlusOneOthersAndTwiceLogNMessages)
       // however many blocks it spans.
       Mesh mesh(n, 4096, 4096, schedule);
       mesh.run(3);
-      std::map<uint32_t, std::set<uint32_t>> talks_to;
-      std::map<uint32_t, size_t> messages;
-      for (const auto& [h, piece] : mesh.sent()) {
-        talks_to[h.from].insert(piece.to);
-        ++messages[h.from];
-      }
-      size_t most_peers = 0, most_messages = 0;
-      for (const auto& [rank, to] : talks_to) most_peers = std::max(most_peers, to.size());
-      for (const auto& [rank, m] : messages) most_messages = std::max(most_messages, m);
+      const auto [most_peers, most_messages] = most_sent(mesh);
       if (schedule == ExchangeSchedule::kHalving) {
         EXPECT_LE(most_peers, levels + 1);
         EXPECT_LE(most_messages, 2 * levels + 2);
@@ -136,15 +143,7 @@ TEST(HalvingRound, PiecesOfABufferLargerThanAPieceStillGoToLogNPlusOnePeers) {
          {ExchangeSchedule::kHalving, ExchangeSchedule::kDirect}) {
       Mesh mesh(n, 4096, 64, schedule);
       mesh.run(3);
-      std::map<uint32_t, std::set<uint32_t>> talks_to;
-      std::map<uint32_t, size_t> messages;
-      for (const auto& [h, piece] : mesh.sent()) {
-        talks_to[h.from].insert(piece.to);
-        ++messages[h.from];
-      }
-      size_t most_peers = 0, most_messages = 0;
-      for (const auto& [rank, to] : talks_to) most_peers = std::max(most_peers, to.size());
-      for (const auto& [rank, m] : messages) most_messages = std::max(most_messages, m);
+      const auto [most_peers, most_messages] = most_sent(mesh);
       if (schedule == ExchangeSchedule::kHalving) {
         EXPECT_LE(most_peers, bound);
         // 4096 floats in pieces of 64: at most the buffer's 64 pieces each
