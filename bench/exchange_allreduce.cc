@@ -8,7 +8,8 @@
 //
 //   build/release/bench/bench_exchange_allreduce --world 4 --bytes 18350080
 //       [--algorithm direct|halving|star|ring] [--iters 30] [--warmup 5]
-//       [--piece-kib 1024] [--copy] [--io-threads 2] [--untuned] [--profile] [--digest]
+//       [--piece-kib 1024] [--copy] [--io-threads 2] [--untuned] [--profile] [--digest
+//       sha256|blake2b]
 //       [--curve]
 //
 // The parent forks W ranks (before any ZeroMQ context exists), passes each
@@ -17,9 +18,9 @@
 // iteration's time is that of its slowest rank, and the median is over
 // iterations. Every rank checks every result against the exact sum (the
 // contributions are small multiples of 1/4, so every order gives the same
-// exact value) and the run fails if one differs. With --digest (direct), each
-// peer digests the sum as its pieces land, as a worker's does for its report
-// (ExchangeOptions::digest_sum, on in the programs): run with and without
+// exact value) and the run fails if one differs. With --digest KIND, each
+// peer digests the sum as its pieces land with that hash, as a worker's does
+// for its report (ExchangeOptions::sum_digest, on in the programs): run with and without
 // to see what that costs. With --curve (direct), every link is CURVE as a
 // run's is off loopback: each rank has its own key pair (made by the parent
 // before the fork), admits exactly the others' keys and encrypts every
@@ -65,7 +66,7 @@ struct Args {
   int warmup = 5;
   size_t piece_kib = 1024;
   bool copy = false;
-  bool digest = false;
+  std::string digest;  // "": none
   bool profile = false;
   bool curve = false;
   std::vector<dctrain::CurveKeyPair> keys;  // by rank, with --curve
@@ -103,7 +104,7 @@ class Direct : public Allreduce {
     o.piece_bytes = args.piece_kib * 1024;
     o.copy_sends = args.copy;
     o.io_threads = args.io_threads;
-    o.digest_sum = args.digest;
+    o.sum_digest = dctrain::digest_from_name(args.digest);
     o.halving_from = args.algorithm == "halving" ? 1 : 0;
     if (args.curve) {
       o.security.curve = true;
@@ -445,8 +446,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 16384))
       ->capture_default_str();
   app.add_flag("--copy", args.copy, "copy pieces into messages instead of zero-copy sends");
-  app.add_flag("--digest", args.digest,
-               "direct: digest the sum as its pieces land, as a worker's peer does");
+  app.add_option("--digest", args.digest,
+                 "digest the sum as its pieces land with this hash, as a worker's peer does")
+      ->check(CLI::IsMember({"sha256", "blake2b"}));
   app.add_flag("--curve", args.curve, "direct: CURVE on every link, a key pair per rank");
   app.add_option("--io-threads", args.io_threads, "ZeroMQ I/O threads per rank")
       ->check(CLI::Range(1, 16))
@@ -555,7 +557,7 @@ int main(int argc, char** argv) {
       "RESULT algorithm={} world={} bytes={} piece_kib={} copy={} curve={} digest={} "
       "io_threads={} iters={} median_ms={:.3f} mean_ms={:.3f} min_ms={:.3f}\n",
       args.algorithm, args.world, args.bytes, args.piece_kib, args.copy ? 1 : 0, args.curve ? 1 : 0,
-      args.digest ? 1 : 0, args.io_threads, args.iters, 1e3 * sorted[sorted.size() / 2], 1e3 * mean,
-      1e3 * sorted.front());
+      args.digest.empty() ? "none" : args.digest, args.io_threads, args.iters,
+      1e3 * sorted[sorted.size() / 2], 1e3 * mean, 1e3 * sorted.front());
   return 0;
 }

@@ -9,7 +9,8 @@ find_package(CLI11 2.1 REQUIRED)           # libcli11-dev
 find_package(ZLIB REQUIRED)                # zlib1g-dev
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)  # libopenblas-dev
-pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)  # libsodium-dev (ZeroMQ's CURVE uses it too): the exchange's sum digests
+find_package(OpenSSL 3 REQUIRED)          # libssl-dev: SHA-256 on the CPU's SHA instructions, for the exchange's sum digests
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)  # libsodium-dev (ZeroMQ's CURVE uses it too): BLAKE2b sum digests, key checks
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)  # libmicrohttpd-dev: the live metrics' HTTP server
 
 if(DCTRAIN_BUILD_TESTS)

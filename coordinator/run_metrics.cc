@@ -143,6 +143,7 @@ v1::RunSummary RunMetrics::summary(const v1::RunConfig& config, double wall_seco
   s.set_bad_messages(count(t.bad_messages()));
   s.set_workers_disconnected(count(t.workers_disconnected()));
   s.set_exchange_rounds_redone(count(t.exchange_rounds_redone()));
+  s.set_sum_digest(t.sum_digest());
   s.set_epochs_audited(count(t.epochs_completed()));
   s.set_audits_failed(count(t.audits_failed()));
   s.set_mean_step_seconds(ratio(t.step_seconds(), t.steps()));

@@ -25,7 +25,7 @@ HalvingRound::HalvingRound(const RoundInputs& in, PieceSink& sink, ExchangeStats
       contribution_(in.contribution),
       own_samples_(in.samples),
       result_(in.result),
-      digest_sum_(in.digest_sum),
+      sum_digest_(in.digest),
       sink_(sink),
       stats_(stats),
       start_(start) {
@@ -366,9 +366,9 @@ std::optional<std::string> HalvingRound::take(const ChunkHeader& h, zmq::message
 }
 
 std::vector<std::string> HalvingRound::digests() {
-  if (!digest_sum_ || digested_ || !complete()) return {};
+  if (!sum_digest_ || digested_ || !complete()) return {};
   digested_ = true;
-  return shard_digests(result_, members_.size());
+  return shard_digests(result_, members_.size(), *sum_digest_);
 }
 
 size_t HalvingRound::pieces_received_at_most() const {

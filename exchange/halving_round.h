@@ -129,7 +129,7 @@ class HalvingRound final : public RoundSchedule {
   std::span<const float> contribution_;
   uint64_t own_samples_;
   std::span<float> result_;
-  bool digest_sum_;
+  std::optional<SumDigestKind> sum_digest_;
   PieceSink& sink_;
   ExchangeStats& stats_;
   Clock::time_point start_;

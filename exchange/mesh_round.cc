@@ -42,7 +42,7 @@ MeshRound::MeshRound(const RoundInputs& in, PieceSink& sink, ExchangeStats& stat
   unheard_ = n - 1;
   result_samples_.assign(n, std::nullopt);
   conflict_.assign(n, false);
-  if (in.digest_sum) digester_.emplace(plan_, result_);
+  if (in.digest) digester_.emplace(plan_, result_, *in.digest);
 }
 
 size_t MeshRound::position_of(uint32_t rank) const {

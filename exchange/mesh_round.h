@@ -24,7 +24,7 @@ namespace dctrain {
 
 class MeshRound final : public RoundSchedule {
  public:
-  // `in.digest_sum`: the sum's shard digests are taken as its pieces land.
+  // `in.digest`: the sum's shard digests are taken as its pieces land.
   // `stats` counts what it receives and sums.
   MeshRound(const RoundInputs& in, PieceSink& sink, ExchangeStats& stats, Clock::time_point start);
   MeshRound(const MeshRound&) = delete;
@@ -52,7 +52,7 @@ class MeshRound final : public RoundSchedule {
   // When every other member had been heard from (its first contribution piece).
   std::optional<Clock::time_point> all_heard() const override { return all_heard_; }
   // Once the round is complete, and once: the sum's shard digests (none
-  // without digest_sum).
+  // without a digest).
   std::vector<std::string> digests() override;
 
   const ExchangeRound& id() const override { return id_; }

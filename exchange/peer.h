@@ -61,6 +61,7 @@
 #include "exchange/plan.h"
 #include "exchange/round_cancel.h"
 #include "exchange/schedule.h"
+#include "exchange/sum_digest.h"
 #include "exchange/zero_copy.h"
 
 namespace dctrain {
@@ -82,9 +83,10 @@ struct ExchangeOptions {
   // megabytes). Two let sends and receives proceed in parallel where cores
   // are to spare; on the 2 shared cores here one is as fast (docs/scaling.md).
   int io_threads = 2;
-  // Digest the sum as its pieces land (ExchangeOutcome::shard_digests, what
-  // a worker reports); off only to measure what that costs.
-  bool digest_sum = true;
+  // Digest the sum as its pieces land with this hash (ExchangeOutcome::
+  // shard_digests, what a worker reports); none only where every member is
+  // trusted, or to measure what digests cost.
+  std::optional<SumDigestKind> sum_digest = SumDigestKind::kBlake2b;
   // CURVE on the data plane, as on the control plane (comm/security.h):
   // `security.own` is this peer's key pair; its inbox is a CURVE server
   // admitting only `allowed_keys` (a ZapHandler in the peer's context), and
@@ -147,7 +149,7 @@ struct ExchangeOutcome {
   std::vector<uint32_t> conflicting;
 
   std::string error;  // empty when ok; otherwise where, what, and what to do
-  // When ok (and ExchangeOptions::digest_sum): shard_digests() of the result
+  // When ok (and ExchangeOptions::sum_digest): shard_digests() of the result
   // (exchange/sum_digest.h), taken while its pieces landed.
   std::vector<std::string> shard_digests;
   ExchangeStats stats;
@@ -249,8 +251,8 @@ class ExchangePeer {
   size_t inbox_authenticated() const { return cap_->authenticated(); }
   uint64_t inbox_connections_refused() const { return cap_->refused(); }
 
-  // ExchangeOptions::digest_sum, from the next round on.
-  void set_digest_sum(bool digest) { options_.digest_sum = digest; }
+  // ExchangeOptions::sum_digest, from the next round on.
+  void set_sum_digest(std::optional<SumDigestKind> kind) { options_.sum_digest = kind; }
   // ExchangeOptions::halving_from, from the next round on (a worker runs
   // the schedule its plan names).
   void set_halving_from(size_t members) { options_.halving_from = members; }

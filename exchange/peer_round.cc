@@ -247,7 +247,7 @@ ExchangeOutcome ExchangePeer::exchange(const ExchangeRound& round,
                            samples,
                            result,
                            options_.piece_bytes / sizeof(float),
-                           options_.digest_sum};
+                           options_.sum_digest};
   const std::unique_ptr<Round> round_of = make_round(
       schedule_for(members.size(), options_.halving_from), inputs, outboxes, out.stats, start);
   Round& r = *round_of;

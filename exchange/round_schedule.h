@@ -109,7 +109,7 @@ struct RoundInputs {
   uint64_t samples = 0;
   std::span<float> result;  // as long as contribution; may be its memory
   size_t piece_floats = 0;
-  bool digest_sum = true;
+  std::optional<SumDigestKind> digest = SumDigestKind::kBlake2b;  // none: no digests
 };
 
 // The round of `schedule` over `in`.

@@ -319,6 +319,13 @@ void check_data_plane(const v1::RunConfig& c, Problems& p) {
   if (c.data_plane().rounds_per_step() < 1) {
     p.add("data_plane.rounds_per_step is 0; use 1 (never redo a failed round) or more");
   }
+  if (const std::string& d = c.data_plane().sum_digest();
+      !d.empty() && d != "sha256" && d != "blake2b") {
+    p.add(
+        "data_plane.sum_digest is '{}'; use \"sha256\", \"blake2b\" or leave it unset (chosen "
+        "per round from what the members' CPUs run fastest)",
+        d);
+  }
   // What the exchange cannot do: its norm guard estimates the members'
   // norms against the sum they agreed on (coordinator/planes/sketch_check.h), so it
   // needs the digests; and the members' round waits for every member.

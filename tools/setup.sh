@@ -63,7 +63,7 @@ phase() {
 packages=(
   build-essential cmake ninja-build pkg-config
   libzmq3-dev cppzmq-dev libopenblas-dev libprotobuf-dev protobuf-compiler
-  libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev libmicrohttpd-dev libsodium-dev
+  libspdlog-dev libfmt-dev libcli11-dev zlib1g-dev libmicrohttpd-dev libsodium-dev libssl-dev
   libgtest-dev libgmock-dev
   gnuplot-nox iproute2
 )

@@ -196,8 +196,19 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   const ExchangeRound round{step, plan.attempt(), plan.run()};
   const auto after_all_heard = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(std::max(0.0, plan.round_seconds())));
-  // The schedule the coordinator chose for the round: every member runs it.
+  // The schedule and the digest the coordinator chose for the round: every
+  // member takes them.
   peer_.set_halving_from(plan.schedule() == v1::EXCHANGE_HALVING ? 1 : 0);
+  const std::optional<SumDigestKind> digest =
+      check_sums_ ? std::optional(from_wire(plan.sum_digest())) : std::nullopt;
+  peer_.set_sum_digest(digest);
+  if (digest && digest != sum_digest_) {
+    log_->info(
+        "exchange: sum digests with {} from step {} (the coordinator's choice; this CPU "
+        "offers {}, the faster first)",
+        digest_name(*digest), step, digest_names(sum_digests_offered()));
+  }
+  sum_digest_ = digest;
   if (schedule_ != plan.schedule()) {
     schedule_ = plan.schedule();
     log_->info("exchange: rounds of {} members run the {} schedule from step {}", members.size(),

@@ -41,7 +41,7 @@ class WorkerDataPlane {
   // the interface that reaches the coordinator with that port.
   const std::string& endpoint() const { return endpoint_; }
   // Whether rounds digest their sums for the report (data_plane.check_sums).
-  void set_check_sums(bool check) { peer_.set_digest_sum(check); }
+  void set_check_sums(bool check) { check_sums_ = check; }
   // What the hello advertises beside the endpoint (ExchangePeer::token()).
   const std::string& token() const { return peer_.token(); }
 
@@ -92,6 +92,8 @@ class WorkerDataPlane {
   bool curve_ = false;
   // The schedule of the last round (logged when it changes).
   std::optional<v1::ExchangeScheduleKind> schedule_;
+  bool check_sums_ = true;
+  std::optional<SumDigestKind> sum_digest_;  // of the last round (logged when it changes)
   std::vector<std::string> endpoints_;  // as last connected, by rank
   std::vector<std::string> keys_;       // with CURVE: as last connected, by rank
   std::vector<std::string> tokens_;     // the members' connection tokens, by rank

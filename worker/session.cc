@@ -12,6 +12,7 @@
 #include "common/cli.h"
 #include "common/version.h"
 #include "common/wall_clock.h"
+#include "exchange/sum_digest.h"
 #include "trace/recorder.h"
 #include "worker/exit_codes.h"
 
@@ -52,6 +53,9 @@ Message WorkerSession::hello() const {
   *h.mutable_blas() = blas_;
   h.set_exchange_endpoint(options_.exchange_endpoint);
   h.set_exchange_token(options_.exchange_token);
+  if (!options_.exchange_endpoint.empty()) {
+    for (SumDigestKind k : sum_digests_offered()) h.add_sum_digests(to_wire(k));
+  }
   return m;
 }
 

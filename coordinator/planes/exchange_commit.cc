@@ -82,7 +82,7 @@ std::optional<std::string> ExchangePlane::forwarded_sum_problem(uint32_t rank, c
     for (std::span<const std::byte> p : tensor_bytes(sum, 1)) pieces.push_back(p);
   }
   const std::vector<size_t> differ =
-      differing_shards(shard_digests(pieces, exchange_members_.size()),
+      differing_shards(shard_digests(pieces, exchange_members_.size(), sum_digest_),
                        {x.sum_digests().begin(), x.sum_digests().end()});
   if (differ.empty()) return std::nullopt;
   strike(rank, "it forwarded a sum that differs from the one the members hold");

@@ -29,6 +29,7 @@
 #include "coordinator/planes/round_deadline.h"
 #include "coordinator/planes/sketch_check.h"
 #include "coordinator/step/step_book.h"
+#include "exchange/sum_digest.h"
 #include "proto/config.pb.h"
 
 namespace dctrain {
@@ -89,6 +90,9 @@ class ExchangePlane final : public DataPlane {
   // Whether a round of `members` members runs the halving schedule
   // (data_plane.halving_from_members).
   bool halving_round(size_t members) const;
+  // The hash of this step's sum digests, from the config and what the
+  // step's members and this process offer; logged when it changes.
+  void choose_step_digest(const std::vector<uint32_t>& ranks);
   // The members of a round that have not reported by silent_after_: late
   // by this process's clock, out of the step (a missed step) and presumed
   // dead (welcomed afresh when heard again).
@@ -199,8 +203,17 @@ class ExchangePlane final : public DataPlane {
     std::set<uint32_t> failed;  // members that did not send it
     bool lost = false;          // no member left to send it
   };
-  // rank -> its hello's exchange endpoint and token
-  std::map<uint32_t, std::pair<std::string, std::string>> addresses_;
+  // What a member's hello said of its exchange peer.
+  struct PeerAddress {
+    std::string endpoint;
+    std::string token;
+    std::vector<SumDigestKind> digests;  // offered, the fastest first
+  };
+  std::map<uint32_t, PeerAddress> addresses_;  // by rank
+  // The hash of the current step's sum digests (choose_sum_digest), and of
+  // the step before (a change is logged).
+  SumDigestKind sum_digest_ = SumDigestKind::kBlake2b;
+  std::optional<SumDigestKind> last_sum_digest_;
   std::optional<Message> exchange_sum_;  // the round's sum (an ExchangeSum), once it arrived
   std::optional<CommittedAhead> committed_ahead_;
   // Members of the current round whose forwarded sum was refused (its

@@ -59,6 +59,19 @@ std::function<uint64_t()> or_random(std::function<uint64_t()> draw) {
   };
 }
 
+// What a hello's exchange peer offers; a hello that says nothing offers
+// BLAKE2b, the only digest before the choice existed.
+std::vector<SumDigestKind> offered_digests(const v1::Hello& hello) {
+  std::vector<SumDigestKind> out;
+  for (int k : hello.sum_digests()) out.push_back(from_wire(static_cast<v1::SumDigestKind>(k)));
+  if (out.empty()) out.push_back(SumDigestKind::kBlake2b);
+  return out;
+}
+
+std::optional<SumDigestKind> forced_sum_digest(const v1::DataPlaneConfig& data_plane) {
+  return digest_from_name(data_plane.sum_digest());  // "" (automatic): none
+}
+
 }  // namespace
 
 ExchangePlane::ExchangePlane(PlaneHost& host, PlaneRooms rooms, uint64_t run,
@@ -76,7 +89,7 @@ std::string_view ExchangePlane::description() const {
 }
 
 void ExchangePlane::joined(uint32_t rank, const v1::Hello& hello) {
-  addresses_[rank] = {hello.exchange_endpoint(), hello.exchange_token()};
+  addresses_[rank] = {hello.exchange_endpoint(), hello.exchange_token(), offered_digests(hello)};
 }
 
 void ExchangePlane::open_step(const std::vector<uint32_t>& ranks, double now, double tau) {
@@ -84,6 +97,7 @@ void ExchangePlane::open_step(const std::vector<uint32_t>& ranks, double now, do
   round_clock_.plan(now, tau, rooms_.config.liveness().grace_seconds(), false);
   exchange_attempt_ = 0;
   exchange_members_ = ranks;
+  choose_step_digest(ranks);
   committed_ahead_.reset();
   refused_sums_.clear();
   sketch_check_.reset();
@@ -122,6 +136,9 @@ bool ExchangePlane::hold_open(double now) {
 void ExchangePlane::record(v1::StepRecord& record) const {
   record.set_exchange_rounds(exchange_attempt_ + 1);
   record.set_round_deadline_seconds(step_round_deadline_);
+  if (rooms_.config.data_plane().check_sums()) {
+    record.set_sum_digest(std::string(digest_name(sum_digest_)));
+  }
 }
 
 std::optional<uint64_t> ExchangePlane::apply(ClosedStep& closed) {
@@ -141,7 +158,39 @@ std::optional<std::string> ExchangePlane::hello_problem(const v1::Hello& hello) 
     return fmt::format("its exchange token has {} bytes, not {}", hello.exchange_token().size(),
                        kExchangeTokenBytes);
   }
+  // Both ends of the sum check must hash alike: a run that forces a digest
+  // takes only workers that offer it.
+  const std::vector<SumDigestKind> offered = offered_digests(hello);
+  if (const auto forced = forced_sum_digest(rooms_.config.data_plane());
+      forced && rooms_.config.data_plane().check_sums() &&
+      std::find(offered.begin(), offered.end(), *forced) == offered.end()) {
+    return fmt::format(
+        "its exchange peer offers the sum digests [{}], and this run requires {} "
+        "(data_plane.sum_digest): update dctrain-worker, or leave sum_digest unset",
+        digest_names(offered), digest_name(*forced));
+  }
   return std::nullopt;
+}
+
+void ExchangePlane::choose_step_digest(const std::vector<uint32_t>& ranks) {
+  std::vector<std::vector<SumDigestKind>> offers{sum_digests_offered()};  // this process's
+  for (uint32_t r : ranks) {
+    const auto it = addresses_.find(r);
+    if (it != addresses_.end()) offers.push_back(it->second.digests);
+  }
+  sum_digest_ = choose_sum_digest(forced_sum_digest(rooms_.config.data_plane()), offers);
+  if (!rooms_.config.data_plane().check_sums() || last_sum_digest_ == sum_digest_) return;
+  rooms_.log->info(
+      "sum checks: the members digest each round's sum with {} from step {} ({}; "
+      "data_plane.sum_digest)",
+      digest_name(sum_digest_), host_.step(),
+      forced_sum_digest(rooms_.config.data_plane())
+          ? "as the config says"
+          : (sum_digest_ == SumDigestKind::kSha256
+                 ? "this process and every member have SHA instructions"
+                 : "a member or this process has no SHA instructions"));
+  last_sum_digest_ = sum_digest_;
+  rooms_.totals.set_sum_digest(std::string(digest_name(sum_digest_)));
 }
 
 bool ExchangePlane::halving_round(size_t members) const {
@@ -161,8 +210,8 @@ void ExchangePlane::plan_round(v1::Plan& plan, std::vector<uint32_t> ranks,
     x.add_member_ranks(r);
     const auto it = addresses_.find(r);
     const bool known = it != addresses_.end();
-    x.add_member_endpoints(known ? it->second.first : std::string());
-    x.add_member_tokens(known ? it->second.second : std::string());
+    x.add_member_endpoints(known ? it->second.endpoint : std::string());
+    x.add_member_tokens(known ? it->second.token : std::string());
     curve = curve || !rooms_.membership.at(r).key.empty();
   }
   // CURVE on the control plane: every member's authenticated key, so the
@@ -171,6 +220,7 @@ void ExchangePlane::plan_round(v1::Plan& plan, std::vector<uint32_t> ranks,
     for (uint32_t r : ranks) x.add_member_keys(rooms_.membership.at(r).key);
   }
   x.set_schedule(halving_round(ranks.size()) ? v1::EXCHANGE_HALVING : v1::EXCHANGE_DIRECT);
+  x.set_sum_digest(to_wire(sum_digest_));
   // Once every member was heard from, a member waits this long for the rest
   // of the round (measured rounds; none before the first).
   if (round_deadline_.observed() > 0) {

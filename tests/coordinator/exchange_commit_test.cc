@@ -69,6 +69,9 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
       Message hello = workers.at(name).hello();
       hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
       hello.envelope.mutable_hello()->set_exchange_token(std::string(16, 't'));
+      // Both hashes, BLAKE2b first: the choice is BLAKE2b unless forced.
+      hello.envelope.mutable_hello()->add_sum_digests(v1::SUM_DIGEST_BLAKE2B);
+      hello.envelope.mutable_hello()->add_sum_digests(v1::SUM_DIGEST_SHA256);
       coordinator->handle(as_received(name, std::move(hello)), now);
     }
     for (const std::string& name : order) {
@@ -125,10 +128,12 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
 
   // The digests of the round's sum in a round of `members`, as every member
   // holds it.
-  void set_digests(Message& report, size_t members) {
+  void set_digests(Message& report, size_t members, SumDigestKind kind = SumDigestKind::kBlake2b) {
     v1::ExchangeReport& x = *report.envelope.mutable_contribution()->mutable_exchange();
     x.clear_sum_digests();
-    for (std::string& d : shard_digests(whole_sum(), members)) x.add_sum_digests(std::move(d));
+    for (std::string& d : shard_digests(whole_sum(), members, kind)) {
+      x.add_sum_digests(std::move(d));
+    }
   }
   // [summed | statistics], filled on first use.
   std::vector<float> whole_sum() {
@@ -869,6 +874,75 @@ TEST_F(ExchangeCommitTest, AForgedSumThatComesBeforeTheCommitIsRefusedAndTheNext
   receive("b", sum("b", 0));
   EXPECT_EQ(coordinator->step(), 1u);
   EXPECT_EQ(coordinator->totals().samples_completed(), 24u);
+}
+
+// A run that forces SHA-256 (data_plane.sum_digest) with members whose
+// hellos offer both hashes.
+const std::string kSha256 = [] {
+  std::string config = kConfig;
+  config.replace(config.find("timeout_seconds: 2 }"), 20,
+                 "timeout_seconds: 2 sum_digest: \"sha256\" }");
+  return config;
+}();
+
+class ExchangeSumDigestTest : public ExchangeCommitTest {
+ protected:
+  ExchangeSumDigestTest() : ExchangeCommitTest(kSha256.c_str(), {"a", "b"}) {}
+};
+
+TEST_F(ExchangeSumDigestTest, AForcedHashIsPlannedCheckedOnTheForwardedSumAndRecorded) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  for (const std::string& name : order) {
+    EXPECT_EQ(first[name].envelope.plan().exchange().sum_digest(), v1::SUM_DIGEST_SHA256) << name;
+  }
+  receive("a", report("a", first["a"], true));  // its digests by the plan's hash
+  receive("b", report("b", first["b"], false));
+  const v1::Update commit = only("b", v1::Envelope::kUpdate).envelope.update();
+  take("a");
+  receive("a", sum("a", 0));
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commit));
+  EXPECT_EQ(coordinator->totals().sum_digest(), "sha256");
+  EXPECT_NE(log.text.str().find("sum checks: the members digest each round's sum with sha256 "
+                                "from step 0 (as the config says"),
+            std::string::npos)
+      << log.text.str();
+}
+
+TEST_F(ExchangeSumDigestTest, DigestsOfTheOtherHashAreADisagreementNotACommit) {
+  // A member that digests with BLAKE2b where the plan says SHA-256 holds, to
+  // the coordinator, another sum than the member that follows the plan.
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  receive("a", report("a", first["a"], true));
+  Message b = report("b", first["b"], false);
+  set_digests(b, 2, SumDigestKind::kBlake2b);
+  receive("b", std::move(b));
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("step 0: the members do not hold the same sum: the digest of the shard of "
+                      "worker 'a' (rank 0) differs on ranks 1; it is not committed"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("the step is dropped"), std::string::npos) << text;
+  EXPECT_EQ(coordinator->totals().samples_completed(), 0u) << "its samples are requeued";
+}
+
+TEST_F(ExchangeSumDigestTest, AWorkerThatDoesNotOfferTheForcedHashIsRefusedWithBothSides) {
+  start();
+  Message hello = workers.at("a").hello();
+  v1::Hello& h = *hello.envelope.mutable_hello();
+  h.set_exchange_endpoint("tcp://127.0.0.1:9");
+  h.set_exchange_token(std::string(16, 't'));
+  h.clear_sum_digests();
+  h.add_sum_digests(v1::SUM_DIGEST_BLAKE2B);
+  coordinator->handle(as_received("a", std::move(hello)), now);
+  const Message refusal = only("a", v1::Envelope::kRefusal);
+  EXPECT_NE(refusal.envelope.refusal().reason().find(
+                "its exchange peer offers the sum digests [blake2b], and this run requires sha256 "
+                "(data_plane.sum_digest)"),
+            std::string::npos)
+      << refusal.envelope.refusal().reason();
 }
 
 TEST_F(ExchangeCommitTest, AReportOkWithoutADigestPerShardIsRefused) {

@@ -90,7 +90,8 @@ void expect_sum(const std::vector<v1::ExchangeReport>& reports,
   }
   // Each member reports the digests of the sum it holds, one per shard:
   // the same on every member, and those of the sum.
-  const std::vector<std::string> expected = shard_digests(buffers[0], reports.size());
+  const std::vector<std::string> expected =
+      shard_digests(buffers[0], reports.size(), SumDigestKind::kBlake2b);
   for (const v1::ExchangeReport& r : reports) {
     EXPECT_EQ(std::vector<std::string>(r.sum_digests().begin(), r.sum_digests().end()), expected);
   }

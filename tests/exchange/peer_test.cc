@@ -164,7 +164,8 @@ void expect_rank_order_sum(const RoundRun& run, const std::vector<uint32_t>& mem
         << "rank " << members[i] << " differs from the rank-order sum";
     // The digests the peer took as the pieces landed (in whatever order)
     // are those of the sum it holds.
-    EXPECT_EQ(o.shard_digests, shard_digests(run.results[i], members.size()))
+    EXPECT_EQ(o.shard_digests,
+              shard_digests(run.results[i], members.size(), SumDigestKind::kBlake2b))
         << "rank " << members[i];
   }
 }

@@ -49,8 +49,9 @@ class Mesh {
     }
     for (size_t i = 0; i < n; ++i) {
       sinks_.push_back(std::make_unique<Sink>(*this));
-      const RoundInputs in{ExchangeRound{7, 0, 1}, ranks_,     ranks_[i],    contributions[i],
-                           10 + ranks_[i],         results[i], piece_floats, true};
+      const RoundInputs in{
+          ExchangeRound{7, 0, 1}, ranks_,     ranks_[i],    contributions[i],
+          10 + ranks_[i],         results[i], piece_floats, SumDigestKind::kBlake2b};
       rounds.push_back(make_round(schedule, in, *sinks_[i], stats[i], Clock::now()));
     }
   }

@@ -18,6 +18,7 @@
 #include <set>
 
 #include "coordinator/planner.h"
+#include "exchange/sum_digest.h"
 #include "metrics/metrics_json.h"
 #include "runtime/checkpoint.h"
 #include "runtime/replica.h"
@@ -72,6 +73,13 @@ TEST(ExchangeProcesses, TauInfinityWithThreeWorkersMatchesOneProcessAndTheStarPa
   }
   EXPECT_EQ(cluster.summary().checksum_mismatches(), 0u);
   EXPECT_NE(cluster.log().find("data plane: exchange"), std::string::npos) << cluster.log();
+  // The sum digests, chosen from what the processes offer: every process
+  // runs on this CPU, so SHA-256 exactly where it has SHA instructions.
+  const std::string digest = cpu_has_sha_instructions() ? "sha256" : "blake2b";
+  EXPECT_EQ(cluster.summary().sum_digest(), digest);
+  for (const v1::StepRecord& r : step_records) EXPECT_EQ(r.sum_digest(), digest);
+  EXPECT_NE(cluster.log().find("digest each round's sum with " + digest), std::string::npos)
+      << cluster.log();
 
   // One process on the same global batches, as the star test does.
   v1::RunConfig config = parse_run_config(text, "x-equivalence");

@@ -296,6 +296,8 @@ int main(int argc, char** argv) {
                         name.c_str(), static_cast<unsigned long long>(e.step()), shard,
                         static_cast<double>(value));
           }
+          // The digest the plan names, as an honest member takes it.
+          exchange->set_sum_digest(dctrain::from_wire(x.sum_digest()));
           const dctrain::ExchangeOutcome out =
               exchange->exchange({e.step(), x.attempt(), x.run()}, members, buffer, samples, buffer,
                                  Clock::now() + std::chrono::seconds(30));

@@ -39,7 +39,8 @@ inline Message round_report(const std::string& name, const Message& plan, bool s
   report.set_ok(true);
   report.set_attempt(x.attempt());
   report.set_sends_sum(sends_sum);
-  for (std::string& d : shard_digests(sum, static_cast<size_t>(x.member_ranks_size()))) {
+  for (std::string& d :
+       shard_digests(sum, static_cast<size_t>(x.member_ranks_size()), from_wire(x.sum_digest()))) {
     report.add_sum_digests(std::move(d));
   }
   return m;
