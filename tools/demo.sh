@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The main job: set up (install + build the programs), then a short sweep on generated
-# data (experiments/demo.sweep: the MLP, 4 local workers, a persistent 2x
-# straggler, the DropCompute paper's delays and a worker at half the CPU
-# quota of the others (real slowness: needs root); plain synchronous SGD
-# against DropCompute's automatic threshold and speed-aware shares, four
-# seeds, to 90% accuracy), then its report (time to target first, with 95%
-# intervals and p-values, gnuplot plots), printing the tables. About 3.5
-# minutes on a 2-core machine after the build.
+# data (experiments/demo.sweep: the MLP, 4 local workers, a persistent 3x
+# straggler and a worker at a quarter of the CPU quota of the others (real
+# slowness: needs root); plain synchronous SGD against DropCompute's
+# automatic threshold and speed-aware shares, six seeds, to 90% accuracy),
+# then its report (time to target first, with 95% intervals and p-values,
+# gnuplot plots), printing the tables. About 3.5 minutes on a 2-core
+# machine after the build.
 #   tools/demo.sh            into runs/demo
 #   tools/demo.sh DIR        into DIR (a fresh folder runs the sweep anew)
 # Finished cases are kept: a second run into the same folder only reprints

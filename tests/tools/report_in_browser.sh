@@ -24,7 +24,7 @@ fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/dctrain-browser-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-# The demo sweep's first seed (9 of its 36 runs; its CPU-quota case needs
+# The demo sweep's first seed (6 of its 36 runs; its CPU-quota case needs
 # root, as CI has): every table and plot of
 # the report, in under a minute.
 echo "report_in_browser: running the demo sweep's first seed (under a minute)"
