@@ -8,6 +8,8 @@
 #include "comm/envelope.h"
 #include "comm/framing.h"
 #include "comm/validation.h"
+#include "common/source_version.h"
+#include "common/version.h"
 #include "coordinator/coordinator_impl.h"
 #include "runtime/checkpoint.h"
 #include "runtime/setup.h"
@@ -188,6 +190,13 @@ void CoordinatorImpl::on_hello(const Received& from, const Message& message, dou
       membership_.live_count(), config_.workers());
   if (hello.has_blas() && !hello.blas().warning().empty()) {
     log_->warn("worker '{}': BLAS: {}", from.peer, hello.blas().warning());
+  }
+  if (hello.software_version() != source_version()) {
+    log_->warn(
+        "worker '{}' runs dctrain {}, this coordinator {}: the builds differ (both speak "
+        "protocol {}), so its compute may not be this build's; rebuild it from the same commit "
+        "to rule that out",
+        from.peer, hello.software_version(), source_version(), kProtocolVersion);
   }
   membership_.at(*rank).key = from.key;
   worker_summary_.joined(from.peer, *rank, hello);

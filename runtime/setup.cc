@@ -1,9 +1,12 @@
 #include "runtime/setup.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "runtime/run_config.h"
 
@@ -80,6 +83,29 @@ ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int 
     spec.image_width = shape.width;
   }
   return spec;
+}
+
+std::optional<std::string> fit_model_to_data(v1::RunConfig& config, const SampleShape& shape) {
+  if (shape.kind == BatchKind::kTokens) return std::nullopt;
+  v1::ModelConfig& m = *config.mutable_model();
+  std::vector<std::string> changed;
+  const bool said_input = m.image_channels() != 0 || m.image_height() != 0 || m.image_width() != 0;
+  if (said_input && (m.image_channels() != shape.channels || m.image_height() != shape.height ||
+                     m.image_width() != shape.width)) {
+    changed.push_back(fmt::format("input {}x{}x{} (the config said {}x{}x{})", shape.channels,
+                                  shape.height, shape.width, m.image_channels(), m.image_height(),
+                                  m.image_width()));
+  }
+  if (shape.classes != 0 && m.num_classes() != 0 && m.num_classes() != shape.classes) {
+    changed.push_back(
+        fmt::format("{} classes (the config said {})", shape.classes, m.num_classes()));
+  }
+  m.set_image_channels(shape.channels);
+  m.set_image_height(shape.height);
+  m.set_image_width(shape.width);
+  if (shape.classes != 0) m.set_num_classes(shape.classes);
+  if (changed.empty()) return std::nullopt;
+  return fmt::format("{}", fmt::join(changed, ", "));
 }
 
 OptimizerSpec optimizer_spec(const v1::OptimizerConfig& o) {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "data/dataset.h"
 #include "data/dataset_factory.h"
@@ -36,6 +38,13 @@ uint64_t test_samples(const v1::RunConfig& config, const Dataset& test);
 
 // The model spec: shape from the dataset, seed from the run, threads local.
 ModelSpec model_spec(const v1::RunConfig& config, const SampleShape& shape, int threads);
+
+// A classifier takes its data's images and classes (model_spec): this sets
+// them in the config's model (so config.cfg, the checkpoint and the export
+// say what the model takes) and returns what differs from what the config
+// said, e.g. "input 1x28x28 (the config said 3x32x32)"; nothing when the
+// config said nothing else (or left them unset) or the data are tokens.
+std::optional<std::string> fit_model_to_data(v1::RunConfig& config, const SampleShape& shape);
 
 OptimizerSpec optimizer_spec(const v1::OptimizerConfig& optimizer);
 // The optimizer every replica applies the run's updates with, whose state

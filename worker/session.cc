@@ -10,6 +10,7 @@
 #include "comm/framing.h"
 #include "comm/validation.h"
 #include "common/cli.h"
+#include "common/source_version.h"
 #include "common/version.h"
 #include "common/wall_clock.h"
 #include "exchange/sum_digest.h"
@@ -47,7 +48,7 @@ Message WorkerSession::hello() const {
   m.envelope = make_envelope(0, options_.name);
   v1::Hello& h = *m.envelope.mutable_hello();
   h.set_worker_name(options_.name);
-  h.set_software_version(kVersion);
+  h.set_software_version(source_version());
   h.set_threads(static_cast<uint32_t>(options_.threads));
   h.set_has_data_dir(!options_.data_dir.empty());
   *h.mutable_blas() = blas_;

@@ -354,6 +354,12 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     log->info("data: {} ({} used), held out: {} ({} evaluated), loaded in {:.1f} s",
               train->describe(), train_size, test->describe(), test_samples(config, *test),
               std::chrono::duration<double>(Clock::now() - load_begin).count());
+    if (const auto fitted = fit_model_to_data(config, train->shape())) {
+      log->warn(
+          "model {} is built for its data: {}; config.cfg, the checkpoints and the export record "
+          "the shape it takes",
+          word(config.model().name()), *fitted);
+    }
     write_file_atomically(run_dir / run_files::kConfig, to_text(config));
     log_run_config(*log, config, run_dir);
 

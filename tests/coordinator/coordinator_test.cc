@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "common/source_version.h"
 #include "common/version.h"
 #include "coordinator/evaluation_thread.h"
 #include "coordinator/evaluator.h"
@@ -373,6 +374,21 @@ TEST_F(CoordinatorTest, GarbageTruncatedAndWrongVersionMessagesAreLoggedAndDropp
 // correct count were never checked (the step's loss, accuracy and gradient
 // divisor are divided by the summed terms), and a late contribution's times
 // went into the per-worker summary unchecked.
+TEST_F(CoordinatorTest, AWorkerOfAnotherBuildJoinsAndTheLogSaysTheBuildsDiffer) {
+  start();
+  hello("a");
+  EXPECT_FALSE(log.contains("the builds differ")) << "a worker of this build";
+  Message other = workers.at("b").hello();
+  other.envelope.mutable_hello()->set_software_version("0.0.9+0123456789ab");
+  coordinator->handle(as_received("b", std::move(other)), now);
+  EXPECT_TRUE(log.contains(fmt::format(
+      "worker 'b' runs dctrain 0.0.9+0123456789ab, this coordinator {}: the builds differ (both "
+      "speak protocol {})",
+      source_version(), kProtocolVersion)))
+      << log.text.str();
+  EXPECT_TRUE(log.contains("worker 'b' joined as rank 1")) << "it joins all the same";
+}
+
 TEST_F(CoordinatorTest, ImpossibleLossTermsAreRejectedAndBadTimesStayOutOfTheSummary) {
   start();
   join_all();

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "runtime/setup.h"
 #include "runtime/text_format.h"
 
 namespace dctrain {
@@ -348,6 +349,45 @@ TEST(RunConfig, DataPlaneIsAWordWithExchangeAsDefaultAndAPositiveTimeout) {
   } catch (const std::runtime_error& e) {
     EXPECT_TRUE(mentions(e.what(), "exchange")) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace dctrain
+
+namespace dctrain {
+namespace {
+
+TEST(ModelFit, AClassifierTakesItsDatasShapeAndSaysWhatDiffersFromTheConfig) {
+  v1::RunConfig config = parse_run_config(
+      "model { name: \"resnet20\" image_channels: 3 image_height: 32 image_width: 32 "
+      "num_classes: 10 }",
+      "fit");
+  SampleShape mnist;
+  mnist.channels = 1;
+  mnist.height = 28;
+  mnist.width = 28;
+  mnist.classes = 10;
+  EXPECT_EQ(fit_model_to_data(config, mnist), "input 1x28x28 (the config said 3x32x32)");
+  EXPECT_EQ(config.model().image_channels(), 1);  // what config.cfg and the export record
+  EXPECT_EQ(config.model().image_height(), 28);
+  EXPECT_EQ(config.model().image_width(), 28);
+  EXPECT_EQ(fit_model_to_data(config, mnist), std::nullopt) << "it fits now";
+
+  SampleShape hundred = mnist;
+  hundred.classes = 100;
+  EXPECT_EQ(fit_model_to_data(config, hundred), "100 classes (the config said 10)");
+  EXPECT_EQ(config.model().num_classes(), 100);
+
+  v1::RunConfig unset = parse_run_config("model { name: \"mnist-cnn\" }", "fit");
+  EXPECT_EQ(fit_model_to_data(unset, mnist), std::nullopt) << "nothing said, nothing differs";
+  EXPECT_EQ(unset.model().image_channels(), 1);
+
+  SampleShape tokens;
+  tokens.kind = BatchKind::kTokens;
+  tokens.seq_len = 128;
+  tokens.vocab_size = 30522;
+  EXPECT_EQ(fit_model_to_data(unset, tokens), std::nullopt);
+  EXPECT_EQ(unset.model().image_channels(), 1) << "tokens leave the image fields alone";
 }
 
 }  // namespace

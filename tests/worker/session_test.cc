@@ -14,6 +14,7 @@
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
+#include "common/source_version.h"
 #include "common/version.h"
 #include "tests/testing/fake_cluster.h"
 #include "worker/compute_thread.h"
@@ -179,7 +180,7 @@ TEST_F(SessionTest, SaysHelloOnEveryConnectionUntilWelcomedAndAnswersTheWelcomeW
   const v1::Hello& hello = sent[0].envelope.hello();
   EXPECT_EQ(hello.worker_name(), "w");
   EXPECT_EQ(sent[0].envelope.sender(), "w");
-  EXPECT_EQ(hello.software_version(), kVersion);
+  EXPECT_EQ(hello.software_version(), source_version());  // the build, not only the release
   EXPECT_EQ(hello.threads(), 1u);
   EXPECT_FALSE(hello.has_data_dir());
   EXPECT_EQ(hello.blas().core(), "Haswell");
