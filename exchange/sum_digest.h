@@ -14,7 +14,7 @@
 //
 // Two hashes, the same argument for both (collision resistance; docs/
 // security.md): SHA-256 (OpenSSL, which runs it on the CPU's SHA
-// instructions where there are some: 1.6 GB/s a core here, against 0.6 for
+// instructions where there are some: 1.2 GB/s a core here, against 0.6 for
 // BLAKE2b) and BLAKE2b (libsodium; faster than SHA-256 without them). The
 // coordinator picks one per round from what its members offer
 // (sum_digests_offered), and every member of the round takes that one.
