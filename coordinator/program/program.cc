@@ -238,6 +238,28 @@ void load_reference_state(const v1::RunConfig& config, const fs::path& checkpoin
 }
 
 // The run config's one line on the console (the whole is config.cfg).
+// The run's training and held-out sets, and what they settle in the config:
+// the step budget of an epoch count, the model's input shape (a shape other
+// than the config said is logged).
+std::pair<std::unique_ptr<Dataset>, std::unique_ptr<Dataset>> open_data(
+    v1::RunConfig& config, const fs::path& data_dir, spdlog::logger& log) {
+  const auto begin = Clock::now();
+  std::unique_ptr<Dataset> train = open_dataset(config, Split::kTrain, data_dir);
+  std::unique_ptr<Dataset> test = open_dataset(config, Split::kEval, data_dir);
+  const uint64_t train_size = train_samples(config, *train);
+  resolve_step_budget(config, train_size);
+  log.info("data: {} ({} used), held out: {} ({} evaluated), loaded in {:.1f} s",
+           train->describe(), train_size, test->describe(), test_samples(config, *test),
+           std::chrono::duration<double>(Clock::now() - begin).count());
+  if (const auto fitted = fit_model_to_data(config, train->shape())) {
+    log.warn(
+        "model {} is built for its data: {}; config.cfg, the checkpoints and the export record "
+        "the shape it takes",
+        word(config.model().name()), *fitted);
+  }
+  return {std::move(train), std::move(test)};
+}
+
 void log_run_config(spdlog::logger& log, const v1::RunConfig& config, const fs::path& run_dir) {
   log.info(
       "run config in {}: model {}, {} workers, global batch {} in micro-batches of {}, tau {}{}, "
@@ -345,21 +367,8 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
           "the run trains on '{}' data: pass --data-dir with the data root the workers use too",
           word(config.dataset().kind())));
     }
-    const auto load_begin = Clock::now();
-    const std::unique_ptr<Dataset> train =
-        open_dataset(config, Split::kTrain, options.run.data_dir);
-    const std::unique_ptr<Dataset> test = open_dataset(config, Split::kEval, options.run.data_dir);
+    const auto [train, test] = open_data(config, options.run.data_dir, *log);
     const uint64_t train_size = train_samples(config, *train);
-    resolve_step_budget(config, train_size);
-    log->info("data: {} ({} used), held out: {} ({} evaluated), loaded in {:.1f} s",
-              train->describe(), train_size, test->describe(), test_samples(config, *test),
-              std::chrono::duration<double>(Clock::now() - load_begin).count());
-    if (const auto fitted = fit_model_to_data(config, train->shape())) {
-      log->warn(
-          "model {} is built for its data: {}; config.cfg, the checkpoints and the export record "
-          "the shape it takes",
-          word(config.model().name()), *fitted);
-    }
     write_file_atomically(run_dir / run_files::kConfig, to_text(config));
     log_run_config(*log, config, run_dir);
 
