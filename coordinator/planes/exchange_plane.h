@@ -210,10 +210,9 @@ class ExchangePlane final : public DataPlane {
     std::vector<SumDigestKind> digests;  // offered, the fastest first
   };
   std::map<uint32_t, PeerAddress> addresses_;  // by rank
-  // The hash of the current step's sum digests (choose_sum_digest), and of
-  // the step before (a change is logged).
+  // The hash of the current step's sum digests (choose_sum_digest); the
+  // run's totals keep the previous one's name, so a change is logged.
   SumDigestKind sum_digest_ = SumDigestKind::kBlake2b;
-  std::optional<SumDigestKind> last_sum_digest_;
   std::optional<Message> exchange_sum_;  // the round's sum (an ExchangeSum), once it arrived
   std::optional<CommittedAhead> committed_ahead_;
   // Members of the current round whose forwarded sum was refused (its

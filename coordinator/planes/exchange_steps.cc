@@ -178,19 +178,19 @@ void ExchangePlane::choose_step_digest(const std::vector<uint32_t>& ranks) {
     const auto it = addresses_.find(r);
     if (it != addresses_.end()) offers.push_back(it->second.digests);
   }
-  sum_digest_ = choose_sum_digest(forced_sum_digest(rooms_.config.data_plane()), offers);
-  if (!rooms_.config.data_plane().check_sums() || last_sum_digest_ == sum_digest_) return;
+  const std::optional<SumDigestKind> forced = forced_sum_digest(rooms_.config.data_plane());
+  sum_digest_ = choose_sum_digest(forced, offers);
+  const std::string name(digest_name(sum_digest_));
+  if (!rooms_.config.data_plane().check_sums() || rooms_.totals.sum_digest() == name) return;
   rooms_.log->info(
       "sum checks: the members digest each round's sum with {} from step {} ({}; "
       "data_plane.sum_digest)",
-      digest_name(sum_digest_), host_.step(),
-      forced_sum_digest(rooms_.config.data_plane())
-          ? "as the config says"
+      name, host_.step(),
+      forced ? "as the config says"
           : (sum_digest_ == SumDigestKind::kSha256
                  ? "this process and every member have SHA instructions"
                  : "a member or this process has no SHA instructions"));
-  last_sum_digest_ = sum_digest_;
-  rooms_.totals.set_sum_digest(std::string(digest_name(sum_digest_)));
+  rooms_.totals.set_sum_digest(name);
 }
 
 bool ExchangePlane::halving_round(size_t members) const {
