@@ -9,7 +9,7 @@
 //   build/release/bench/bench_exchange_allreduce --world 4 --bytes 18350080
 //       [--algorithm direct|halving|star|ring] [--iters 30] [--warmup 5]
 //       [--piece-kib 1024] [--copy] [--io-threads 2] [--untuned] [--profile] [--digest
-//       sha256|blake2b]
+//       gmac|sha256|blake2b]
 //       [--curve]
 //
 // The parent forks W ranks (before any ZeroMQ context exists), passes each
@@ -20,11 +20,13 @@
 // contributions are small multiples of 1/4, so every order gives the same
 // exact value) and the run fails if one differs. With --digest KIND, each
 // peer digests the sum as its pieces land with that hash, as a worker's does
-// for its report (ExchangeOptions::sum_digest, on in the programs): run with and without
-// to see what that costs. With --curve (direct), every link is CURVE as a
-// run's is off loopback: each rank has its own key pair (made by the parent
-// before the fork), admits exactly the others' keys and encrypts every
-// piece; run with and without to see what CURVE costs, and vary
+// for its report (ExchangeOptions::sum_digest, on in the programs); with
+// --digest gmac, each peer takes the keyed tags of the sum after the round,
+// as a worker does when the coordinator's key comes (the key's round trip
+// is not in it): run with and without to see what that costs. With --curve (direct), every link is
+// CURVE as a run's is off loopback: each rank has its own key pair (made by the parent before the
+// fork), admits exactly the others' keys and encrypts every piece; run with and without to see what
+// CURVE costs, and vary
 // --io-threads to see how far ZeroMQ's I/O threads spread it.
 #include <fmt/format.h>
 #include <sys/wait.h>
@@ -32,6 +34,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -96,7 +99,8 @@ class Allreduce {
 class Direct : public Allreduce {
  public:
   Direct(int rank, int world, const Args& args)
-      : peer_(static_cast<uint32_t>(rank), args.bind, options(rank, args)) {
+      : peer_(static_cast<uint32_t>(rank), args.bind, options(rank, args)),
+        tagged_(args.digest == "gmac") {
     for (int r = 0; r < world; ++r) members_.push_back(static_cast<uint32_t>(r));
   }
   static dctrain::ExchangeOptions options(int rank, const Args& args) {
@@ -104,7 +108,8 @@ class Direct : public Allreduce {
     o.piece_bytes = args.piece_kib * 1024;
     o.copy_sends = args.copy;
     o.io_threads = args.io_threads;
-    o.sum_digest = dctrain::digest_from_name(args.digest);
+    const auto digest = dctrain::digest_from_name(args.digest);
+    o.sum_digest = digest && !dctrain::keyed(*digest) ? digest : std::nullopt;
     o.halving_from = args.algorithm == "halving" ? 1 : 0;
     if (args.curve) {
       o.security.curve = true;
@@ -122,6 +127,13 @@ class Direct : public Allreduce {
            std::string& error) override {
     const auto o = peer_.exchange({iteration, 0}, members_, in, 1, out, Clock::now() + kDeadline);
     error = o.error;
+    if (o.ok && tagged_) {
+      // A keyed check's tags, taken after the round as a worker takes them
+      // when the coordinator's key comes (without the key's round trip).
+      std::array<uint64_t, 4> key{iteration, iteration * 3 + 1, ~iteration, 7};
+      const auto tags = dctrain::shard_tags(out, members_.size(), std::as_bytes(std::span(key)));
+      if (tags.size() != members_.size()) error = "no tags";
+    }
     summing_ += o.stats.summing;
     reduced_ += o.stats.reduced_after;
     gathered_ += o.stats.gathered_after;
@@ -140,6 +152,7 @@ class Direct : public Allreduce {
 
  private:
   ExchangePeer peer_;
+  bool tagged_;  // --digest gmac
   std::vector<uint32_t> members_;
   std::chrono::nanoseconds summing_{0}, reduced_{0}, gathered_{0}, elapsed_{0};
 };
@@ -447,8 +460,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--copy", args.copy, "copy pieces into messages instead of zero-copy sends");
   app.add_option("--digest", args.digest,
-                 "digest the sum as its pieces land with this hash, as a worker's peer does")
-      ->check(CLI::IsMember({"sha256", "blake2b"}));
+                 "check the sum as a worker's peer does: a hash as its pieces land, or "
+                 "gmac's keyed tags after the round")
+      ->check(CLI::IsMember({"gmac", "sha256", "blake2b"}));
   app.add_flag("--curve", args.curve, "direct: CURVE on every link, a key pair per rank");
   app.add_option("--io-threads", args.io_threads, "ZeroMQ I/O threads per rank")
       ->check(CLI::Range(1, 16))

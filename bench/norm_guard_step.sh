@@ -5,7 +5,7 @@
 # (`guard { norm_multiple: 0 }`) and once with the defaults, where it is on
 # (each round: once the members
 # agree on the sum, a sketch of every member's part, asked for and checked
-# before the commit; coordinator/planes/sketch_check.h), the two taken in turn in
+# before the commit; coordinator/planes/round_check.h), the two taken in turn in
 # each round so that a busy machine weighs on both alike (bench/step_pairs.sh). A run's figure is
 # the median over its steps (the first two left out: warm-up) of the step's
 # full cycle, the wall time from one step's end to the next; printed per

@@ -2,10 +2,10 @@
 # What the exchange's sum checks cost on a training step: bert-tiny (MLM,
 # 17.5 MB of gradient), 2 workers on this host through dctrain-launch on the
 # default data plane, tau = inf, each run with the sum digests off
-# (`data_plane { check_sums: false }`), with BLAKE2b and with SHA-256
-# (`data_plane { sum_digest: ... }`; the default picks SHA-256 where every
-# CPU has SHA instructions), the three taken in a rotating order in each
-# round so that a busy machine weighs on all alike. A run's figures, medians
+# (`data_plane { check_sums: false }`), with BLAKE2b, with SHA-256 and with
+# GMAC's keyed tags (`data_plane { sum_digest: ... }`; the default picks GMAC
+# where every CPU has a carry-less multiply), the four taken in a rotating
+# order in each round so that a busy machine weighs on all alike. A run's figures, medians
 # over its steps (the first two left out: warm-up): the step's full cycle
 # (the wall time from one step's end to the next) and the time outside
 # compute (the cycle less the slower worker's compute). Prints each run,
@@ -23,7 +23,7 @@ rounds="${3:-3}"
 source "$here/step_pairs.sh"
 pairs_setup sum_check_step
 
-modes=(off blake2b sha256)
+modes=(off blake2b sha256 gmac)
 for mode in "${modes[@]}"; do
   {
     cat "$here/../experiments/bert-tiny.cfg"
@@ -50,10 +50,11 @@ PY
 }
 
 echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores shared by the coordinator and 2 workers"
-echo "sha instructions: $(grep -qw sha_ni /proc/cpuinfo && echo yes || echo no); steps per run: $steps, rounds: $rounds"
+echo "sha instructions: $(grep -qw sha_ni /proc/cpuinfo && echo yes || echo no); carry-less multiply: $(grep -qw pclmulqdq /proc/cpuinfo && echo yes || echo no); steps per run: $steps, rounds: $rounds"
 declare -A cycle_of outside_of
 for ((r = 1; r <= rounds; r++)); do
-  order=("${modes[@]:$(((r - 1) % 3))}" "${modes[@]:0:$(((r - 1) % 3))}")
+  k=$(((r - 1) % ${#modes[@]}))
+  order=("${modes[@]:$k}" "${modes[@]:0:$k}")
   line="round $r:"
   for mode in "${order[@]}"; do
     out="$work/$r-$mode"

@@ -160,10 +160,10 @@ std::string_view body_name(const v1::Envelope& envelope) {
       return "sum request";
     case v1::Envelope::kExchangeCancel:
       return "exchange cancel";
-    case v1::Envelope::kSketchRequest:
-      return "sketch request";
-    case v1::Envelope::kContributionSketch:
-      return "contribution sketch";
+    case v1::Envelope::kRoundCheckRequest:
+      return "round check request";
+    case v1::Envelope::kRoundCheckAnswer:
+      return "round check answer";
     case v1::Envelope::BODY_NOT_SET:
       break;
   }

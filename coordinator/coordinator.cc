@@ -54,7 +54,7 @@ CoordinatorImpl::CoordinatorImpl(CoordinatorSetup setup, Replica& replica, Evalu
   PlaneHost& host = *this;  // all the plane sees of this class
   if (config_.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
     plane_ = std::make_unique<ExchangePlane>(host, plane_rooms(), setup_.wall_clock(),
-                                             setup_.draw_sketch_seed);
+                                             setup_.draw_round_check);
   } else {
     plane_ = std::make_unique<StarPlane>(host, plane_rooms());
   }

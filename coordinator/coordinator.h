@@ -60,10 +60,11 @@ struct CoordinatorSetup {
   // Live metrics: called on the step loop's thread with a fresh snapshot
   // after every step and evaluation (coordinator/program/metrics_server.h).
   std::function<void(std::shared_ptr<const LiveSnapshot>)> publish_metrics{};
-  // The seeds of the exchange's norm guard (coordinator/planes/sketch_check.h): no
-  // member may know one before it is drawn. Unset: std::random_device. A
-  // fixed one only where a recorded run must replay (the fuzz harness).
-  std::function<uint64_t()> draw_sketch_seed{};
+  // What the exchange's round checks draw (coordinator/planes/round_check.h:
+  // the sketches' seeds, the sum checks' keys, 64 bits a call): no member
+  // may know one before it is drawn. Unset: std::random_device. A fixed one
+  // only where a recorded run must replay (the fuzz harness).
+  std::function<uint64_t()> draw_round_check{};
   // Unix microseconds (heartbeats' stamps, the exchange's run id). Unset:
   // the system's.
   WallClock wall_clock{};

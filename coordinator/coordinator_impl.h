@@ -96,7 +96,7 @@ class CoordinatorImpl : private PlaneHost {
   std::optional<std::string> contribution_problem(const Planned& p, const Message& message) const;
   void on_bye(const std::string& peer, const Message& message, double now);
   void on_ready(const std::string& peer, double now);
-  // The data plane's own messages (ExchangeSum, ContributionSketch), from a
+  // The data plane's own messages (ExchangeSum, RoundCheckAnswer), from a
   // live member.
   void on_plane_message(const std::string& peer, Message message, double now);
 

@@ -97,7 +97,7 @@ void CoordinatorImpl::dispatch(Received received, double now) {
       on_ready(peer, now);
       return;
     case v1::Envelope::kExchangeSum:
-    case v1::Envelope::kContributionSketch:
+    case v1::Envelope::kRoundCheckAnswer:
       on_plane_message(peer, std::move(message), now);
       return;
     case v1::Envelope::kError:
@@ -373,14 +373,14 @@ void CoordinatorImpl::on_plane_message(const std::string& peer, Message message,
   const bool sum = message.envelope.has_exchange_sum();
   if (member == nullptr) {
     ask_to_rejoin(peer, fmt::format("{} from a worker that is not in the run",
-                                    sum ? "exchange sum" : "contribution sketch"));
+                                    sum ? "exchange sum" : "round check answer"));
     return;
   }
   member->last_heard = now;
   if (sum) {
     plane_->on_sum(member->rank, std::move(message), now);
   } else {
-    plane_->on_sketch(member->rank, message, now);
+    plane_->on_round_check(member->rank, message, now);
   }
 }
 

@@ -1,10 +1,13 @@
 #include "exchange/sum_digest.h"
 
 #include <fmt/format.h>
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
+#include <openssl/params.h>
 #include <sodium.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <variant>
 
@@ -18,29 +21,70 @@
 namespace dctrain {
 namespace {
 
-// One running hash of either kind, fed in order.
+// OpenSSL's GMAC, fetched once.
+EVP_MAC* gmac_algorithm() {
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "GMAC", nullptr);
+  if (mac == nullptr) throw std::runtime_error("sum check: OpenSSL has no GMAC");
+  return mac;
+}
+
+// One running hash or tag of a shard, fed its bytes in order.
 class StreamHash {
  public:
+  // A hash (not keyed).
   explicit StreamHash(SumDigestKind kind) {
     if (kind == SumDigestKind::kBlake2b) {
       crypto_generichash_init(&state_.emplace<crypto_generichash_state>(), nullptr, 0,
                               kSumDigestBytes);
       return;
     }
+    if (keyed(kind)) throw std::logic_error("StreamHash: a keyed check needs its key");
     EvpContext& c = state_.emplace<EvpContext>(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
     if (!c || EVP_DigestInit_ex(c.get(), EVP_sha256(), nullptr) != 1) {
       throw std::runtime_error("sum digest: OpenSSL could not start a SHA-256");
+    }
+  }
+  // GMAC under `key`, shard `shard`'s: the shard's index is the nonce.
+  StreamHash(std::span<const std::byte> key, size_t shard) {
+    if (key.size() != kSumKeyBytes) {
+      throw std::invalid_argument(
+          fmt::format("sum check: a key of {} bytes, not {}", key.size(), kSumKeyBytes));
+    }
+    MacContext& c =
+        state_.emplace<MacContext>(EVP_MAC_CTX_new(gmac_algorithm()), &EVP_MAC_CTX_free);
+    unsigned char iv[12] = {};
+    const uint64_t nonce = shard;
+    std::memcpy(iv, &nonce, sizeof nonce);
+    char cipher[] = "AES-256-GCM";
+    const OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_CIPHER, cipher, 0),
+        OSSL_PARAM_construct_octet_string(OSSL_MAC_PARAM_IV, iv, sizeof iv), OSSL_PARAM_END};
+    if (!c || EVP_MAC_init(c.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(),
+                           params) != 1) {
+      throw std::runtime_error("sum check: OpenSSL could not start a GMAC");
     }
   }
   void update(std::span<const std::byte> bytes) {
     const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
     if (auto* b = std::get_if<crypto_generichash_state>(&state_)) {
       crypto_generichash_update(b, data, bytes.size());
+    } else if (auto* m = std::get_if<MacContext>(&state_)) {
+      EVP_MAC_update(m->get(), data, bytes.size());
     } else {
       EVP_DigestUpdate(std::get<EvpContext>(state_).get(), data, bytes.size());
     }
   }
   std::string final() {
+    if (auto* m = std::get_if<MacContext>(&state_)) {
+      std::string out(kSumTagBytes, '\0');
+      size_t n = 0;
+      if (EVP_MAC_final(m->get(), reinterpret_cast<unsigned char*>(out.data()), &n, out.size()) !=
+              1 ||
+          n != kSumTagBytes) {
+        throw std::runtime_error("sum check: OpenSSL could not finish a GMAC");
+      }
+      return out;
+    }
     std::string out(kSumDigestBytes, '\0');
     auto* to = reinterpret_cast<unsigned char*>(out.data());
     if (auto* b = std::get_if<crypto_generichash_state>(&state_)) {
@@ -54,16 +98,61 @@ class StreamHash {
 
  private:
   using EvpContext = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
-  std::variant<crypto_generichash_state, EvpContext> state_;
+  using MacContext = std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)>;
+  std::variant<crypto_generichash_state, EvpContext, MacContext> state_;
 };
+
+// Each shard's bytes of `pieces` (a buffer of floats in pieces) under a
+// round of `members`, fed in order to the hash `start(shard)` makes.
+template <class Start>
+std::vector<std::string> per_shard(const std::vector<std::span<const std::byte>>& pieces,
+                                   size_t members, Start start) {
+  if (members == 0) throw std::invalid_argument("sum check: a round of no members");
+  size_t bytes = 0;
+  for (const auto& p : pieces) bytes += p.size();
+  if (bytes % sizeof(float) != 0) {
+    throw std::invalid_argument(fmt::format("sum check: {} bytes are no whole floats", bytes));
+  }
+  // The shard bounds do not depend on the piece size.
+  const ExchangePlan plan(bytes / sizeof(float), members, 1);
+  std::vector<std::string> out;
+  out.reserve(members);
+  size_t piece = 0, offset = 0;  // the cursor over `pieces`
+  for (size_t s = 0; s < members; ++s) {
+    size_t left = (plan.shard_end(s) - plan.shard_begin(s)) * sizeof(float);
+    StreamHash hash = start(s);
+    while (left > 0) {
+      const std::span<const std::byte> p = pieces[piece];
+      const size_t n = std::min(left, p.size() - offset);
+      hash.update(p.subspan(offset, n));
+      left -= n;
+      offset += n;
+      if (offset == p.size()) {
+        ++piece;
+        offset = 0;
+      }
+    }
+    out.push_back(hash.final());
+  }
+  return out;
+}
 
 }  // namespace
 
 std::string_view digest_name(SumDigestKind kind) {
-  return kind == SumDigestKind::kSha256 ? "sha256" : "blake2b";
+  switch (kind) {
+    case SumDigestKind::kSha256:
+      return "sha256";
+    case SumDigestKind::kGmac:
+      return "gmac";
+    case SumDigestKind::kBlake2b:
+      break;
+  }
+  return "blake2b";
 }
 
 std::optional<SumDigestKind> digest_from_name(std::string_view name) {
+  if (name == "gmac") return SumDigestKind::kGmac;
   if (name == "sha256") return SumDigestKind::kSha256;
   if (name == "blake2b") return SumDigestKind::kBlake2b;
   return std::nullopt;
@@ -80,9 +169,25 @@ bool cpu_has_sha_instructions() {
 #endif
 }
 
+bool cpu_has_carryless_multiply() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 1)) != 0;
+#elif defined(__aarch64__)
+  return (getauxval(AT_HWCAP) & HWCAP_PMULL) != 0;
+#else
+  return false;
+#endif
+}
+
 std::vector<SumDigestKind> sum_digests_offered() {
-  if (cpu_has_sha_instructions()) return {SumDigestKind::kSha256, SumDigestKind::kBlake2b};
-  return {SumDigestKind::kBlake2b, SumDigestKind::kSha256};
+  std::vector<SumDigestKind> hashes{SumDigestKind::kBlake2b, SumDigestKind::kSha256};
+  if (cpu_has_sha_instructions()) std::swap(hashes[0], hashes[1]);
+  std::vector<SumDigestKind> out;
+  if (cpu_has_carryless_multiply()) out.push_back(SumDigestKind::kGmac);
+  out.insert(out.end(), hashes.begin(), hashes.end());
+  if (!cpu_has_carryless_multiply()) out.push_back(SumDigestKind::kGmac);
+  return out;
 }
 
 std::string digest_names(const std::vector<SumDigestKind>& kinds) {
@@ -94,18 +199,35 @@ std::string digest_names(const std::vector<SumDigestKind>& kinds) {
 SumDigestKind choose_sum_digest(std::optional<SumDigestKind> forced,
                                 const std::vector<std::vector<SumDigestKind>>& offers) {
   if (forced) return *forced;
-  const bool sha_first = std::all_of(offers.begin(), offers.end(), [](const auto& offer) {
-    return !offer.empty() && offer.front() == SumDigestKind::kSha256;
+  if (offers.empty() || offers.front().empty()) return SumDigestKind::kBlake2b;
+  const SumDigestKind first = offers.front().front();
+  const bool agreed = std::all_of(offers.begin(), offers.end(), [first](const auto& offer) {
+    return !offer.empty() && offer.front() == first;
   });
-  return sha_first ? SumDigestKind::kSha256 : SumDigestKind::kBlake2b;
+  return agreed ? first : SumDigestKind::kBlake2b;
 }
 
 v1::SumDigestKind to_wire(SumDigestKind kind) {
-  return kind == SumDigestKind::kSha256 ? v1::SUM_DIGEST_SHA256 : v1::SUM_DIGEST_BLAKE2B;
+  switch (kind) {
+    case SumDigestKind::kSha256:
+      return v1::SUM_DIGEST_SHA256;
+    case SumDigestKind::kGmac:
+      return v1::SUM_DIGEST_GMAC;
+    case SumDigestKind::kBlake2b:
+      break;
+  }
+  return v1::SUM_DIGEST_BLAKE2B;
 }
 
 SumDigestKind from_wire(v1::SumDigestKind kind) {
-  return kind == v1::SUM_DIGEST_SHA256 ? SumDigestKind::kSha256 : SumDigestKind::kBlake2b;
+  switch (kind) {
+    case v1::SUM_DIGEST_SHA256:
+      return SumDigestKind::kSha256;
+    case v1::SUM_DIGEST_GMAC:
+      return SumDigestKind::kGmac;
+    default:
+      return SumDigestKind::kBlake2b;
+  }
 }
 
 std::vector<std::string> shard_digests(std::span<const float> sum, size_t members,
@@ -115,34 +237,17 @@ std::vector<std::string> shard_digests(std::span<const float> sum, size_t member
 
 std::vector<std::string> shard_digests(const std::vector<std::span<const std::byte>>& pieces,
                                        size_t members, SumDigestKind kind) {
-  if (members == 0) throw std::invalid_argument("shard_digests: a round of no members");
-  size_t bytes = 0;
-  for (const auto& p : pieces) bytes += p.size();
-  if (bytes % sizeof(float) != 0) {
-    throw std::invalid_argument(fmt::format("shard_digests: {} bytes are no whole floats", bytes));
-  }
-  // The shard bounds do not depend on the piece size.
-  const ExchangePlan plan(bytes / sizeof(float), members, 1);
-  std::vector<std::string> out;
-  out.reserve(members);
-  size_t piece = 0, offset = 0;  // the cursor over `pieces`
-  for (size_t s = 0; s < members; ++s) {
-    size_t left = (plan.shard_end(s) - plan.shard_begin(s)) * sizeof(float);
-    StreamHash hash(kind);
-    while (left > 0) {
-      const std::span<const std::byte> p = pieces[piece];
-      const size_t n = std::min(left, p.size() - offset);
-      hash.update(p.subspan(offset, n));
-      left -= n;
-      offset += n;
-      if (offset == p.size()) {
-        ++piece;
-        offset = 0;
-      }
-    }
-    out.push_back(hash.final());
-  }
-  return out;
+  return per_shard(pieces, members, [kind](size_t) { return StreamHash(kind); });
+}
+
+std::vector<std::string> shard_tags(std::span<const float> sum, size_t members,
+                                    std::span<const std::byte> key) {
+  return shard_tags({std::as_bytes(sum)}, members, key);
+}
+
+std::vector<std::string> shard_tags(const std::vector<std::span<const std::byte>>& pieces,
+                                    size_t members, std::span<const std::byte> key) {
+  return per_shard(pieces, members, [key](size_t shard) { return StreamHash(key, shard); });
 }
 
 struct ShardDigester::Hashes {

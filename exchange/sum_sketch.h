@@ -1,6 +1,6 @@
 // What a member says about its own contribution after a round, so that the
 // coordinator can bound what each member put into the sum, the owner of a
-// shard included (coordinator/planes/sketch_check.h).
+// shard included (coordinator/planes/round_check.h).
 //
 // The digests (exchange/sum_digest.h) show that every member holds the same
 // sum; they cannot show that the sum is the sum of the members' parts. A

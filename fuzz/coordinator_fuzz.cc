@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   testing::RecordingOutbox outbox;
   double now = 0.0;
   CoordinatorSetup setup{config, fixture.train_size, fixture.run_dir, std::nullopt, std::nullopt};
-  setup.draw_sketch_seed = [] { return fuzz::kSketchSeed; };
+  setup.draw_round_check = [] { return fuzz::kSketchSeed; };
   setup.wall_clock = [] { return fuzz::kWallClockMicros; };
   Coordinator coordinator(setup, replica, nullptr, outbox, fixture.log, [&now] { return now; });
   fuzz::Reader in(data, size);

@@ -107,7 +107,7 @@ Recorded record(Corpus& corpus, v1::RunConfig config, const fs::path& run_dir,
   testing::RecordingOutbox outbox;
   double now = 0.0;
   CoordinatorSetup setup{config, train_size, run_dir, std::nullopt, std::nullopt};
-  setup.draw_sketch_seed = [] { return kSketchSeed; };  // as the fuzzed coordinator's
+  setup.draw_round_check = [] { return kSketchSeed; };  // as the fuzzed coordinator's
   setup.wall_clock = [] { return kWallClockMicros; };
   Coordinator coordinator(setup, replica, nullptr, outbox, quiet_logger(), [&now] { return now; });
   std::map<std::string, testing::FakeWorker> workers;
@@ -199,16 +199,16 @@ Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir, bool guard
             send(testing::round_sum(name, m.envelope.step(), m.envelope.plan().exchange().attempt(),
                                     sum, parameters));
           }
-        } else if (m.envelope.body_case() == v1::Envelope::kSketchRequest) {
-          const v1::SketchRequest& q = m.envelope.sketch_request();
+        } else if (m.envelope.body_case() == v1::Envelope::kRoundCheckRequest) {
+          const v1::RoundCheckRequest& q = m.envelope.round_check_request();
           const std::vector<double> sketch =
               sketch_shards(part, {parameters, part.size(), q.shards(), q.buckets(), q.seed()});
           Message a;
           a.envelope = make_envelope(m.envelope.step(), name);
-          a.envelope.mutable_contribution_sketch()->set_attempt(q.attempt());
-          a.envelope.mutable_contribution_sketch()->set_seed(q.seed());
-          a.envelope.mutable_contribution_sketch()->mutable_values()->Assign(sketch.begin(),
-                                                                             sketch.end());
+          a.envelope.mutable_round_check_answer()->set_attempt(q.attempt());
+          a.envelope.mutable_round_check_answer()->set_seed(q.seed());
+          a.envelope.mutable_round_check_answer()->mutable_values()->Assign(sketch.begin(),
+                                                                            sketch.end());
           send(a);
         }
       });

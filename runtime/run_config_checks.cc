@@ -320,14 +320,15 @@ void check_data_plane(const v1::RunConfig& c, Problems& p) {
     p.add("data_plane.rounds_per_step is 0; use 1 (never redo a failed round) or more");
   }
   if (const std::string& d = c.data_plane().sum_digest();
-      !d.empty() && d != "sha256" && d != "blake2b") {
+      !d.empty() && d != "gmac" && d != "sha256" && d != "blake2b") {
     p.add(
-        "data_plane.sum_digest is '{}'; use \"sha256\", \"blake2b\" or leave it unset (chosen "
+        "data_plane.sum_digest is '{}'; use \"gmac\", \"sha256\", \"blake2b\" or leave it unset "
+        "(chosen "
         "per round from what the members' CPUs run fastest)",
         d);
   }
   // What the exchange cannot do: its norm guard estimates the members'
-  // norms against the sum they agreed on (coordinator/planes/sketch_check.h), so it
+  // norms against the sum they agreed on (coordinator/planes/round_check.h), so it
   // needs the digests; and the members' round waits for every member.
   if (c.data_plane().kind() == v1::DATA_PLANE_EXCHANGE) {
     if (c.guard().has_norm_multiple() && c.guard().norm_multiple() != 0.0 &&

@@ -201,10 +201,12 @@ v1::ExchangeReport WorkerDataPlane::exchange(uint64_t step, uint32_t rank,
   peer_.set_halving_from(plan.schedule() == v1::EXCHANGE_HALVING ? 1 : 0);
   const std::optional<SumDigestKind> digest =
       check_sums_ ? std::optional(from_wire(plan.sum_digest())) : std::nullopt;
-  peer_.set_sum_digest(digest);
+  // A keyed check is taken after the round, when the coordinator sends its
+  // key (Trainer::on_round_check_request); a hash as the sum lands.
+  peer_.set_sum_digest(digest && !keyed(*digest) ? digest : std::nullopt);
   if (digest && digest != sum_digest_) {
     log_->info(
-        "exchange: sum digests with {} from step {} (the coordinator's choice; this CPU "
+        "exchange: sum checks with {} from step {} (the coordinator's choice; this CPU "
         "offers {}, the faster first)",
         digest_name(*digest), step, digest_names(sum_digests_offered()));
   }

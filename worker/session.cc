@@ -168,7 +168,7 @@ void WorkerSession::handle(std::vector<zmq::message_t> parts, double now) {
     case v1::Envelope::kPlan:
     case v1::Envelope::kUpdate:
     case v1::Envelope::kSumRequest:
-    case v1::Envelope::kSketchRequest:
+    case v1::Envelope::kRoundCheckRequest:
       compute_.push(ComputeJob{std::move(message), now});
       break;
     case v1::Envelope::kRefusal:

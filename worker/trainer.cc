@@ -49,10 +49,10 @@ std::vector<ComputeOutput> Trainer::handle(ComputeJob job) {
 
 std::vector<ComputeOutput> Trainer::dispatch(ComputeJob& job) {
   const v1::Envelope& envelope = job.message.envelope;
-  // The commit's update and a request for the round's sum or a sketch of
+  // The commit's update and a request for the round's sum or a check of
   // the contribution leave the arenas alone; every other job may use them.
   const bool beside_zeroing = (envelope.has_update() && envelope.update().commit()) ||
-                              envelope.has_sum_request() || envelope.has_sketch_request();
+                              envelope.has_sum_request() || envelope.has_round_check_request();
   if (!beside_zeroing) finish_zeroing();
   std::vector<ComputeOutput> out;
   switch (envelope.body_case()) {
@@ -67,8 +67,8 @@ std::vector<ComputeOutput> Trainer::dispatch(ComputeJob& job) {
     case v1::Envelope::kSumRequest:
       out.emplace_back(on_sum_request(job.message));
       break;
-    case v1::Envelope::kSketchRequest:
-      out.emplace_back(on_sketch_request(job.message));
+    case v1::Envelope::kRoundCheckRequest:
+      out.emplace_back(on_round_check_request(job.message));
       break;
     case v1::Envelope::kBye:
       out.emplace_back(on_bye(envelope.bye()));

@@ -108,9 +108,11 @@ class Trainer {
   // The coordinator asks for a committed round's sum: the lowest member's
   // did not reach it.
   Message on_sum_request(const Message& request);
-  // The sketch of the contribution this worker holds for the round
-  // (exchange/sum_sketch.h), or an error when it holds none.
-  Message on_sketch_request(const Message& request);
+  // The coordinator's check of the round before its commit: the tags of the
+  // sum held (exchange/sum_digest.h) and the sketch of the contribution
+  // held (exchange/sum_sketch.h), as asked, or an error when it holds
+  // neither.
+  Message on_round_check_request(const Message& request);
   // The held round's sum as an ExchangeSum, its frames over exchange_sum_.
   Message sum_message(uint64_t step, uint32_t attempt);
   // exchange_sum_, sized to `floats`, to be written: a fresh buffer while

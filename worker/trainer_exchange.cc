@@ -11,8 +11,10 @@
 // computed is kept until the commit: when a round fails, the coordinator may
 // redo it among the members left (a plan for the same step under the next
 // attempt), and they sum what they computed again, without the member that
-// failed. With the exchange's norm guard, the coordinator asks for a sketch
-// of it (on_sketch_request) before it commits.
+// failed. Before it commits, the coordinator may check the round
+// (on_round_check_request): the tags of the sum held, under a key drawn
+// after the round (a keyed sum check), and with the exchange's norm guard a
+// sketch of the contribution.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 
 #include "comm/envelope.h"
 #include "comm/framing.h"
+#include "exchange/sum_digest.h"
 #include "exchange/sum_sketch.h"
 #include "worker/trainer.h"
 
@@ -220,30 +223,48 @@ Message Trainer::on_sum_request(const Message& request) {
   return refused;
 }
 
-Message Trainer::on_sketch_request(const Message& request) {
+Message Trainer::on_round_check_request(const Message& request) {
   const uint64_t step = request.envelope.step();
-  const v1::SketchRequest& r = request.envelope.sketch_request();
+  const v1::RoundCheckRequest& r = request.envelope.round_check_request();
   Message answer;
   answer.envelope = make_envelope(step, options_.name);
-  v1::ContributionSketch& body = *answer.envelope.mutable_contribution_sketch();
+  v1::RoundCheckAnswer& body = *answer.envelope.mutable_round_check_answer();
   body.set_attempt(r.attempt());
   body.set_seed(r.seed());
   const SketchShape shape{replica_->parameter_count(),
                           replica_->parameter_count() + replica_->buffer_count(), r.shards(),
                           r.buckets(), r.seed()};
+  // The sum is held as summed until the commit (the check comes before it).
+  const bool holds_sum = summed_ && summed_->step == step && summed_->attempt == r.attempt() &&
+                         summed_->as_summed && !summed_->committed && exchange_sum_;
   if (!held_ || held_->step != step) {
     body.set_error(fmt::format("it holds no contribution of step {}", step));
-  } else if (r.shards() == 0 || r.buckets() == 0 || r.buckets() > kMaxSketchBuckets ||
-             r.shards() > kMaxSketchShards) {
-    body.set_error(fmt::format("a sketch of {} shards and {} buckets is not one it computes",
+  } else if (r.shards() == 0 || r.buckets() > kMaxSketchBuckets || r.shards() > kMaxSketchShards) {
+    body.set_error(fmt::format("a check of {} shards and {} buckets is not one it computes",
                                r.shards(), r.buckets()));
+  } else if (!r.sum_key().empty() && r.sum_key().size() != kSumKeyBytes) {
+    body.set_error(fmt::format("a sum key of {} bytes is not one it takes (it takes {})",
+                               r.sum_key().size(), kSumKeyBytes));
+  } else if (!r.sum_key().empty() && !holds_sum) {
+    body.set_error(
+        fmt::format("it holds no sum of step {} attempt {} as summed", step, r.attempt()));
   } else {
-    const std::vector<double> sketch = sketch_shards(held_->values, shape);
-    body.mutable_values()->Assign(sketch.begin(), sketch.end());
+    if (r.buckets() > 0) {
+      const std::vector<double> sketch = sketch_shards(held_->values, shape);
+      body.mutable_values()->Assign(sketch.begin(), sketch.end());
+    }
+    if (!r.sum_key().empty()) {
+      const double begin = clock_.now();
+      for (std::string& tag :
+           shard_tags(*exchange_sum_, r.shards(), std::as_bytes(std::span(r.sum_key())))) {
+        body.add_sum_tags(std::move(tag));
+      }
+      loop_->trace().span("sum tags", begin, clock_.now(), {{"shards", r.shards()}});
+    }
     return answer;
   }
-  log_->warn("step {}: the coordinator asks for a sketch of this worker's contribution, but {}",
-             step, body.error());
+  log_->warn("step {}: the coordinator asks to check this worker's round, but {}", step,
+             body.error());
   return answer;
 }
 

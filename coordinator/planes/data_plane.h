@@ -69,9 +69,9 @@ class DataPlane {
   bool all_in() const { return reducer_.complete(); }
   // `rank` will not contribute to the open step (it is out of it).
   void forget(uint32_t rank) { reducer_.forget(rank); }
-  // A live member's ExchangeSum and ContributionSketch.
+  // A live member's ExchangeSum and RoundCheckAnswer.
   virtual void on_sum(uint32_t rank, Message message, double now) = 0;
-  virtual void on_sketch(uint32_t rank, const Message& message, double now) = 0;
+  virtual void on_round_check(uint32_t rank, const Message& message, double now) = 0;
 
   // The open step's liveness, before its deadline is checked.
   virtual void tick(double now) = 0;

@@ -75,7 +75,9 @@ std::optional<std::string> ExchangePlane::forwarded_sum_problem(uint32_t rank, c
   // The sender's own report says what it holds; the commit waits until every
   // member's report says the same (refuse_disagreeing_sums), so a sum that
   // matches it is the sum every member applies.
-  if (!rooms_.config.data_plane().check_sums()) return std::nullopt;
+  // (A keyed check takes the forwarded sum before it draws its key, and
+  // checks it with the members' answers: check_round.)
+  if (!rooms_.config.data_plane().check_sums() || keyed(sum_digest_)) return std::nullopt;
   const v1::ExchangeReport& x = rooms_.book.at(rank).contribution->exchange();
   std::vector<std::span<const std::byte>> pieces = tensor_bytes(sum, 0);
   if (rooms_.replica.buffer_count() > 0) {

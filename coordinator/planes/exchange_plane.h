@@ -11,7 +11,8 @@
 //                           silent members, and the strikes that release one
 //   exchange_commit.cc      the commit, its forwarded sum, and the sum's
 //                           apply to the coordinator's replica
-//   exchange_norm_guard.cc  the norm guard (sketches)
+//   exchange_round_check.cc the round's check before its commit: a keyed sum
+//                           check, the norm guard (sketches)
 #pragma once
 
 #include <cstdint>
@@ -19,15 +20,17 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "coordinator/planes/data_plane.h"
 #include "coordinator/planes/plane_host.h"
+#include "coordinator/planes/round_check.h"
 #include "coordinator/planes/round_clock.h"
 #include "coordinator/planes/round_deadline.h"
-#include "coordinator/planes/sketch_check.h"
 #include "coordinator/step/step_book.h"
 #include "exchange/sum_digest.h"
 #include "proto/config.pb.h"
@@ -38,9 +41,10 @@ class ExchangePlane final : public DataPlane {
  public:
   // `run`: this process's start (Unix microseconds), the `run` of its
   // rounds, later than any earlier process's of the same run.
-  // `draw_sketch_seed`: the norm guard's sketch seeds (random when empty).
+  // `draw_random`: the round checks' seeds and keys, 64 bits a call (random
+  // when empty).
   ExchangePlane(PlaneHost& host, PlaneRooms rooms, uint64_t run,
-                std::function<uint64_t()> draw_sketch_seed);
+                std::function<uint64_t()> draw_random);
 
   std::string_view description() const override;
   // A worker without an exchange endpoint or with a token of the wrong size.
@@ -61,7 +65,7 @@ class ExchangePlane final : public DataPlane {
   void accept(uint32_t rank, Message report, double now) override;
   // The round's sum, from its lowest member or the one asked for it.
   void on_sum(uint32_t rank, Message message, double now) override;
-  void on_sketch(uint32_t rank, const Message& message, double now) override;
+  void on_round_check(uint32_t rank, const Message& message, double now) override;
   // Stopped, overdue and silent members; a committed sum that did not come.
   void tick(double now) override;
   // When a member of the round in flight is out of the step (it died, left,
@@ -136,21 +140,40 @@ class ExchangePlane final : public DataPlane {
   // A member's forwarded sum whose digests are not those its report gave
   // (then not those of the sum every member holds): why, after striking it.
   std::optional<std::string> forwarded_sum_problem(uint32_t rank, const Message& sum);
-  // Every member reported the round ok but their digests of the sum
-  // disagree: takes out the owners of the shards they disagree on and the
+  // Every member reported the round ok, with a hash's digests of the sum
+  // (not a keyed check): refuse_disagreement() on the reports' digests.
+  bool refuse_disagreeing_sums(double now);
+  // When the members' `digests` of the sum (`what`: "digest", "tag"), by
+  // rank and shard, disagree: takes out the owners of the shards they disagree on and the
   // members that differ from them, and redoes the round (true), or leaves
   // the step to be dropped (false, also when they agree).
-  bool refuse_disagreeing_sums(double now);
+  bool refuse_disagreement(double now, const std::map<uint32_t, std::vector<std::string>>& digests,
+                           std::string_view what);
   // The norm guard on the exchange (guard.norm_multiple, sum checks on, at
   // least 3 members, as the star's needs): on for this round.
   bool sketch_guard_on() const;
-  // Once every member reported the round ok and their digests agree: asks
-  // them for sketches of their contributions (once), and with the sketches
-  // and the sum in, takes out the members whose contribution the guard
-  // refuses and redoes the round without them (coordinator/planes/sketch_check.h).
-  // True while the step waits for it, or when it redid the round; false
-  // when the round may be committed (or the guard is off).
-  bool check_contribution_norms(double now);
+  // The round's sum check is keyed (exchange/sum_digest.h): its tags come
+  // with the round check.
+  bool keyed_sum_check_on() const;
+  // A keyed check's key (kSumKeyBytes), from draw_random_.
+  std::string draw_sum_key() const;
+  // Once every member reported the round ok (and their digests agree), with
+  // the norm guard or a keyed sum check on: asks them to check the round
+  // (once; a keyed check's key only once the forwarded sum is here too), and
+  // with the answers and the sum in, takes out the members whose tags or
+  // contribution are refused and redoes the round without them
+  // (coordinator/planes/round_check.h). True while the step waits for it, or
+  // when it redid the round; false when the round may be committed (or no
+  // check is on).
+  bool check_round(double now);
+  // The tags the answers give against the forwarded sum's, as this process
+  // takes them: a sender whose sum is not the one it holds, or members
+  // that disagree (refuse_disagreement), are out and the round is redone
+  // (true).
+  bool refuse_differing_tags(double now);
+  // The norm guard's judgement of the sketches against the round's `sum`:
+  // the members it refuses are out and the round is redone (true).
+  bool refuse_by_sketches(double now, std::span<const float> sum);
   // Removes the members named (`out`: rank -> why) and redoes the round
   // without them (true), or leaves the step to be dropped (false).
   bool redo_without(double now, Removal removal, const std::map<uint32_t, std::string>& out,
@@ -218,11 +241,12 @@ class ExchangePlane final : public DataPlane {
   // Members of the current round whose forwarded sum was refused (its
   // digests were not the round's): the commit asks the next member at once.
   std::set<uint32_t> refused_sums_;
-  // The exchange's norm guard on the current round (sketch_check.h), from
-  // the request until the round is judged; passed once it let the round be
-  // committed.
-  std::optional<SketchCheck> sketch_check_;
-  bool sketch_check_passed_ = false;
+  // The current round's check (round_check.h), from the request until the
+  // round is judged; passed once it let the round be committed.
+  std::optional<RoundCheck> round_check_;
+  bool round_check_passed_ = false;
+  // A keyed check waits for the forwarded sum before it draws its key: since when.
+  std::optional<double> sum_awaited_since_;
   uint32_t refused_norm_in_step_ = 0;  // contributions the norm guard took out, all rounds
   std::optional<PendingApply> pending_apply_;
   // This process's start (Unix microseconds): the `run` of its exchange
@@ -241,7 +265,7 @@ class ExchangePlane final : public DataPlane {
 
   PlaneHost& host_;
   PlaneRooms rooms_;
-  std::function<uint64_t()> draw_sketch_seed_;
+  std::function<uint64_t()> draw_random_;
   double tau_ = 0.0;  // the open step's
 };
 

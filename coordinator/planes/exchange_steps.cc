@@ -75,14 +75,14 @@ std::optional<SumDigestKind> forced_sum_digest(const v1::DataPlaneConfig& data_p
 }  // namespace
 
 ExchangePlane::ExchangePlane(PlaneHost& host, PlaneRooms rooms, uint64_t run,
-                             std::function<uint64_t()> draw_sketch_seed)
+                             std::function<uint64_t()> draw_random)
     : DataPlane(rooms.replica.parameter_count(), rooms.replica.buffer_count()),
       exchange_run_(run),
       round_clock_(rooms.config.data_plane().timeout_seconds()),
       round_deadline_(rooms.config.data_plane()),
       host_(host),
       rooms_(rooms),
-      draw_sketch_seed_(or_random(std::move(draw_sketch_seed))) {}
+      draw_random_(or_random(std::move(draw_random))) {}
 
 std::string_view ExchangePlane::description() const {
   return "exchange (the workers sum among themselves; this process commits each step)";
@@ -100,8 +100,9 @@ void ExchangePlane::open_step(const std::vector<uint32_t>& ranks, double now, do
   choose_step_digest(ranks);
   committed_ahead_.reset();
   refused_sums_.clear();
-  sketch_check_.reset();
-  sketch_check_passed_ = false;
+  round_check_.reset();
+  round_check_passed_ = false;
+  sum_awaited_since_.reset();
   refused_norm_in_step_ = 0;
   silent_after_.reset();
   reducer_.begin(ranks, false);  // the sum waits for apply_pending()
@@ -127,7 +128,7 @@ void ExchangePlane::tick(double now) {
 
 bool ExchangePlane::hold_open(double now) {
   if (refuse_disagreeing_sums(now)) return true;   // redone without the shard's owner
-  if (check_contribution_norms(now)) return true;  // waits for the sketches, or redone
+  if (check_round(now)) return true;               // waits for the answers, or redone
   if (commit_ahead_of_sum(now)) return true;       // the step closes once its sum is in
   judge_exchange_round();
   return redo_exchange(now);
@@ -183,13 +184,14 @@ void ExchangePlane::choose_step_digest(const std::vector<uint32_t>& ranks) {
   const std::string name(digest_name(sum_digest_));
   if (!rooms_.config.data_plane().check_sums() || rooms_.totals.sum_digest() == name) return;
   rooms_.log->info(
-      "sum checks: the members digest each round's sum with {} from step {} ({}; "
+      "sum checks: the members check each round's sum with {} from step {} ({}; "
       "data_plane.sum_digest)",
       name, host_.step(),
       forced ? "as the config says"
-          : (sum_digest_ == SumDigestKind::kSha256
-                 ? "this process and every member have SHA instructions"
-                 : "a member or this process has no SHA instructions"));
+             : (sum_digest_ == SumDigestKind::kBlake2b
+                    ? "the processes' fastest kinds differ, or none has SHA instructions or a "
+                      "carry-less multiply"
+                    : "the fastest on this process's and every member's CPU"));
   rooms_.totals.set_sum_digest(name);
 }
 
@@ -283,10 +285,13 @@ std::optional<std::string> ExchangePlane::contribution_problem(const Message& re
     return std::nullopt;
   };
   if (x.ok() && rooms_.config.data_plane().check_sums()) {
-    // One digest per shard of the round: what the agreement compares.
-    if (x.sum_digests_size() != static_cast<int>(exchange_members_.size())) {
-      return fmt::format("its exchange report says ok with {} sum digests in a round of {} shards",
-                         x.sum_digests_size(), exchange_members_.size());
+    // One digest per shard of the round: what the agreement compares (a
+    // keyed check's tags come later, with the round check).
+    const size_t digests = keyed(sum_digest_) ? 0 : exchange_members_.size();
+    if (x.sum_digests_size() != static_cast<int>(digests)) {
+      return fmt::format(
+          "its exchange report says ok with {} sum digests in a round of {} shards checked by {}",
+          x.sum_digests_size(), exchange_members_.size(), digest_name(sum_digest_));
     }
     for (const std::string& d : x.sum_digests()) {
       if (d.size() != kSumDigestBytes) {
@@ -308,9 +313,21 @@ std::optional<std::string> ExchangePlane::contribution_problem(const Message& re
 }
 
 bool ExchangePlane::refuse_disagreeing_sums(double now) {
-  if (committed_ahead_ || !exchange_reports_ok() || !rooms_.config.data_plane().check_sums()) {
-    return false;
+  if (committed_ahead_ || !exchange_reports_ok() || !rooms_.config.data_plane().check_sums() ||
+      keyed(sum_digest_)) {
+    return false;  // a keyed check's tags come with the round check (check_round)
   }
+  std::map<uint32_t, std::vector<std::string>> digests;
+  for (uint32_t rank : exchange_members_) {
+    const v1::ExchangeReport& x = rooms_.book.at(rank).contribution->exchange();
+    digests[rank].assign(x.sum_digests().begin(), x.sum_digests().end());
+  }
+  return refuse_disagreement(now, digests, "digest");
+}
+
+bool ExchangePlane::refuse_disagreement(double now,
+                                        const std::map<uint32_t, std::vector<std::string>>& digests,
+                                        std::string_view what) {
   // Every member holds the sum of every shard as its owner sent it: the
   // members' digests agree unless an owner sent different sums to different
   // members (or a member misreports what it holds). For each shard on which
@@ -321,12 +338,13 @@ bool ExchangePlane::refuse_disagreeing_sums(double now) {
   std::map<uint32_t, std::set<uint32_t>> accused;  // owner -> members that differ from it
   for (size_t shard = 0; shard < exchange_members_.size(); ++shard) {
     const uint32_t owner = exchange_members_[shard];
-    const std::string& own =
-        rooms_.book.at(owner).contribution->exchange().sum_digests(static_cast<int>(shard));
+    const std::vector<std::string>& own = digests.at(owner);
     for (uint32_t rank : exchange_members_) {
-      const std::string& theirs =
-          rooms_.book.at(rank).contribution->exchange().sum_digests(static_cast<int>(shard));
-      if (theirs != own) accused[owner].insert(rank);
+      const std::vector<std::string>& theirs = digests.at(rank);
+      // A report without digests (or too few) differs on every shard.
+      if (shard >= own.size() || shard >= theirs.size() || theirs[shard] != own[shard]) {
+        if (rank != owner) accused[owner].insert(rank);
+      }
     }
   }
   if (accused.empty()) return false;
@@ -335,13 +353,13 @@ bool ExchangePlane::refuse_disagreeing_sums(double now) {
     out.insert(owner);
     out.insert(differing.begin(), differing.end());
     rooms_.log->error(
-        "step {}: the members do not hold the same sum: the digest of the shard of worker '{}' "
+        "step {}: the members do not hold the same sum: the {} of the shard of worker '{}' "
         "(rank {}) differs on ranks {}; it is not committed",
-        host_.step(), rooms_.membership.at(owner).name, owner, fmt::join(differing, ", "));
+        host_.step(), what, rooms_.membership.at(owner).name, owner, fmt::join(differing, ", "));
   }
   for (uint32_t rank : out) {
     host_.remove(rank, Removal::kLost,
-                 "the members' digests of the round's sum disagree on its part");
+                 fmt::format("the members' {}s of the round's sum disagree on its part", what));
   }
   for (const auto& [owner, differing] : accused) {
     if (differing.size() >= 2) {
@@ -508,8 +526,9 @@ bool ExchangePlane::plan_next_attempt(double now, std::vector<uint32_t> left,
   exchange_sum_.reset();
   committed_ahead_.reset();
   refused_sums_.clear();
-  sketch_check_.reset();
-  sketch_check_passed_ = false;
+  round_check_.reset();
+  round_check_passed_ = false;
+  sum_awaited_since_.reset();
   exchange_members_ = left;
   reducer_.begin(left, false);
   const double tau = tau_;

@@ -51,7 +51,7 @@ void StarPlane::on_sum(uint32_t rank, Message message, double) {
   drop_exchange_message("a sum", rank, message);
 }
 
-void StarPlane::on_sketch(uint32_t rank, const Message& message, double) {
+void StarPlane::on_round_check(uint32_t rank, const Message& message, double) {
   drop_exchange_message("a contribution sketch", rank, message);
 }
 

@@ -26,7 +26,7 @@ class StarPlane final : public DataPlane {
   std::optional<std::string> contribution_problem(const Message& message) const override;
   void accept(uint32_t rank, Message message, double now) override;
   void on_sum(uint32_t rank, Message message, double now) override;
-  void on_sketch(uint32_t rank, const Message& message, double now) override;
+  void on_round_check(uint32_t rank, const Message& message, double now) override;
   void tick(double) override {}
   void members_lost(double) override {}
   bool hold_open(double) override { return false; }

@@ -69,9 +69,7 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
       Message hello = workers.at(name).hello();
       hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
       hello.envelope.mutable_hello()->set_exchange_token(std::string(16, 't'));
-      // Both hashes, BLAKE2b first: the choice is BLAKE2b unless forced.
-      hello.envelope.mutable_hello()->add_sum_digests(v1::SUM_DIGEST_BLAKE2B);
-      hello.envelope.mutable_hello()->add_sum_digests(v1::SUM_DIGEST_SHA256);
+      for (v1::SumDigestKind k : offered) hello.envelope.mutable_hello()->add_sum_digests(k);
       coordinator->handle(as_received(name, std::move(hello)), now);
     }
     for (const std::string& name : order) {
@@ -217,6 +215,10 @@ class ExchangeCommitTest : public testing::CoordinatorFixture {
 
   std::vector<float> summed;      // the round's gradient sum
   std::vector<float> statistics;  // and its statistics' (the model's buffers)
+  // What the members' hellos offer: BLAKE2b first, so the choice is BLAKE2b
+  // unless forced.
+  std::vector<v1::SumDigestKind> offered{v1::SUM_DIGEST_BLAKE2B, v1::SUM_DIGEST_SHA256,
+                                         v1::SUM_DIGEST_GMAC};
 };
 
 TEST_F(ExchangeCommitTest, TheCommitGoesOutOnTheReportsAndTheNextPlansOnceTheSumIsIn) {
@@ -904,7 +906,7 @@ TEST_F(ExchangeSumDigestTest, AForcedHashIsPlannedCheckedOnTheForwardedSumAndRec
   EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
   EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commit));
   EXPECT_EQ(coordinator->totals().sum_digest(), "sha256");
-  EXPECT_NE(log.text.str().find("sum checks: the members digest each round's sum with sha256 "
+  EXPECT_NE(log.text.str().find("sum checks: the members check each round's sum with sha256 "
                                 "from step 0 (as the config says"),
             std::string::npos)
       << log.text.str();
@@ -943,6 +945,190 @@ TEST_F(ExchangeSumDigestTest, AWorkerThatDoesNotOfferTheForcedHashIsRefusedWithB
                 "(data_plane.sum_digest)"),
             std::string::npos)
       << refusal.envelope.refusal().reason();
+}
+
+// A run whose sum check is keyed (data_plane.sum_digest: "gmac"): the
+// members report without digests; once the forwarded sum is in, the
+// coordinator draws a key and asks every member for the tags of the sum it
+// holds, and commits when they agree with each other and with the tags it
+// takes of the forwarded sum.
+std::string keyed(std::string config) {
+  config.replace(config.find("timeout_seconds: 2 }"), 20,
+                 "timeout_seconds: 2 sum_digest: \"gmac\" }");
+  return config;
+}
+const std::string kKeyed = keyed(kConfig);
+const std::string kKeyedThree = keyed(kThreeMembers);
+
+class ExchangeKeyedCheckTest : public ExchangeCommitTest {
+ protected:
+  ExchangeKeyedCheckTest() : ExchangeKeyedCheckTest(kKeyed.c_str(), {"a", "b"}) {}
+  ExchangeKeyedCheckTest(const char* config_text, std::vector<std::string> members)
+      : ExchangeCommitTest(config_text, std::move(members)) {}
+
+  // Every member's round check request, once each; none carries a commit.
+  std::map<std::string, Message> requests() {
+    std::map<std::string, Message> out;
+    for (const std::string& name : order) {
+      std::vector<Message> got = take(name);
+      EXPECT_EQ(count(got, v1::Envelope::kUpdate), 0u) << name << ": no commit before the check";
+      EXPECT_EQ(count(got, v1::Envelope::kRoundCheckRequest), 1u) << name;
+      for (Message& m : got) {
+        if (m.envelope.body_case() == v1::Envelope::kRoundCheckRequest) out[name] = std::move(m);
+      }
+    }
+    return out;
+  }
+};
+
+TEST_F(ExchangeKeyedCheckTest, TheKeyIsDrawnOnceTheSumIsInAndAgreeingTagsAreCommitted) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  for (const std::string& name : order) {
+    EXPECT_EQ(first[name].envelope.plan().exchange().sum_digest(), v1::SUM_DIGEST_GMAC) << name;
+    Message r = report(name, first[name], name == "a");
+    EXPECT_EQ(r.envelope.contribution().exchange().sum_digests_size(), 0) << "no digests";
+    receive(name, std::move(r));
+  }
+  for (const std::string& name : order) {
+    const std::vector<Message> got = take(name);
+    EXPECT_EQ(count(got, v1::Envelope::kRoundCheckRequest), 0u)
+        << name << ": no key before the forwarded sum is in";
+    EXPECT_EQ(count(got, v1::Envelope::kUpdate), 0u) << name;
+  }
+  receive("a", sum("a", 0));
+  std::map<std::string, Message> asked = requests();
+  const v1::RoundCheckRequest& ra = asked["a"].envelope.round_check_request();
+  EXPECT_EQ(ra.sum_key().size(), kSumKeyBytes);
+  EXPECT_EQ(ra.buckets(), 0u) << "no sketches without the norm guard";
+  EXPECT_EQ(ra.shards(), 2u);
+  EXPECT_EQ(asked["b"].envelope.round_check_request().sum_key(), ra.sum_key()) << "one key";
+
+  receive("a", testing::round_check_answer("a", asked["a"], whole_sum()));
+  EXPECT_EQ(coordinator->step(), 0u) << "b's tags are still to come";
+  receive("b", testing::round_check_answer("b", asked["b"], whole_sum()));
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  // The commit and the next plan, to each member.
+  std::map<std::string, Message> next;
+  v1::Update commit;
+  for (const std::string& name : order) {
+    std::vector<Message> got = take(name);
+    ASSERT_EQ(count(got, v1::Envelope::kUpdate), 1u) << name;
+    ASSERT_EQ(count(got, v1::Envelope::kPlan), 1u) << name;
+    for (Message& m : got) {
+      if (m.envelope.body_case() == v1::Envelope::kUpdate) commit = m.envelope.update();
+      if (m.envelope.body_case() == v1::Envelope::kPlan) next[name] = std::move(m);
+    }
+  }
+  EXPECT_TRUE(commit.commit());
+  EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commit));
+  EXPECT_EQ(coordinator->totals().sum_digest(), "gmac");
+  EXPECT_EQ(coordinator->totals().samples_completed(), 24u);
+
+  // The next step's key is drawn afresh.
+  for (const std::string& name : order) {
+    Message r = report(name, next[name], name == "a");
+    on_current_parameters(r);
+    receive(name, std::move(r));
+  }
+  receive("a", sum("a", 1));
+  EXPECT_NE(requests()["a"].envelope.round_check_request().sum_key(), ra.sum_key());
+}
+
+TEST_F(ExchangeKeyedCheckTest, AForwardedSumThatIsNotTheOneItsSenderHoldsIsRefused) {
+  // a forwards a forged sum but answers with the tags of the sum it holds
+  // (as b's): the tags this process takes of what it got differ from a's
+  // own, which only a could have caused. The round is redone without it.
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
+  receive("a", forged_sum("a", 0, summed.size(), statistics.size()));
+  std::map<std::string, Message> asked = requests();
+  for (const std::string& name : order) {
+    receive(name, testing::round_check_answer(name, asked[name], whole_sum()));
+  }
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("step 0: worker 'a' (rank 0) forwarded a sum that is not the one it holds "
+                      "(the tags of 2 of 2 shards differ, the first shard 0); it is not applied"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("worker 'a' (rank 0) failed its exchange round (it forwarded a sum that "
+                      "differs from the one it holds): 1 in a row"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(count(take("a"), v1::Envelope::kUpdate), 0u) << "nothing committed";
+  const Message redo = only("b", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  ASSERT_EQ(redo.envelope.plan().exchange().member_ranks_size(), 1);
+  EXPECT_EQ(redo.envelope.plan().exchange().member_ranks(0), 1u);
+}
+
+TEST_F(ExchangeKeyedCheckTest, TagsOfTheWrongSizeOrCountAreAFailedAnswer) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
+  receive("a", sum("a", 0));
+  std::map<std::string, Message> asked = requests();
+  receive("a", testing::round_check_answer("a", asked["a"], whole_sum()));
+  Message b = testing::round_check_answer("b", asked["b"], whole_sum());
+  b.envelope.mutable_round_check_answer()->mutable_sum_tags()->RemoveLast();
+  receive("b", std::move(b));
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("worker 'b' (rank 1) sent no usable answer to the round's check: it gives 1 "
+                      "tags of the sum, a round of 2 shards has 2"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(count(take("b"), v1::Envelope::kUpdate), 0u) << "nothing committed";
+  const Message redo = only("a", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+}
+
+TEST_F(ExchangeKeyedCheckTest, ASumThatDoesNotComeIsWaitedForAtMostTheAnswerTime) {
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
+  now += 0.4;
+  coordinator->tick(now);
+  EXPECT_EQ(count(take("b"), v1::Envelope::kPlan), 0u) << "within the floor (0.5 s)";
+  now += 0.2;
+  coordinator->tick(now);
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("worker 'a' (rank 0) is out of step 0 because its sum did not come within"),
+            std::string::npos)
+      << text;
+  const Message redo = only("b", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+}
+
+class ExchangeKeyedThreeTest : public ExchangeKeyedCheckTest {
+ protected:
+  ExchangeKeyedThreeTest() : ExchangeKeyedCheckTest(kKeyedThree.c_str(), {"a", "b", "c"}) {}
+};
+
+TEST_F(ExchangeKeyedThreeTest, AMemberHoldingAnotherSumOfAShardIsOutWithTheShardsOwner) {
+  // c holds another sum of b's shard (b sent it another, or c says so): as
+  // with digests, both are out of the step and a redoes the round alone.
+  std::map<std::string, Message> first = join();
+  fill_sum();
+  for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
+  receive("a", sum("a", 0));
+  std::map<std::string, Message> asked = requests();
+  std::vector<float> other = whole_sum();
+  const ExchangePlan shards(other.size(), 3, 1);
+  other[shards.shard_begin(1)] += 1.0f;
+  receive("a", testing::round_check_answer("a", asked["a"], whole_sum()));
+  receive("b", testing::round_check_answer("b", asked["b"], whole_sum()));
+  receive("c", testing::round_check_answer("c", asked["c"], other));
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("step 0: the members do not hold the same sum: the tag of the shard of "
+                      "worker 'b' (rank 1) differs on ranks 2; it is not committed"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("failed its exchange round"), std::string::npos) << text;
+  const Message redo = only("a", v1::Envelope::kPlan);
+  EXPECT_EQ(redo.envelope.plan().exchange().attempt(), 1u);
+  ASSERT_EQ(redo.envelope.plan().exchange().member_ranks_size(), 1);
+  EXPECT_EQ(redo.envelope.plan().exchange().member_ranks(0), 0u);
 }
 
 TEST_F(ExchangeCommitTest, AReportOkWithoutADigestPerShardIsRefused) {
@@ -1258,7 +1444,7 @@ TEST_F(ExchangeLiarTest, AMemberHoldingTheRoundPastTauIsLateByTheCoordinatorsClo
   }
 }
 
-// The norm guard on the exchange (coordinator/planes/sketch_check.h): once the
+// The norm guard on the exchange (coordinator/planes/round_check.h): once the
 // members agree on the sum, each is asked for a sketch of its own
 // contribution, and the round is committed only when no member's
 // contribution, as the sketches and the sum show it, is far beyond the
@@ -1297,13 +1483,13 @@ class ExchangeNormGuardTest : public ExchangeThreeMembersTest {
   size_t summed_size() const { return replica->parameter_count(); }
   // `name`'s answer to `request`: the sketch of what it says it contributed.
   Message sketch(const std::string& name, const Message& request, std::span<const float> values) {
-    const v1::SketchRequest& r = request.envelope.sketch_request();
+    const v1::RoundCheckRequest& r = request.envelope.round_check_request();
     const SketchShape shape{replica->parameter_count(), values.size(), r.shards(), r.buckets(),
                             r.seed()};
     const std::vector<double> sketch = sketch_shards(values, shape);
     Message m;
     m.envelope = make_envelope(request.envelope.step(), name);
-    v1::ContributionSketch& body = *m.envelope.mutable_contribution_sketch();
+    v1::RoundCheckAnswer& body = *m.envelope.mutable_round_check_answer();
     body.set_attempt(r.attempt());
     body.set_seed(r.seed());
     body.mutable_values()->Assign(sketch.begin(), sketch.end());
@@ -1322,12 +1508,12 @@ TEST_F(ExchangeNormGuardTest, AnHonestRoundIsSketchedAndThenCommitted) {
   for (const std::string& name : order) {
     std::vector<Message> got = take(name);
     EXPECT_EQ(count(got, v1::Envelope::kUpdate), 0u) << name << ": no commit before the check";
-    ASSERT_EQ(count(got, v1::Envelope::kSketchRequest), 1u) << name;
+    ASSERT_EQ(count(got, v1::Envelope::kRoundCheckRequest), 1u) << name;
     for (Message& m : got) {
-      if (m.envelope.body_case() == v1::Envelope::kSketchRequest) requests[name] = std::move(m);
+      if (m.envelope.body_case() == v1::Envelope::kRoundCheckRequest) requests[name] = std::move(m);
     }
-    EXPECT_EQ(requests[name].envelope.sketch_request().shards(), 3u);
-    EXPECT_EQ(requests[name].envelope.sketch_request().attempt(), 0u);
+    EXPECT_EQ(requests[name].envelope.round_check_request().shards(), 3u);
+    EXPECT_EQ(requests[name].envelope.round_check_request().attempt(), 0u);
   }
   receive("a", sketch("a", requests["a"], contributions["a"]));
   receive("b", sketch("b", requests["b"], contributions["b"]));
@@ -1352,7 +1538,7 @@ TEST_F(ExchangeNormGuardTest, AShardOwnersForgedShardIsRefusedAndTheRoundRedoneW
   for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
   receive("a", sum("a", 0));
   for (const std::string& name : order) {
-    receive(name, sketch(name, only(name, v1::Envelope::kSketchRequest), contributions[name]));
+    receive(name, sketch(name, only(name, v1::Envelope::kRoundCheckRequest), contributions[name]));
   }
   const std::string text = log.text.str();
   EXPECT_NE(
@@ -1397,13 +1583,13 @@ TEST_F(ExchangeNormGuardTest, AShardOwnersForgedShardIsRefusedAndTheRoundRedoneW
   for (uint64_t id : samples_of(first["b"])) EXPECT_TRUE(next.contains(id)) << id;
 }
 
-TEST_F(ExchangeNormGuardTest, AMemberThatDoesNotAnswerTheSketchRequestIsTakenOut) {
+TEST_F(ExchangeNormGuardTest, AMemberThatDoesNotAnswerTheRoundCheckRequestIsTakenOut) {
   std::map<std::string, Message> first = join();
   fill_contributions();
   for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
   receive("a", sum("a", 0));
   for (const std::string name : {"a", "b"}) {
-    receive(name, sketch(name, only(name, v1::Envelope::kSketchRequest), contributions[name]));
+    receive(name, sketch(name, only(name, v1::Envelope::kRoundCheckRequest), contributions[name]));
   }
   take("c");
   // The run's first round: the wait is 4 x its own measured time (its
@@ -1414,8 +1600,8 @@ TEST_F(ExchangeNormGuardTest, AMemberThatDoesNotAnswerTheSketchRequestIsTakenOut
   now += 0.2;
   coordinator->tick(now);
   const std::string text = log.text.str();
-  EXPECT_NE(text.find("worker 'c' (rank 2) is out of step 0 because it did not answer the request "
-                      "for a sketch of its contribution within 0.5 s"),
+  EXPECT_NE(text.find("worker 'c' (rank 2) is out of step 0 because it did not answer the round's "
+                      "check within 0.5 s"),
             std::string::npos)
       << text;
   const Message redo = only("a", v1::Envelope::kPlan);

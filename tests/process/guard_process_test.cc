@@ -267,7 +267,7 @@ TEST(GuardProcesses, ExchangeShardOwnerForgingItsShardIsRefusedHoweverItAnswersT
       EXPECT_NE(log.find("its own answer, before anything is implied from it"), std::string::npos)
           << log;
     } else {
-      EXPECT_NE(log.find("worker 'peer' (rank 2) sent no usable sketch of its contribution: its "
+      EXPECT_NE(log.find("worker 'peer' (rank 2) sent no usable answer to the round's check: its "
                          "sketch holds values beyond 1e+100"),
                 std::string::npos)
           << log;

@@ -359,8 +359,8 @@ int main(int argc, char** argv) {
         }
         break;
       }
-      case dctrain::v1::Envelope::kSketchRequest: {
-        const dctrain::v1::SketchRequest& r = e.sketch_request();
+      case dctrain::v1::Envelope::kRoundCheckRequest: {
+        const dctrain::v1::RoundCheckRequest& r = e.round_check_request();
         if (reported.empty() || e.step() != reported_step) break;
         std::vector<double> sketch = dctrain::sketch_shards(
             reported, {parameters, reported.size(), r.shards(), r.buckets(), r.seed()});
@@ -370,10 +370,10 @@ int main(int argc, char** argv) {
         }
         dctrain::Message a;
         a.envelope = dctrain::make_envelope(e.step(), name);
-        a.envelope.mutable_contribution_sketch()->set_attempt(r.attempt());
-        a.envelope.mutable_contribution_sketch()->set_seed(r.seed());
-        a.envelope.mutable_contribution_sketch()->mutable_values()->Assign(sketch.begin(),
-                                                                           sketch.end());
+        a.envelope.mutable_round_check_answer()->set_attempt(r.attempt());
+        a.envelope.mutable_round_check_answer()->set_seed(r.seed());
+        a.envelope.mutable_round_check_answer()->mutable_values()->Assign(sketch.begin(),
+                                                                          sketch.end());
         send(socket, std::move(a));
         break;
       }

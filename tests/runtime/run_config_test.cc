@@ -323,7 +323,7 @@ TEST(RunConfig, DataPlaneIsAWordWithExchangeAsDefaultAndAPositiveTimeout) {
   x.mutable_data_plane()->set_rounds_per_step(2);
 
   // The exchange's norm guard checks the members' parts against the sum
-  // they agree on (coordinator/planes/sketch_check.h): it needs the digests. The
+  // they agree on (coordinator/planes/round_check.h): it needs the digests. The
   // round waits for every member: 'backup' needs the star. Both say so
   // rather than being ignored.
   v1::RunConfig guarded = x;

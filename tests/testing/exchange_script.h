@@ -1,6 +1,7 @@
 // The workers' side of the data plane "exchange", written by hand for the
 // coordinator's tests and fuzz seeds: a member's report of a round that
-// succeeded, and the round's sum as the lowest member forwards it.
+// succeeded, its answer to a keyed check of the round, and the round's sum
+// as the lowest member forwards it.
 #pragma once
 
 #include <span>
@@ -39,9 +40,27 @@ inline Message round_report(const std::string& name, const Message& plan, bool s
   report.set_ok(true);
   report.set_attempt(x.attempt());
   report.set_sends_sum(sends_sum);
+  // A keyed check's tags come with the round check (round_check_answer).
+  if (keyed(from_wire(x.sum_digest()))) return m;
   for (std::string& d :
        shard_digests(sum, static_cast<size_t>(x.member_ranks_size()), from_wire(x.sum_digest()))) {
     report.add_sum_digests(std::move(d));
+  }
+  return m;
+}
+
+// `name`'s answer to a round check `request`: the tags of `sum` it holds
+// ([gradient | statistics]) under the request's key, and no sketch.
+inline Message round_check_answer(const std::string& name, const Message& request,
+                                  std::span<const float> sum) {
+  const v1::RoundCheckRequest& r = request.envelope.round_check_request();
+  Message m;
+  m.envelope = make_envelope(request.envelope.step(), name);
+  v1::RoundCheckAnswer& a = *m.envelope.mutable_round_check_answer();
+  a.set_attempt(r.attempt());
+  a.set_seed(r.seed());
+  for (std::string& t : shard_tags(sum, r.shards(), std::as_bytes(std::span(r.sum_key())))) {
+    a.add_sum_tags(std::move(t));
   }
   return m;
 }

@@ -1,33 +1,37 @@
-#include "coordinator/planes/sketch_check.h"
+#include "coordinator/planes/round_check.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "exchange/sum_digest.h"
+
 namespace dctrain {
 
-SketchCheck::SketchCheck(uint32_t attempt, std::vector<uint32_t> members, uint64_t parameters,
-                         uint64_t buffers, uint64_t seed, double asked_at)
+RoundCheck::RoundCheck(uint32_t attempt, std::vector<uint32_t> members, uint64_t parameters,
+                       uint64_t buffers, Asked asked, double asked_at)
     : attempt_(attempt),
       members_(std::move(members)),
-      shape_{parameters, parameters + buffers, members_.size(), kSketchBuckets, seed},
-      asked_at_(asked_at) {}
+      shape_{parameters, parameters + buffers, members_.size(), asked.buckets, asked.seed},
+      asked_at_(asked_at),
+      sum_key_(std::move(asked.sum_key)) {}
 
-v1::SketchRequest SketchCheck::request() const {
-  v1::SketchRequest r;
+v1::RoundCheckRequest RoundCheck::request() const {
+  v1::RoundCheckRequest r;
   r.set_attempt(attempt_);
   r.set_seed(shape_.seed);
   r.set_shards(static_cast<uint32_t>(shape_.shards));
   r.set_buckets(shape_.buckets);
+  r.set_sum_key(sum_key_);
   return r;
 }
 
-std::optional<std::string> SketchCheck::take(uint32_t rank, const v1::ContributionSketch& answer) {
+std::optional<std::string> RoundCheck::take(uint32_t rank, const v1::RoundCheckAnswer& answer) {
   if (!std::binary_search(members_.begin(), members_.end(), rank)) {
     return "it is not a member of the round";
   }
-  if (sketches_.contains(rank) || failed_.contains(rank)) return "it answered already";
+  if (answered_.contains(rank) || failed_.contains(rank)) return "it answered already";
   if (answer.attempt() != attempt_ || answer.seed() != shape_.seed) {
     return fmt::format("it answers attempt {} with seed {:016x}, asked were attempt {} and {:016x}",
                        answer.attempt(), answer.seed(), attempt_, shape_.seed);
@@ -48,23 +52,35 @@ std::optional<std::string> SketchCheck::take(uint32_t rank, const v1::Contributi
     problem = fmt::format("its sketch holds values beyond {:g}, which no contribution can make",
                           kMostSketchValue);
   }
+  const size_t tags = tagged() ? members_.size() : 0;
+  if (problem.empty() && static_cast<size_t>(answer.sum_tags_size()) != tags) {
+    problem = fmt::format("it gives {} tags of the sum, a round of {} shards has {}",
+                          answer.sum_tags_size(), shape_.shards, tags);
+  }
+  if (problem.empty() &&
+      !std::all_of(answer.sum_tags().begin(), answer.sum_tags().end(),
+                   [](const std::string& t) { return t.size() == kSumTagBytes; })) {
+    problem = fmt::format("its tags of the sum are not all {} bytes", kSumTagBytes);
+  }
   if (!problem.empty()) {
     failed_[rank] = problem;
     return problem;
   }
-  sketches_[rank].assign(answer.values().begin(), answer.values().end());
+  answered_.insert(rank);
+  if (sketched()) sketches_[rank].assign(answer.values().begin(), answer.values().end());
+  if (tagged()) tags_[rank].assign(answer.sum_tags().begin(), answer.sum_tags().end());
   return std::nullopt;
 }
 
-std::vector<uint32_t> SketchCheck::unanswered() const {
+std::vector<uint32_t> RoundCheck::unanswered() const {
   std::vector<uint32_t> out;
   for (uint32_t rank : members_) {
-    if (!sketches_.contains(rank) && !failed_.contains(rank)) out.push_back(rank);
+    if (!answered_.contains(rank) && !failed_.contains(rank)) out.push_back(rank);
   }
   return out;
 }
 
-std::map<uint32_t, SketchCheck::Estimate> SketchCheck::estimate(std::span<const float> sum) const {
+std::map<uint32_t, RoundCheck::Estimate> RoundCheck::estimate(std::span<const float> sum) const {
   const std::vector<double> whole = sketch_shards(sum, shape_);
   const size_t buckets = shape_.buckets;
   std::map<uint32_t, Estimate> out;
@@ -107,7 +123,7 @@ std::map<uint32_t, SketchCheck::Estimate> SketchCheck::estimate(std::span<const 
   return out;
 }
 
-std::map<uint32_t, SketchCheck::Estimate> SketchCheck::as_reported() const {
+std::map<uint32_t, RoundCheck::Estimate> RoundCheck::as_reported() const {
   std::map<uint32_t, Estimate> out;
   for (const auto& [rank, sketch] : sketches_) {
     double gradient = 0.0, statistics = 0.0;
@@ -123,9 +139,9 @@ std::map<uint32_t, SketchCheck::Estimate> SketchCheck::as_reported() const {
   return out;
 }
 
-std::vector<Refused> SketchCheck::judge(std::span<const float> sum, UpdateGuard& guard,
-                                        uint64_t step,
-                                        const std::map<uint32_t, uint64_t>& samples) const {
+std::vector<Refused> RoundCheck::judge(std::span<const float> sum, UpdateGuard& guard,
+                                       uint64_t step,
+                                       const std::map<uint32_t, uint64_t>& samples) const {
   // The answers as given first: a member's sketch far beyond the others'
   // (or, having computed nothing, beyond rounding) is refused before
   // anything is implied from it, since an owner's implied part is the sum
@@ -138,10 +154,10 @@ std::vector<Refused> SketchCheck::judge(std::span<const float> sum, UpdateGuard&
   return judge_norms(estimate(sum), guard, step, samples, "");
 }
 
-std::vector<Refused> SketchCheck::judge_norms(const std::map<uint32_t, Estimate>& estimates,
-                                              UpdateGuard& guard, uint64_t step,
-                                              const std::map<uint32_t, uint64_t>& samples,
-                                              const std::string& reported) const {
+std::vector<Refused> RoundCheck::judge_norms(const std::map<uint32_t, Estimate>& estimates,
+                                             UpdateGuard& guard, uint64_t step,
+                                             const std::map<uint32_t, uint64_t>& samples,
+                                             const std::string& reported) const {
   std::set<uint32_t> computed;
   std::map<uint32_t, Measured> measured;
   for (const auto& [rank, e] : estimates) {

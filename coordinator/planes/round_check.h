@@ -1,6 +1,15 @@
-// The norm guard on the data plane "exchange" (guard.norm_multiple): one
-// check per round, between the members' agreement on the sum and the
-// commit (coordinator/planes/exchange_steps.cc).
+// The check of a round of the data plane "exchange" between the members'
+// reports and the commit (coordinator/planes/exchange_steps.cc): one request
+// to every member, drawn once they all reported the round ok, and their
+// answers. It asks for either or both of:
+//
+// - The tags of the sum each holds under a key drawn now, after the
+//   forwarded sum arrived too (a keyed sum check, exchange/sum_digest.h):
+//   since every sum compared was fixed before the key existed, members
+//   whose tags agree hold the same sum, and the forwarded sum is theirs
+//   when the tags the coordinator takes of it agree too.
+// - Sketches of each member's own contribution: the norm guard
+//   (guard.norm_multiple), below.
 //
 // In the star the coordinator sees every contribution and refuses one whose
 // gradient norm is far beyond the others'. In the exchange it sees only the
@@ -42,37 +51,52 @@
 
 namespace dctrain {
 
-class SketchCheck {
+class RoundCheck {
  public:
   // Beyond this a sketch value is refused (an answer, not a contribution:
   // a bucket of float parts never gets there, and its square stays finite).
   static constexpr double kMostSketchValue = 1e100;
 
+  // What a check asks, drawn when it is asked: the sketches' seed and
+  // buckets (0: no sketches), and the sum key (kSumKeyBytes; empty: no
+  // tags).
+  struct Asked {
+    uint64_t seed = 0;
+    uint32_t buckets = kSketchBuckets;
+    std::string sum_key;
+  };
+
   // The check of the round of `members` (ascending ranks, shard i owned by
   // members[i]) under `attempt`, over [gradient | statistics] of
-  // `parameters` + `buffers` floats, with `seed` drawn when it is asked.
-  SketchCheck(uint32_t attempt, std::vector<uint32_t> members, uint64_t parameters,
-              uint64_t buffers, uint64_t seed, double asked_at);
+  // `parameters` + `buffers` floats.
+  RoundCheck(uint32_t attempt, std::vector<uint32_t> members, uint64_t parameters, uint64_t buffers,
+             Asked asked, double asked_at);
 
   uint32_t attempt() const { return attempt_; }
+  bool sketched() const { return shape_.buckets > 0; }
+  bool tagged() const { return !sum_key_.empty(); }
+  const std::string& sum_key() const { return sum_key_; }
   double asked_at() const { return asked_at_; }
-  v1::SketchRequest request() const;
+  v1::RoundCheckRequest request() const;
 
   // A member's answer. Returns why it is not taken: not for this check (a
   // rank outside the round, another attempt or seed, a second answer), or
-  // failed (an error of its own, the wrong size, values that are not
-  // finite: the member counts as answered, and failed()).
-  std::optional<std::string> take(uint32_t rank, const v1::ContributionSketch& answer);
+  // failed (an error of its own, a sketch or tags of the wrong size, values
+  // that are not finite: the member counts as answered, and failed()).
+  std::optional<std::string> take(uint32_t rank, const v1::RoundCheckAnswer& answer);
   // Every member answered (some may have failed).
-  bool complete() const { return sketches_.size() + failed_.size() == members_.size(); }
+  bool complete() const { return answered_.size() + failed_.size() == members_.size(); }
+  // When tagged(): each member's tags of the sum it holds, by shard (every
+  // member answered, none failed).
+  const std::map<uint32_t, std::vector<std::string>>& tags() const { return tags_; }
   // The members that have not answered, ascending.
   std::vector<uint32_t> unanswered() const;
   // The members whose answer failed, with why.
   const std::map<uint32_t, std::string>& failed() const { return failed_; }
 
   // The estimated L2 norms of each member's contribution, given the round's
-  // sum ([gradient | statistics]); every member must have answered, none
-  // failed.
+  // sum ([gradient | statistics]); sketched(), every member must have
+  // answered, none failed.
   struct Estimate {
     double gradient = 0.0;
     double statistics = 0.0;
@@ -113,7 +137,10 @@ class SketchCheck {
   std::vector<uint32_t> members_;
   SketchShape shape_;
   double asked_at_;
-  std::map<uint32_t, std::vector<double>> sketches_;  // rank -> its answer's values
+  std::string sum_key_;
+  std::set<uint32_t> answered_;                        // and not failed
+  std::map<uint32_t, std::vector<double>> sketches_;   // rank -> its answer's values
+  std::map<uint32_t, std::vector<std::string>> tags_;  // rank -> its tags, by shard
   std::map<uint32_t, std::string> failed_;
 };
 
