@@ -171,6 +171,8 @@ class ExchangePlane final : public DataPlane {
   // that disagree (refuse_disagreement), are out and the round is redone
   // (true).
   bool refuse_differing_tags(double now);
+  // The tags of the forwarded sum (here) under the round check's key.
+  std::vector<std::string> tags_of_forwarded_sum() const;
   // The norm guard's judgement of the sketches against the round's `sum`:
   // the members it refuses are out and the round is redone (true).
   bool refuse_by_sketches(double now, std::span<const float> sum);
@@ -247,6 +249,9 @@ class ExchangePlane final : public DataPlane {
   bool round_check_passed_ = false;
   // A keyed check waits for the forwarded sum before it draws its key: since when.
   std::optional<double> sum_awaited_since_;
+  // The forwarded sum's tags under the current round check's key, taken
+  // once the request is out.
+  std::vector<std::string> forwarded_tags_;
   uint32_t refused_norm_in_step_ = 0;  // contributions the norm guard took out, all rounds
   std::optional<PendingApply> pending_apply_;
   // This process's start (Unix microseconds): the `run` of its exchange

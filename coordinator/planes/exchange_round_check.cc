@@ -38,8 +38,15 @@ bool ExchangePlane::check_round(double now) {
   }
   const uint32_t lowest = exchange_members_.front();
   const double timeout = answer_seconds();
+  if (refused_sums_.contains(lowest)) {
+    // Its sum is not the one the members hold, or no sum (on_sum said so,
+    // and struck it): the round is redone without it.
+    return redo_without(now, Removal::kLost,
+                        {{lowest, "the sum it forwarded is not the one the members hold"}},
+                        "the round's sum could not be checked");
+  }
   if (!round_check_ || round_check_->attempt() != exchange_attempt_) {
-    if (keyed_sum_check_on() && !exchange_sum_ && !refused_sums_.contains(lowest)) {
+    if (keyed_sum_check_on() && !exchange_sum_) {
       // A keyed check's key is drawn once the forwarded sum is here too: its
       // sender must not know the key while it chooses what it sends.
       if (!sum_awaited_since_) sum_awaited_since_ = now;
@@ -65,14 +72,9 @@ bool ExchangePlane::check_round(double now) {
       if (rooms_.membership.at(rank).live)
         host_.send(rooms_.membership.at(rank).name, share(request));
     }
+    // The forwarded sum's own tags, while the members take theirs.
+    if (round_check_->tagged()) forwarded_tags_ = tags_of_forwarded_sum();
     return true;
-  }
-  if (refused_sums_.contains(lowest)) {
-    // Its sum is not the one the members hold (on_sum said so, and
-    // struck it): the round is redone without it.
-    return redo_without(now, Removal::kLost,
-                        {{lowest, "the sum it forwarded is not the one the members hold"}},
-                        "the round's sum could not be checked");
   }
   if ((!exchange_sum_ || !round_check_->complete()) && now - round_check_->asked_at() < timeout) {
     return true;
@@ -106,16 +108,10 @@ bool ExchangePlane::check_round(double now) {
 
 bool ExchangePlane::refuse_differing_tags(double now) {
   const uint32_t lowest = exchange_members_.front();
-  std::vector<std::span<const std::byte>> pieces = tensor_bytes(*exchange_sum_, 0);
-  if (rooms_.replica.buffer_count() > 0) {
-    for (std::span<const std::byte> p : tensor_bytes(*exchange_sum_, 1)) pieces.push_back(p);
-  }
-  // The forwarded sum's tags, as this process takes them: its sender's
+  // The forwarded sum's tags, as this process took them: its sender's
   // answer must give the same, and every member's the same as its owner's.
-  const std::vector<std::string> forwarded = shard_tags(
-      pieces, exchange_members_.size(), std::as_bytes(std::span(round_check_->sum_key())));
   const std::map<uint32_t, std::vector<std::string>>& tags = round_check_->tags();
-  if (const std::vector<size_t> differ = differing_shards(forwarded, tags.at(lowest));
+  if (const std::vector<size_t> differ = differing_shards(forwarded_tags_, tags.at(lowest));
       !differ.empty()) {
     refused_sums_.insert(lowest);
     strike(lowest, "it forwarded a sum that differs from the one it holds");
@@ -129,6 +125,15 @@ bool ExchangePlane::refuse_differing_tags(double now) {
                         "the round's sum could not be checked");
   }
   return refuse_disagreement(now, tags, "tag");
+}
+
+std::vector<std::string> ExchangePlane::tags_of_forwarded_sum() const {
+  std::vector<std::span<const std::byte>> pieces = tensor_bytes(*exchange_sum_, 0);
+  if (rooms_.replica.buffer_count() > 0) {
+    for (std::span<const std::byte> p : tensor_bytes(*exchange_sum_, 1)) pieces.push_back(p);
+  }
+  return shard_tags(pieces, exchange_members_.size(),
+                    std::as_bytes(std::span(round_check_->sum_key())));
 }
 
 bool ExchangePlane::refuse_by_sketches(double now, std::span<const float> sum) {
