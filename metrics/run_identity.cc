@@ -1,6 +1,7 @@
 #include "metrics/run_identity.h"
 
 #include <fmt/format.h>
+#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <time.h>
 
@@ -25,6 +26,14 @@ constexpr const char* kRunFiles[] = {run_files::kConfig, run_files::kMetrics,
                                      run_files::kCheckpoint, run_files::kSummary};
 constexpr const char* kOtherRunFiles[] = {run_files::kTrace, run_files::kLog, run_files::kEndpoint,
                                           run_files::kMetricsEndpoint};
+
+// Swallows a text-format parser's errors: a config.cfg this build does not
+// read (another build's, or one in the run's own text dialect) only leaves
+// the run's id to the records.
+class Quiet : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+};
 
 // Calls `visit` with the header of each metrics.jsonl record that parses.
 template <typename Visit>
@@ -74,9 +83,10 @@ std::optional<FolderRun> run_in_folder(const std::filesystem::path& dir) {
     text << config.rdbuf();
     v1::RunConfig parsed;
     // A config this build does not read leaves it to the records to say.
-    if (google::protobuf::TextFormat::ParseFromString(text.str(), &parsed)) {
-      run.run_id = parsed.run_id();
-    }
+    Quiet quiet;
+    google::protobuf::TextFormat::Parser parser;
+    parser.RecordErrorsTo(&quiet);
+    if (parser.ParseFromString(text.str(), &parsed)) run.run_id = parsed.run_id();
   }
   for_each_record(dir, [&](const v1::RecordHeader& header) {
     if (run.run_id.empty()) run.run_id = header.run_id();
@@ -90,11 +100,16 @@ std::optional<std::string> new_run_refusal(const std::filesystem::path& dir) {
   if (!held) return std::nullopt;
   std::string files;
   for (const std::string& f : held->files) files += (files.empty() ? "" : ", ") + f;
+  // Only a run with a checkpoint can be continued.
+  const bool resumable = std::find(held->files.begin(), held->files.end(),
+                                   std::string(run_files::kCheckpoint)) != held->files.end();
   return fmt::format(
-      "'{}' holds a run already ({}{}, {} step records): continue it with --resume {}, pass "
-      "another --out folder, or pass --overwrite to replace it",
+      "'{}' holds a run already ({}{}, {} step records): {}pass another --out folder, or pass "
+      "--overwrite to replace it",
       dir.string(), held->run_id.empty() ? "" : "run " + held->run_id + ": ", files,
-      held->step_records, dir.string());
+      held->step_records,
+      resumable ? fmt::format("continue it with --resume {}, ", dir.string())
+                : std::string("it has no checkpoint to continue from (checkpoint.every_steps); "));
 }
 
 void remove_temporary_files(const std::filesystem::path& dir) {
