@@ -66,11 +66,13 @@ inline v1::RunConfig exchange_run_config() {
   return config;
 }
 
-// The same with the exchange's norm guard on (its sketch requests, answers
-// and judgement).
+// The same with the exchange's norm guard on and the keyed sum check
+// forced (its round check requests, with a key and a sketch seed, the
+// answers' tags and sketches, and their judgement).
 inline v1::RunConfig guarded_exchange_run_config() {
   v1::RunConfig config = exchange_run_config();
   config.mutable_guard()->set_norm_multiple(4.0);
+  config.mutable_data_plane()->set_sum_digest("gmac");
   return config;
 }
 

@@ -171,8 +171,9 @@ Recorded record_run(Corpus& corpus, const fs::path& run_dir) {
 // its round reported ok (the digests of one fixed sum, computed on the
 // coordinator's parameters as they are then); a, the lowest member, sends
 // that sum.
-// With `guarded`, the exchange's norm guard on: each member answers its
-// sketch request with the sketch of its part, a third of the sum.
+// With `guarded`, the exchange's norm guard and the keyed sum check on:
+// each member answers its round check with the tags of the sum under the
+// key and the sketch of its part, a third of the sum.
 Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir, bool guarded) {
   const v1::RunConfig config = guarded ? guarded_exchange_run_config() : exchange_run_config();
   const Replica shape(testing::softmax_for(config), config.optimizer());
@@ -183,10 +184,12 @@ Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir, bool guard
   for (float& v : part) v /= 3.0f;
   return record(
       corpus, config, run_dir,
-      [](testing::FakeWorker& w) {
+      [guarded](testing::FakeWorker& w) {
         Message hello = w.hello();
         hello.envelope.mutable_hello()->set_exchange_endpoint("tcp://127.0.0.1:9");
         hello.envelope.mutable_hello()->set_exchange_token(std::string(kExchangeTokenBytes, 't'));
+        // The guarded run forces the keyed check, which a member must offer.
+        if (guarded) hello.envelope.mutable_hello()->add_sum_digests(v1::SUM_DIGEST_GMAC);
         return hello;
       },
       [&](const std::string& name, testing::FakeWorker& worker, const Message& m,
@@ -201,14 +204,13 @@ Recorded record_exchange_run(Corpus& corpus, const fs::path& run_dir, bool guard
           }
         } else if (m.envelope.body_case() == v1::Envelope::kRoundCheckRequest) {
           const v1::RoundCheckRequest& q = m.envelope.round_check_request();
-          const std::vector<double> sketch =
-              sketch_shards(part, {parameters, part.size(), q.shards(), q.buckets(), q.seed()});
-          Message a;
-          a.envelope = make_envelope(m.envelope.step(), name);
-          a.envelope.mutable_round_check_answer()->set_attempt(q.attempt());
-          a.envelope.mutable_round_check_answer()->set_seed(q.seed());
-          a.envelope.mutable_round_check_answer()->mutable_values()->Assign(sketch.begin(),
-                                                                            sketch.end());
+          Message a = testing::round_check_answer(name, m, sum);  // the tags, if a key came
+          if (q.buckets() > 0) {
+            const std::vector<double> sketch =
+                sketch_shards(part, {parameters, part.size(), q.shards(), q.buckets(), q.seed()});
+            a.envelope.mutable_round_check_answer()->mutable_values()->Assign(sketch.begin(),
+                                                                              sketch.end());
+          }
           send(a);
         }
       });

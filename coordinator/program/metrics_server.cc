@@ -82,10 +82,12 @@ MetricsServer::MetricsServer(const std::string& address, uint16_t port,
     return send_text(connection, MHD_HTTP_OK, prometheus_text(*self->current()), kContentType);
   };
   MHD_Daemon* daemon =
-      MHD_start_daemon(flags, port, nullptr, nullptr, answer, this, MHD_OPTION_SOCK_ADDR, bind_to,
+      // The logger first, so that the library's own messages go to it.
+      MHD_start_daemon(flags, port, nullptr, nullptr, answer, this, MHD_OPTION_EXTERNAL_LOGGER,
+                       &log_from_library, log_.get(), MHD_OPTION_SOCK_ADDR, bind_to,
                        MHD_OPTION_CONNECTION_LIMIT, static_cast<unsigned int>(16),
                        MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned int>(10),
-                       MHD_OPTION_EXTERNAL_LOGGER, &log_from_library, log_.get(), MHD_OPTION_END);
+                       MHD_OPTION_END);
   if (daemon == nullptr) {
     throw std::runtime_error(fmt::format(
         "cannot serve metrics on {}:{} (is the port in use, or the address not one of this "

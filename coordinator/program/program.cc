@@ -378,6 +378,11 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
     DatasetEvaluator evaluator(*test, test_samples(config, *test), config.eval().batch(),
                                config.seed());
 
+    // Before the endpoint is out: a metrics port that cannot be bound ends
+    // the run before any worker connects.
+    const std::unique_ptr<MetricsServer> metrics_server =
+        start_metrics_server(options, run_dir, log);
+
     zmq::context_t context(1);
     // Before the ROUTER binds, so that no connection goes unauthenticated;
     // after the context, so that it stops before the context closes.
@@ -397,9 +402,6 @@ int run_coordinator(CoordinatorOptions options, const BlasReport& blas) {
       evaluation_thread.emplace(evaluator,
                                 make_model(model_spec(config, train->shape(), options.threads)));
     }
-    const std::unique_ptr<MetricsServer> metrics_server =
-        start_metrics_server(options, run_dir, log);
-
     const Clock::time_point t0 = Clock::now();
     const std::function<double()> now = [t0] {
       return std::chrono::duration<double>(Clock::now() - t0).count();

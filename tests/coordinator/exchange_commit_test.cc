@@ -1583,6 +1583,40 @@ TEST_F(ExchangeNormGuardTest, AShardOwnersForgedShardIsRefusedAndTheRoundRedoneW
   for (uint64_t id : samples_of(first["b"])) EXPECT_TRUE(next.contains(id)) << id;
 }
 
+// The norm guard with the keyed sum check: one request carries the key and
+// the sketch seed, each answer the tags and the sketch, and the round is
+// committed once both agree.
+class ExchangeKeyedNormGuardTest : public ExchangeNormGuardTest {
+ protected:
+  void SetUp() override {
+    ExchangeNormGuardTest::SetUp();
+    config.mutable_data_plane()->set_sum_digest("gmac");
+  }
+};
+
+TEST_F(ExchangeKeyedNormGuardTest, OneRequestAsksForTagsAndSketchesAndAnHonestRoundIsCommitted) {
+  std::map<std::string, Message> first = join();
+  fill_contributions();
+  for (const std::string& name : order) receive(name, report(name, first[name], name == "a"));
+  receive("a", sum("a", 0));
+  for (const std::string& name : order) {
+    const Message request = only(name, v1::Envelope::kRoundCheckRequest);
+    const v1::RoundCheckRequest& r = request.envelope.round_check_request();
+    EXPECT_EQ(r.sum_key().size(), kSumKeyBytes) << name;
+    EXPECT_EQ(r.buckets(), kSketchBuckets) << name;
+    Message answer = sketch(name, request, contributions[name]);
+    for (std::string& t : shard_tags(whole_sum(), 3, std::as_bytes(std::span(r.sum_key())))) {
+      answer.envelope.mutable_round_check_answer()->add_sum_tags(std::move(t));
+    }
+    receive(name, std::move(answer));
+  }
+  EXPECT_EQ(coordinator->step(), 1u) << log.text.str();
+  const v1::Update commit = only("b", v1::Envelope::kUpdate).envelope.update();
+  EXPECT_EQ(replica->parameter_checksum(), expected_checksum(commit));
+  EXPECT_EQ(coordinator->totals().sum_digest(), "gmac");
+  EXPECT_EQ(coordinator->totals().contributions_refused_norm(), 0u);
+}
+
 TEST_F(ExchangeNormGuardTest, AMemberThatDoesNotAnswerTheRoundCheckRequestIsTakenOut) {
   std::map<std::string, Message> first = join();
   fill_contributions();

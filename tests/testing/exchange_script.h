@@ -50,7 +50,8 @@ inline Message round_report(const std::string& name, const Message& plan, bool s
 }
 
 // `name`'s answer to a round check `request`: the tags of `sum` it holds
-// ([gradient | statistics]) under the request's key, and no sketch.
+// ([gradient | statistics]) under the request's key, if it has one, and no
+// sketch.
 inline Message round_check_answer(const std::string& name, const Message& request,
                                   std::span<const float> sum) {
   const v1::RoundCheckRequest& r = request.envelope.round_check_request();
@@ -59,6 +60,7 @@ inline Message round_check_answer(const std::string& name, const Message& reques
   v1::RoundCheckAnswer& a = *m.envelope.mutable_round_check_answer();
   a.set_attempt(r.attempt());
   a.set_seed(r.seed());
+  if (r.sum_key().empty()) return m;
   for (std::string& t : shard_tags(sum, r.shards(), std::as_bytes(std::span(r.sum_key())))) {
     a.add_sum_tags(std::move(t));
   }

@@ -97,6 +97,24 @@ TEST_F(SupervisorTest, AWorkerStillRunningAfterTheCoordinatorsGraceIsKilled) {
   EXPECT_EQ(s.children()[1].status, 128 + SIGKILL);
 }
 
+TEST_F(SupervisorTest, AFailedCoordinatorsWorkersAreStoppedAtOnceAndTheReasonSaid) {
+  // No bye will come: the workers get SIGTERM when the coordinator fails,
+  // not the 20 s a finished run gives them, and the status line says why.
+  Supervisor s = make();
+  s.start("coordinator", shell("exit 1"));
+  s.start("worker 0", {"/bin/sleep", "60"});
+  EXPECT_EQ(s.supervise(true, signals, ""), kExitFailed);
+  EXPECT_EQ(s.children()[1].status, 128 + SIGTERM);
+  EXPECT_NE(err.text().find("the coordinator exited with status 1; stopping the workers"),
+            std::string::npos)
+      << err.text();
+  EXPECT_NE(err.text().find("worker 0 exited with status 143 (stopped by dctrain-launch after the "
+                            "coordinator failed)"),
+            std::string::npos)
+      << err.text();
+  EXPECT_EQ(err.text().find("still running"), std::string::npos) << err.text();
+}
+
 TEST_F(SupervisorTest, AStopSignalIsForwardedAndTheStatusSaysInterrupted) {
   Supervisor s = make();
   s.start("worker 0", {"/bin/sleep", "60"});

@@ -14,7 +14,7 @@ SupervisedChild& Supervisor::start(const std::string& label, std::vector<std::st
   ChildOptions options;
   options.argv = std::move(argv);
   options.output = ChildOutput::kPipe;
-  children_.push_back(SupervisedChild{label, ChildProcess(std::move(options)), {}, {}});
+  children_.push_back(SupervisedChild{label, ChildProcess(std::move(options)), {}, {}, {}});
   return children_.back();
 }
 
@@ -79,17 +79,35 @@ int Supervisor::supervise(bool coordinator, StopSignals& signals, const std::str
     }
     reap();
     if (every_pass_) every_pass_();
-    if (coordinator && children_[0].status && !coordinator_done) coordinator_done = Clock::now();
+    std::chrono::milliseconds grace = options_.workers_after_coordinator;
+    if (coordinator && children_[0].status && !coordinator_done) {
+      coordinator_done = Clock::now();
+      if (*children_[0].status != 0 && !all_done()) {
+        // No bye will come, and no run is left to finish: stop them now.
+        std::fprintf(options_.err,
+                     "dctrain-launch: the coordinator exited with status %d; stopping the "
+                     "workers\n",
+                     *children_[0].status);
+        for (SupervisedChild& c : children_) {
+          if (c.status || &c == &children_[0]) continue;
+          c.process.signal(SIGTERM);
+          c.stopped_because = "stopped by dctrain-launch after the coordinator failed";
+        }
+      }
+    }
+    if (coordinator_done && *children_[0].status != 0) {
+      grace = options_.workers_after_failed_coordinator;
+    }
     if (all_done()) break;
     // Workers leave when the coordinator says bye; do not wait for ever.
-    if (coordinator_done && Clock::now() - *coordinator_done > options_.workers_after_coordinator) {
+    if (coordinator_done && Clock::now() - *coordinator_done > grace) {
       for (SupervisedChild& c : children_) {
         if (c.status) continue;
         std::fprintf(options_.err,
                      "dctrain-launch: %s still running %.3g s after the coordinator; killing it\n",
-                     c.label.c_str(),
-                     std::chrono::duration<double>(options_.workers_after_coordinator).count());
+                     c.label.c_str(), std::chrono::duration<double>(grace).count());
         c.process.signal(SIGKILL);
+        c.stopped_because = "killed by dctrain-launch, still running after the coordinator ended";
       }
       coordinator_done = Clock::now();
     }
@@ -109,8 +127,9 @@ int Supervisor::status(bool coordinator, bool interrupted, const std::string& ru
     }
     if (*c.status != 0) {
       ++failed;
-      std::fprintf(options_.err, "dctrain-launch: %s exited with status %d\n", c.label.c_str(),
-                   *c.status);
+      std::fprintf(options_.err, "dctrain-launch: %s exited with status %d%s%s%s\n",
+                   c.label.c_str(), *c.status, c.stopped_because.empty() ? "" : " (",
+                   c.stopped_because.c_str(), c.stopped_because.empty() ? "" : ")");
     }
   }
   if (failed == 0) {

@@ -22,6 +22,8 @@ struct SupervisedChild {
   ChildProcess process;  // stdout+stderr into a pipe the supervisor reads
   std::string pending;   // a partial line
   std::optional<int> status;
+  // Why the supervisor stopped it, when it did ("" if it ended by itself).
+  std::string stopped_because;
 };
 
 struct SupervisorOptions {
@@ -30,6 +32,9 @@ struct SupervisorOptions {
   // How long the workers get to leave once the coordinator has ended
   // (they leave on its bye); then they are killed.
   std::chrono::milliseconds workers_after_coordinator{20000};
+  // Once the coordinator has failed (a status other than 0), no bye comes:
+  // the workers are asked to stop (SIGTERM) at once and killed after this.
+  std::chrono::milliseconds workers_after_failed_coordinator{3000};
 };
 
 class Supervisor {
@@ -55,8 +60,9 @@ class Supervisor {
   // stop signal (SIGINT to each); returns the launcher's status. With
   // `coordinator`, children()[0] is the coordinator: its status says the
   // most, and its end gives the workers workers_after_coordinator to
-  // leave. A worker the coordinator released (kExitReleased) left a run
-  // that went on without it: not a failure. `run_dir`: named on success.
+  // leave (its failure: a SIGTERM, and workers_after_failed_coordinator). A worker the coordinator
+  // released (kExitReleased) left a run that went on without it: not a failure. `run_dir`: named on
+  // success.
   int supervise(bool coordinator, StopSignals& signals, const std::string& run_dir);
 
   // Where a child's line goes: its warnings and errors (spdlog's
