@@ -181,12 +181,12 @@ bool cpu_has_carryless_multiply() {
 }
 
 std::vector<SumDigestKind> sum_digests_offered() {
-  std::vector<SumDigestKind> hashes{SumDigestKind::kBlake2b, SumDigestKind::kSha256};
-  if (cpu_has_sha_instructions()) std::swap(hashes[0], hashes[1]);
-  std::vector<SumDigestKind> out;
-  if (cpu_has_carryless_multiply()) out.push_back(SumDigestKind::kGmac);
-  out.insert(out.end(), hashes.begin(), hashes.end());
-  if (!cpu_has_carryless_multiply()) out.push_back(SumDigestKind::kGmac);
+  std::vector<SumDigestKind> out{SumDigestKind::kGmac, SumDigestKind::kSha256,
+                                 SumDigestKind::kBlake2b};
+  // Without SHA instructions BLAKE2b is the faster hash; without a
+  // carry-less multiply GMAC goes last.
+  if (!cpu_has_sha_instructions()) std::swap(out[1], out[2]);
+  if (!cpu_has_carryless_multiply()) std::rotate(out.begin(), out.begin() + 1, out.end());
   return out;
 }
 

@@ -166,6 +166,9 @@ class ExchangePlane final : public DataPlane {
   // when it redid the round; false when the round may be committed (or no
   // check is on).
   bool check_round(double now);
+  // The lowest member's sum did not come within `timeout`: struck, and
+  // the entry that takes it out of the step.
+  std::pair<uint32_t, std::string> withheld_sum(double timeout);
   // The tags the answers give against the forwarded sum's, as this process
   // takes them: a sender whose sum is not the one it holds, or members
   // that disagree (refuse_disagreement), are out and the round is redone

@@ -51,9 +51,7 @@ bool ExchangePlane::check_round(double now) {
       // sender must not know the key while it chooses what it sends.
       if (!sum_awaited_since_) sum_awaited_since_ = now;
       if (now - *sum_awaited_since_ < timeout) return true;
-      strike(lowest, "it withheld the round's sum");
-      return redo_without(now, Removal::kLost,
-                          {{lowest, fmt::format("its sum did not come within {:.3g} s", timeout)}},
+      return redo_without(now, Removal::kLost, {withheld_sum(timeout)},
                           "the round's sum did not come");
     }
     // Drawn now: every member has reported the sum it holds (and the
@@ -83,10 +81,7 @@ bool ExchangePlane::check_round(double now) {
   // An unusable answer (not finite, beyond any contribution's, the wrong
   // size): this process saw it, so it counts a failed round.
   for (const auto& [rank, why] : out) strike(rank, "its round check was unusable: " + why);
-  if (!exchange_sum_) {
-    out.emplace(lowest, fmt::format("its sum did not come within {:.3g} s", timeout));
-    strike(lowest, "it withheld the round's sum");
-  }
+  if (!exchange_sum_) out.insert(withheld_sum(timeout));
   for (uint32_t rank : round_check_->unanswered()) {
     out.emplace(rank, fmt::format("it did not answer the round's check within {:.3g} s", timeout));
     strike(rank, "it did not answer the round's check");
@@ -104,6 +99,12 @@ bool ExchangePlane::check_round(double now) {
   }
   round_check_passed_ = true;
   return false;
+}
+
+std::pair<uint32_t, std::string> ExchangePlane::withheld_sum(double timeout) {
+  const uint32_t lowest = exchange_members_.front();
+  strike(lowest, "it withheld the round's sum");
+  return {lowest, fmt::format("its sum did not come within {:.3g} s", timeout)};
 }
 
 bool ExchangePlane::refuse_differing_tags(double now) {
